@@ -1,0 +1,124 @@
+#pragma once
+// The YAML config: schema, defaults and validation.
+//
+// load_config() either returns a fully validated config or throws
+// config_error whose what() is one line of the form
+//   FILE:LINE:COL: KEY.PATH: message
+// Callers (apps/actorpipe.cpp) print it and exit with code 2.
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace actorpipe {
+
+/// A bad config, a bad data file or an impossible request; exit code 2.
+class config_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A 1-based position in the config file.
+struct source_mark {
+  int line = 0;
+  int column = 0;
+};
+
+/// One entry of model.layers. Unused fields stay at their defaults.
+struct layer_spec {
+  std::string type;  ///< linear | relu | gelu | tanh | dropout | layernorm
+  int64_t in = 0;    ///< linear
+  int64_t out = 0;   ///< linear
+  double p = 0.0;    ///< dropout probability
+  int64_t dim = 0;   ///< layernorm normalized size
+};
+
+struct optimizer_config {
+  std::string type = "adam";  ///< adam | sgd
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  ///< sgd only
+};
+
+struct lr_schedule_config {
+  std::string type = "none";  ///< none | step
+  int64_t step_size = 1;
+  double gamma = 1.0;
+};
+
+struct model_config {
+  std::vector<layer_spec> layers;
+  std::string init_from;  ///< resolved path, empty = seeded default init
+};
+
+struct data_config {
+  std::string kind = "synthetic";  ///< csv | tensors | synthetic
+  std::string path;                ///< resolved path (csv, tensors)
+  double test_fraction = 0.2;
+  bool shuffle = false;
+  std::string normalize = "none";  ///< none | standard (train-split mean/std)
+  int64_t samples = 2048;          ///< synthetic
+  int64_t features = 0;            ///< synthetic; 0 = model.layers[0].in
+  int64_t classes = 0;             ///< synthetic; 0 = last layer's out
+};
+
+struct train_config {
+  int64_t steps = 50;
+  int64_t batch_size = 256;
+  optimizer_config optimizer;
+  lr_schedule_config lr_schedule;
+  double clip_grad_norm = 0.0;  ///< 0 = no clipping
+  uint64_t seed = 42;
+};
+
+struct pipeline_config {
+  int stages = 1;
+  /// Inclusive layer ranges, one per stage, filled in by partition_layers()
+  /// when the YAML gives none.
+  std::vector<std::pair<int, int>> partition;
+  std::string schedule = "1f1b";  ///< naive | gpipe | 1f1b
+  int microbatches = 1;
+  /// One device per stage after loading: "cpu" or "cuda:N".
+  std::vector<std::string> devices;
+  int intra_op_threads = 0;  ///< per stage; 0 = cores / stages, at least 1
+  /// Deterministic test device: every op is padded to this wall time, so
+  /// the emergent order is the uniform-cost order. 0 = off.
+  double pace_ms = 0.0;
+};
+
+struct config {
+  std::string path;  ///< the file it was read from, as given
+  model_config model;
+  data_config data;
+  train_config train;
+  pipeline_config pipeline;
+  /// Position of every key that was present, by dotted path
+  /// ("pipeline.microbatches", "model.layers[2].in").
+  std::map<std::string, source_mark> marks;
+
+  /// "FILE:LINE:COL: KEY: " for a key (the file alone if the key is absent).
+  std::string where(const std::string& key) const;
+  /// A config_error for `key` with the given message.
+  config_error error_at(const std::string& key, const std::string& msg) const;
+};
+
+/// What the machine offers; the config is checked against it.
+struct load_env {
+  int cuda_devices = 0;
+};
+
+/// Reads and validates `path`. Throws config_error.
+config load_config(const std::string& path, const load_env& env = {});
+
+/// Schedules the runtime knows, for messages and suggestions.
+const std::vector<std::string>& known_schedules();
+
+/// The candidate closest to `word` by edit distance, or "" if none is close.
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace actorpipe

@@ -1,0 +1,23 @@
+#pragma once
+// Reading and writing files that Python's torch.save / torch.load use.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace actorpipe {
+
+/// Tensors by name, in file order.
+using named_tensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// Reads a dict of tensors written by Python's torch.save: a plain dict, or
+/// an OrderedDict such as model.state_dict() (its _metadata is ignored), or
+/// one written by save_tensors(). Throws std::runtime_error naming the file.
+named_tensors load_tensors(const std::string& path);
+
+/// Writes a dict that Python's torch.load reads back as {name: tensor}.
+/// Atomic: writes PATH.tmp, then renames it over PATH.
+void save_tensors(const std::string& path, const named_tensors& tensors);
+
+}  // namespace actorpipe
