@@ -1,0 +1,184 @@
+#include "actors/driver_actor.hpp"
+
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include "messages/atoms.hpp"
+#include "messages/payloads.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct driver_state {
+  driver_setup setup;
+  caf::response_promise promise;
+  train_result result;
+  int64_t step = 0;
+  double lr = 0.0;
+  clock_type::time_point step_start;
+  int64_t pipeline_ns = 0;
+  std::vector<grads_report> reports;
+  int reported = 0;
+  int applied = 0;
+  int eval_pending = 0;
+  eval_result eval_total;
+  bool finished = false;
+
+  static inline const char* name = "driver";
+};
+
+using driver_ptr = caf::stateful_actor<driver_state>*;
+
+int64_t since(const driver_state& s, clock_type::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - s.setup.origin).count();
+}
+
+void finish(driver_ptr self, caf::error err = caf::error{}) {
+  auto& s = self->state;
+  if (s.finished) return;
+  s.finished = true;
+  if (err)
+    s.promise.deliver(std::move(err));
+  else
+    s.promise.deliver(std::move(s.result));
+  self->quit();
+}
+
+void start_step(driver_ptr self) {
+  auto& s = self->state;
+  const auto& cfg = s.setup.cfg;
+  if (s.step > 0 && cfg.train.lr_schedule.type == "step" &&
+      s.step % cfg.train.lr_schedule.step_size == 0)
+    s.lr *= cfg.train.lr_schedule.gamma;  // chained, like torch's StepLR
+  auto b = batch_for_step(*s.setup.data, cfg, s.step);
+  auto mbs = split_microbatches(b, s.setup.microbatches);
+  s.reports.assign(s.setup.stages.size(), grads_report{});
+  s.reported = s.applied = 0;
+  s.step_start = clock_type::now();
+  for (size_t i = 0; i < mbs.size(); ++i)
+    self->send(s.setup.stages.front(), fwd_atom::value,
+               activation_msg{{0, s.step, static_cast<int32_t>(i), 0}, mbs[i].x, mbs[i].y});
+}
+
+void start_eval(driver_ptr self) {
+  auto& s = self->state;
+  const auto& d = *s.setup.data;
+  int64_t n = d.test_x.defined() ? d.test_x.size(0) : 0;
+  if (n == 0) {
+    finish(self);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, s.setup.cfg.train.batch_size);
+  for (int64_t i = 0; i < n; i += chunk) {
+    int64_t e = std::min(n, i + chunk);
+    ++s.eval_pending;
+    self->send(s.setup.stages.front(), eval_atom::value,
+               eval_msg{d.test_x.slice(0, i, e), d.test_y.slice(0, i, e)});
+  }
+}
+
+void on_grads(driver_ptr self, grads_report& r) {
+  auto& s = self->state;
+  if (r.step != s.step || r.rank < 0 || r.rank >= static_cast<int>(s.reports.size())) return;
+  s.reports[r.rank] = std::move(r);
+  if (++s.reported < static_cast<int>(s.reports.size())) return;
+  s.pipeline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() -
+                                                                       s.step_start)
+                      .count();
+  // Global norm over every parameter, stage by stage, as
+  // torch.nn.utils.clip_grad_norm_ computes it over the whole model.
+  std::vector<at::Tensor> norms;
+  for (auto& rep : s.reports) norms.push_back(rep.grad_norms);
+  auto total = torch::cat(norms).norm(2);
+  apply_msg m;
+  m.step = s.step;
+  m.lr = s.lr;
+  double max_norm = s.setup.cfg.train.clip_grad_norm;
+  if (max_norm > 0)
+    m.clip_coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  s.result.steps.push_back(step_record{});
+  auto& rec = s.result.steps.back();
+  rec.step = s.step;
+  rec.grad_norm = total.item<double>();
+  rec.lr = s.lr;
+  for (auto& rep : s.reports) rec.loss += rep.loss_sum;
+  for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
+}
+
+void on_applied(driver_ptr self, int64_t step) {
+  auto& s = self->state;
+  if (step != s.step || ++s.applied < static_cast<int>(s.setup.stages.size())) return;
+  auto& rec = s.result.steps.back();
+  auto end = clock_type::now();
+  rec.step_s = std::chrono::duration<double>(end - s.step_start).count();
+  rec.pipeline_s = static_cast<double>(s.pipeline_ns) * 1e-9;
+  rec.start_ns = since(s, s.step_start);
+  for (auto& rep : s.reports) {
+    s.result.duplicates += rep.stats.duplicates;
+    rec.stages.push_back(std::move(rep.stats));
+  }
+  rec.bubble = measured_bubble(rec.stages, s.pipeline_ns);
+  if (s.setup.on_step) s.setup.on_step(rec);
+  ++s.step;
+  if (s.step < s.setup.cfg.train.steps)
+    start_step(self);
+  else
+    start_eval(self);
+}
+
+caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
+  auto& s = self->state;
+  s.setup = std::move(setup);
+  s.lr = s.setup.cfg.train.optimizer.lr;
+  s.result.schedule = s.setup.cfg.pipeline.schedule;
+  s.result.stages = static_cast<int>(s.setup.stages.size());
+  s.result.microbatches = s.setup.microbatches;
+  s.result.devices = s.setup.cfg.pipeline.devices;
+  s.result.partition = s.setup.cfg.pipeline.partition;
+  for (auto& st : s.setup.stages) self->monitor(st);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (self->state.finished) return;
+    int rank = 0;
+    for (size_t i = 0; i < self->state.setup.stages.size(); ++i)
+      if (self->state.setup.stages[i].address() == dm.source) rank = static_cast<int>(i);
+    finish(self, caf::make_error(caf::sec::runtime_error,
+                                 "stage " + std::to_string(rank) + " stopped: " +
+                                     self->system().render(dm.reason)));
+  });
+  return {
+      [=](run_atom) -> caf::result<train_result> {
+        auto& st = self->state;
+        st.promise = self->make_response_promise();
+        if (st.setup.cfg.train.steps > 0)
+          start_step(self);
+        else
+          start_eval(self);
+        return st.promise;
+      },
+      [=](grads_atom, grads_report& r) { on_grads(self, r); },
+      [=](applied_atom, int rank, int64_t step) { on_applied(self, step); },
+      [=](evaluated_atom, const eval_result& r) {
+        auto& st = self->state;
+        st.eval_total.correct += r.correct;
+        st.eval_total.total += r.total;
+        st.eval_total.loss_sum += r.loss_sum;
+        if (--st.eval_pending > 0) return;
+        st.result.test_accuracy = static_cast<double>(st.eval_total.correct) /
+                                  static_cast<double>(std::max<int64_t>(1, st.eval_total.total));
+        st.result.test_loss =
+            st.eval_total.loss_sum / static_cast<double>(std::max<int64_t>(1, st.eval_total.total));
+        finish(self);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_driver(caf::actor_system& sys, driver_setup setup) {
+  return sys.spawn(driver_behavior, std::move(setup));
+}
+
+}  // namespace actorpipe

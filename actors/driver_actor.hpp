@@ -1,0 +1,38 @@
+#pragma once
+// The driver feeds microbatches to stage 0 and closes each step: it waits
+// for every stage's grads_report, reduces the global gradient norm in stage
+// order, tells every stage to apply, and moves on. It never tells a stage
+// which op to fire.
+//
+//   idle --(run)--> training --(last step applied)--> evaluating --> done
+//   any state --(a stage went down)--> failed (the run's promise gets the error)
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/config.hpp"
+#include "runtime/data.hpp"
+#include "runtime/metrics.hpp"
+
+namespace actorpipe {
+
+struct driver_setup {
+  config cfg;
+  std::shared_ptr<const dataset> data;
+  std::vector<caf::actor> stages;
+  int microbatches = 1;
+  std::chrono::steady_clock::time_point origin;
+  /// Called on the driver's thread after every step (progress output).
+  std::function<void(const step_record&)> on_step;
+};
+
+/// Spawns the driver. Send it run_atom; it answers with a train_result.
+caf::actor spawn_driver(caf::actor_system& sys, driver_setup setup);
+
+}  // namespace actorpipe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::train_result)

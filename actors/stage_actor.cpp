@@ -1,0 +1,298 @@
+#include "actors/stage_actor.hpp"
+
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "messages/atoms.hpp"
+#include "messages/payloads.hpp"
+#include "runtime/policy.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// What F(mb) left for B(mb): the input leaf (for its gradient) and the
+/// output (or the weighted loss on the last stage).
+struct stash_entry {
+  at::Tensor input;
+  at::Tensor output;
+  int64_t bytes = 0;
+};
+
+struct stage_state {
+  stage_setup setup;
+  std::unique_ptr<policy> pol;
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  std::vector<at::Tensor> params;
+  caf::actor prev, next, driver;
+  bool first = true;
+  bool last = true;
+
+  int64_t step = -1;
+  mb_set fwd_ready, bwd_ready;
+  std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
+  std::vector<activation_msg> inputs;    // by mb
+  std::vector<at::Tensor> grads_in;      // by mb
+  std::vector<stash_entry> stash;        // by mb
+  int fwd_done = 0;
+  int bwd_done = 0;
+  int stashed = 0;
+  int64_t stash_bytes = 0;
+  double loss_sum = 0.0;
+  stage_stats stats;
+  bool tick_pending = false;
+
+  static inline const char* name = "stage";
+};
+
+using stage_ptr = caf::stateful_actor<stage_state>*;
+
+int64_t now_ns(const stage_state& s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - s.setup.origin)
+      .count();
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& o,
+                                                        const std::vector<at::Tensor>& params) {
+  if (o.type == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::Adam>(
+      params, torch::optim::AdamOptions(o.lr)
+                  .betas(std::make_tuple(o.beta1, o.beta2))
+                  .eps(o.eps)
+                  .weight_decay(o.weight_decay));
+}
+
+void begin_step(stage_state& s, int64_t step) {
+  int m = s.setup.microbatches;
+  s.step = step;
+  s.fwd_ready.reset(m);
+  s.bwd_ready.reset(m);
+  s.fwd_seen.assign(m, 0);
+  s.bwd_seen.assign(m, 0);
+  s.inputs.assign(m, activation_msg{});
+  s.grads_in.assign(m, at::Tensor());
+  s.stash.assign(m, stash_entry{});
+  s.fwd_done = s.bwd_done = s.stashed = 0;
+  s.stash_bytes = 0;
+  s.loss_sum = 0.0;
+  s.stats = stage_stats{};
+}
+
+// Returns false (and counts it) for a message of an older step, or one
+// whose op input already arrived.
+bool accept(stage_state& s, const msg_header& h, std::vector<char>& seen) {
+  if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches) {
+    ++s.stats.duplicates;
+    return false;
+  }
+  if (h.step > s.step) begin_step(s, h.step);
+  if (seen[h.mb]) {
+    ++s.stats.duplicates;
+    return false;
+  }
+  seen[h.mb] = 1;
+  return true;
+}
+
+void schedule_tick(stage_ptr self) {
+  if (self->state.tick_pending) return;
+  self->state.tick_pending = true;
+  self->send(self, tick_atom::value);
+}
+
+void fire_forward(stage_ptr self, int mb) {
+  auto& s = self->state;
+  auto msg = std::move(s.inputs[mb]);
+  at::Tensor x = msg.x;
+  if (s.first)
+    x = x.to(torch::Device(s.setup.device));
+  else
+    x = x.detach().requires_grad_(true);
+  forward_ctx ctx{s.setup.seed, s.step, mb, true};
+  stash_entry e;
+  e.input = x;
+  at::Tensor out = s.setup.layers->forward(x, ctx, &e.bytes);
+  if (!s.first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
+  if (s.last) {
+    auto y = msg.y.to(out.device());
+    double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
+    auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
+    s.loss_sum += loss.item<double>();
+    e.output = loss;
+    s.bwd_ready.insert(mb);  // the loss starts the backward right here
+    s.bwd_seen[mb] = 1;
+  } else {
+    e.output = out;
+    activation_msg down{{0, s.step, mb, 0}, out.detach(), msg.y};
+    if (s.setup.next_device != s.setup.device) down.x = down.x.to(torch::Device(s.setup.next_device));
+    self->send(s.next, fwd_atom::value, std::move(down));
+  }
+  s.stash[mb] = std::move(e);
+  ++s.stashed;
+  s.stash_bytes += s.stash[mb].bytes;
+  s.stats.peak_stash = std::max(s.stats.peak_stash, s.stashed);
+  s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
+  ++s.fwd_done;
+}
+
+void fire_backward(stage_ptr self, int mb) {
+  auto& s = self->state;
+  auto e = std::move(s.stash[mb]);
+  if (s.last)
+    e.output.backward();
+  else
+    torch::autograd::backward({e.output}, {s.grads_in[mb]});
+  s.grads_in[mb] = at::Tensor();
+  if (!s.first) {
+    gradient_msg up{{0, s.step, mb, 0}, e.input.grad()};
+    if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
+    self->send(s.prev, bwd_atom::value, std::move(up));
+  }
+  --s.stashed;
+  s.stash_bytes -= e.bytes;
+  ++s.bwd_done;
+}
+
+void report_grads(stage_ptr self) {
+  auto& s = self->state;
+  std::vector<at::Tensor> norms;
+  for (const auto& p : s.params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm(2));
+  grads_report r;
+  r.rank = s.setup.rank;
+  r.step = s.step;
+  r.grad_norms = norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU);
+  r.loss_sum = s.loss_sum;
+  r.stats = std::move(s.stats);
+  s.stats = stage_stats{};
+  self->send(s.driver, grads_atom::value, std::move(r));
+}
+
+void on_tick(stage_ptr self) {
+  auto& s = self->state;
+  s.tick_pending = false;
+  if (s.step < 0) return;
+  stage_view v{s.setup.rank, s.setup.stages, s.setup.microbatches, s.fwd_done,
+               s.bwd_done, &s.fwd_ready, &s.bwd_ready};
+  auto op = s.pol->next(v);
+  if (!op) return;
+  auto start = clock_type::now();
+  int64_t start_ns = now_ns(s);
+  if (op->kind == op_kind::F) {
+    s.fwd_ready.erase(op->mb);
+    fire_forward(self, op->mb);
+  } else {
+    s.bwd_ready.erase(op->mb);
+    fire_backward(self, op->mb);
+  }
+  if (s.setup.pace_ms > 0)
+    std::this_thread::sleep_until(start + std::chrono::microseconds(
+                                              static_cast<int64_t>(s.setup.pace_ms * 1000)));
+  int64_t end_ns = now_ns(s);
+  s.stats.events.push_back({*op, start_ns, end_ns});
+  s.stats.busy_ns += end_ns - start_ns;
+  if (s.bwd_done == s.setup.microbatches)
+    report_grads(self);
+  else
+    schedule_tick(self);
+}
+
+void apply_update(stage_ptr self, const apply_msg& m) {
+  auto& s = self->state;
+  torch::NoGradGuard no_grad;
+  if (m.clip_coef.defined()) {
+    auto coef = m.clip_coef.to(torch::Device(s.setup.device));
+    for (auto& p : s.params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
+  s.opt->step();
+  for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+}
+
+void evaluate(stage_ptr self, eval_msg m) {
+  auto& s = self->state;
+  torch::NoGradGuard no_grad;
+  forward_ctx ctx{s.setup.seed, -1, 0, false};
+  auto out = s.setup.layers->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
+  if (!s.last) {
+    self->send(s.next, eval_atom::value, eval_msg{out, m.y});
+    return;
+  }
+  auto y = m.y.to(out.device());
+  eval_result r;
+  r.total = y.size(0);
+  r.correct = out.argmax(1).eq(y).sum().item<int64_t>();
+  r.loss_sum = torch::nn::functional::cross_entropy(
+                   out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+  self->send(s.driver, evaluated_atom::value, r);
+}
+
+caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
+  auto& s = self->state;
+  s.setup = std::move(setup);
+  s.pol = make_policy(s.setup.schedule);
+  if (!s.pol) throw std::invalid_argument("unknown schedule " + s.setup.schedule);
+  s.params = s.setup.layers->parameters();
+  s.opt = make_optimizer(s.setup.optimizer, s.params);
+  s.first = s.setup.rank == 0;
+  s.last = s.setup.rank == s.setup.stages - 1;
+  self->set_exception_handler([](caf::scheduled_actor* a, std::exception_ptr& eptr) -> caf::error {
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      return caf::make_error(caf::sec::runtime_error, std::string("stage: ") + e.what());
+    }
+  });
+  return {
+      [=](wire_atom, caf::actor prev, caf::actor next, caf::actor driver) {
+        auto& st = self->state;
+        // Runs on this stage's own thread: the intra-op pool size is per thread.
+        at::set_num_threads(std::max(1, st.setup.intra_op_threads));
+        st.prev = std::move(prev);
+        st.next = std::move(next);
+        st.driver = std::move(driver);
+      },
+      [=](fwd_atom, activation_msg& m) {
+        auto& st = self->state;
+        if (!accept(st, m.h, st.fwd_seen)) return;
+        st.fwd_ready.insert(m.h.mb);
+        st.inputs[m.h.mb] = std::move(m);
+        schedule_tick(self);
+      },
+      [=](bwd_atom, gradient_msg& m) {
+        auto& st = self->state;
+        if (!accept(st, m.h, st.bwd_seen)) return;
+        st.bwd_ready.insert(m.h.mb);
+        st.grads_in[m.h.mb] = std::move(m.g);
+        schedule_tick(self);
+      },
+      [=](tick_atom) { on_tick(self); },
+      [=](apply_atom, const apply_msg& m) {
+        apply_update(self, m);
+        self->send(self->state.driver, applied_atom::value, self->state.setup.rank, m.step);
+      },
+      [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
+      [=](weights_atom) -> named_params {
+        named_params out;
+        for (auto& [name, t] : self->state.setup.layers->named_parameters())
+          out.emplace_back(name, t.detach().to(torch::kCPU).clone());
+        return out;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup) {
+  return sys.spawn<caf::detached>(stage_behavior, std::move(setup));
+}
+
+}  // namespace actorpipe

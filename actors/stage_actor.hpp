@@ -1,0 +1,43 @@
+#pragma once
+// A pipeline stage: owns its layers, its optimizer and its stashed
+// activations, and fires ready ops under its policy.
+//
+//   spawned --(wire: prev, next, driver)--> running
+//   running: fwd/bwd messages fill the ready set; a tick fires one op chosen
+//            by the policy, then ticks again after the mailbox drained;
+//            the step's last B sends grads_report to the driver;
+//            apply clips and steps the optimizer; eval runs a no-grad F;
+//            weights hands CPU copies of the parameters to the asker.
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "runtime/config.hpp"
+#include "runtime/model.hpp"
+
+namespace actorpipe {
+
+/// Everything a stage needs, decided before it is spawned.
+struct stage_setup {
+  int rank = 0;
+  int stages = 1;
+  int microbatches = 1;     ///< per step, as torch.chunk splits the batch
+  int64_t batch_size = 1;   ///< loss of a microbatch is weighted by size / batch_size
+  std::string device = "cpu";
+  std::string prev_device = "cpu";  ///< where gradients for the previous stage go
+  std::string next_device = "cpu";  ///< where activations for the next stage go
+  int intra_op_threads = 1;
+  double pace_ms = 0.0;
+  uint64_t seed = 0;
+  std::string schedule = "1f1b";
+  optimizer_config optimizer;
+  std::shared_ptr<layer_stack> layers;
+  std::chrono::steady_clock::time_point origin;  ///< trace time zero
+};
+
+/// Spawns a stage on its own thread.
+caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup);
+
+}  // namespace actorpipe

@@ -1,0 +1,94 @@
+#include "actors/trainer.hpp"
+
+#include <caf/all.hpp>
+
+#include <thread>
+
+#include "actors/driver_actor.hpp"
+#include "actors/stage_actor.hpp"
+#include "messages/atoms.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/partition.hpp"
+
+namespace actorpipe {
+
+train_output run_training(const config& cfg, const train_options& opts) {
+  auto data = std::make_shared<const dataset>(load_dataset(cfg));
+  const int stages = cfg.pipeline.stages;
+  const int microbatches =
+      static_cast<int>(chunk_count(cfg.train.batch_size, cfg.pipeline.microbatches));
+
+  auto parts = cfg.pipeline.partition;
+  if (parts.empty())
+    parts = balanced_partition(layer_parameter_counts(cfg.model.layers), stages);
+  auto layers = build_layers(cfg);
+
+  int threads = cfg.pipeline.intra_op_threads;
+  if (threads <= 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / stages);
+
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{sys_cfg};
+  auto origin = std::chrono::steady_clock::now();
+
+  std::vector<caf::actor> stage_actors;
+  for (int r = 0; r < stages; ++r) {
+    stage_setup st;
+    st.rank = r;
+    st.stages = stages;
+    st.microbatches = microbatches;
+    st.batch_size = cfg.train.batch_size;
+    st.device = cfg.pipeline.devices[r];
+    st.prev_device = cfg.pipeline.devices[r > 0 ? r - 1 : r];
+    st.next_device = cfg.pipeline.devices[r + 1 < stages ? r + 1 : r];
+    st.intra_op_threads = threads;
+    st.pace_ms = cfg.pipeline.pace_ms;
+    st.seed = cfg.train.seed;
+    st.schedule = cfg.pipeline.schedule;
+    st.optimizer = cfg.train.optimizer;
+    std::vector<layer> mine;
+    for (int i = parts[r].first; i <= parts[r].second; ++i) mine.push_back(std::move(layers[i]));
+    st.layers = std::make_shared<layer_stack>(std::move(mine));
+    st.layers->to(st.device);
+    st.origin = origin;
+    stage_actors.push_back(spawn_stage(sys, std::move(st)));
+  }
+
+  config run_cfg = cfg;
+  run_cfg.pipeline.partition = parts;
+  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step};
+  auto driver = spawn_driver(sys, std::move(ds));
+
+  caf::scoped_actor self{sys};
+  std::string failure;
+  auto on_error = [&](caf::error& err) {
+    if (failure.empty()) failure = sys.render(err);
+  };
+  for (int r = 0; r < stages; ++r) {
+    auto prev = r > 0 ? stage_actors[r - 1] : caf::actor{};
+    auto next = r + 1 < stages ? stage_actors[r + 1] : caf::actor{};
+    self->request(stage_actors[r], caf::infinite, wire_atom::value, prev, next, driver)
+        .receive([] {}, on_error);
+  }
+
+  train_output out;
+  if (failure.empty())
+    self->request(driver, caf::infinite, run_atom::value)
+        .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
+  if (failure.empty())
+    for (auto& st : stage_actors)
+      self->request(st, caf::infinite, weights_atom::value)
+          .receive(
+              [&](named_params& w) {
+                for (auto& p : w) out.weights.push_back(std::move(p));
+              },
+              on_error);
+  for (auto& st : stage_actors) self->send_exit(st, caf::exit_reason::user_shutdown);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  if (!failure.empty()) throw std::runtime_error(failure);
+  return out;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,26 @@
+#pragma once
+// One training run: build the model, place the stages, spawn the actors,
+// train, evaluate, collect the weights, shut everything down.
+#include <functional>
+
+#include "messages/payloads.hpp"
+#include "runtime/config.hpp"
+#include "runtime/metrics.hpp"
+
+namespace actorpipe {
+
+struct train_options {
+  /// Called after every optimizer step, on the driver's thread.
+  std::function<void(const step_record&)> on_step;
+};
+
+struct train_output {
+  train_result result;
+  named_params weights;  ///< final parameters, global names, CPU
+};
+
+/// Runs cfg to completion. Throws config_error for bad input found while
+/// loading (data, init_from) and std::runtime_error if a stage fails.
+train_output run_training(const config& cfg, const train_options& opts = {});
+
+}  // namespace actorpipe

@@ -1,0 +1,271 @@
+// actorpipe: train | compare | bubble. Argument handling only; the work
+// lives in runtime/ and actors/.
+#include <torch/cuda.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/trainer.hpp"
+#include "runtime/canonical.hpp"
+#include "runtime/config.hpp"
+#include "runtime/report.hpp"
+#include "runtime/state_dict.hpp"
+
+namespace {
+
+using namespace actorpipe;
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+
+const char* main_help =
+    "usage: actorpipe COMMAND [ARGS]\n"
+    "\n"
+    "Pipeline-parallel training on actors: each stage is an actor that fires\n"
+    "its ready forward/backward ops under a schedule policy.\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG     train the model a YAML config describes\n"
+    "  compare CONFIG   train it under naive, gpipe and 1f1b; print one table\n"
+    "  bubble           print the analytic pipeline-bubble table\n"
+    "\n"
+    "Run 'actorpipe COMMAND --help' for a command's options.\n";
+
+const char* train_help =
+    "usage: actorpipe train CONFIG [options]\n"
+    "\n"
+    "options:\n"
+    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b)\n"
+    "  --steps N         override train.steps\n"
+    "  --save PATH       write the final state dict (torch.load reads it)\n"
+    "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
+    "  --log-every N     print a progress line every N steps (default 1)\n"
+    "  --quiet           no per-step lines, only the final table\n"
+    "  -h, --help        this help\n"
+    "\n"
+    "exit codes: 0 done, 1 the run failed, 2 bad config or arguments\n";
+
+const char* compare_help =
+    "usage: actorpipe compare CONFIG [options]\n"
+    "\n"
+    "Trains CONFIG once per schedule and prints one comparison table.\n"
+    "\n"
+    "options:\n"
+    "  --schedules LIST  comma-separated (default naive,gpipe,1f1b)\n"
+    "  --steps N         override train.steps\n"
+    "  --log-every N     progress line every N steps (default: quiet)\n"
+    "  -h, --help        this help\n";
+
+const char* bubble_help =
+    "usage: actorpipe bubble [--stages S --microbatches M]\n"
+    "\n"
+    "Prints the analytic bubble (idle fraction) of each schedule for the\n"
+    "reference (S, M) cases, or for one given pair.\n";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Flags after the positional arguments: --name value, or --flag.
+struct args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;
+  bool has(const std::string& k) const { return options.count(k) > 0; }
+};
+
+args parse(int argc, char** argv, int first, const std::vector<std::string>& valued,
+           const std::vector<std::string>& flags) {
+  args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-h") s = "--help";
+    if (s.rfind("--", 0) != 0) {
+      a.positional.push_back(s);
+      continue;
+    }
+    auto is = [&](const std::vector<std::string>& v) {
+      return std::find(v.begin(), v.end(), s) != v.end();
+    };
+    if (is(flags) || s == "--help") {
+      a.options[s] = "";
+    } else if (is(valued)) {
+      if (i + 1 >= argc) throw usage_error(s + " needs a value");
+      a.options[s] = argv[++i];
+    } else {
+      throw usage_error("unknown option " + s);
+    }
+  }
+  return a;
+}
+
+int64_t parse_count(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1)
+    throw usage_error(flag + " expects a positive integer, got '" + v + "'");
+  return n;
+}
+
+config load(const std::string& path) {
+  load_env env;
+  env.cuda_devices = static_cast<int>(torch::cuda::device_count());
+  return load_config(path, env);
+}
+
+void set_schedule(config& cfg, const std::string& name) {
+  const auto& known = known_schedules();
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    auto near = nearest(name, known);
+    throw usage_error("unknown schedule '" + name + "'" +
+                      (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " +
+                      list + ")");
+  }
+  cfg.pipeline.schedule = name;
+  if (name == "naive") cfg.pipeline.microbatches = 1;
+}
+
+void print_plan(const config& cfg) {
+  std::printf("actorpipe: %s  schedule %s  stages %d  microbatches %d  batch %lld  steps %lld\n",
+              cfg.path.c_str(), cfg.pipeline.schedule.c_str(), cfg.pipeline.stages,
+              cfg.pipeline.microbatches, static_cast<long long>(cfg.train.batch_size),
+              static_cast<long long>(cfg.train.steps));
+}
+
+void print_placement(const train_result& r) {
+  for (int s = 0; s < r.stages; ++s)
+    std::printf("  stage %d: layers %d..%d on %s\n", s, r.partition[s].first,
+                r.partition[s].second, r.devices[s].c_str());
+}
+
+train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps) {
+  train_options opts;
+  if (log_every > 0)
+    opts.on_step = [log_every, total_steps](const step_record& s) {
+      if ((s.step + 1) % log_every != 0 && s.step + 1 != total_steps) return;
+      std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e\n",
+                  static_cast<long long>(s.step + 1), static_cast<long long>(total_steps),
+                  s.loss, s.step_s * 1e3, s.bubble, s.lr);
+      std::fflush(stdout);
+    };
+  return run_training(cfg, opts);
+}
+
+int cmd_train(int argc, char** argv) {
+  auto a = parse(argc, argv, 2, {"--schedule", "--steps", "--save", "--trace", "--log-every"},
+                 {"--quiet"});
+  if (a.has("--help")) {
+    std::fputs(train_help, stdout);
+    return exit_ok;
+  }
+  if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
+  auto cfg = load(a.positional[0]);
+  if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
+  if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
+  if (a.has("--quiet")) log_every = 0;
+  print_plan(cfg);
+  auto out = train_one(cfg, log_every, cfg.train.steps);
+  print_placement(out.result);
+  std::fputs(format_comparison({out.result}).c_str(), stdout);
+  if (a.has("--save")) {
+    save_tensors(a.options["--save"], out.weights);
+    std::printf("saved %zu tensors to %s\n", out.weights.size(), a.options["--save"].c_str());
+  }
+  if (a.has("--trace")) {
+    std::ofstream f(a.options["--trace"]);
+    f << chrome_trace_json(out.result);
+    if (!f) throw std::runtime_error("cannot write " + a.options["--trace"]);
+    std::printf("trace written to %s\n", a.options["--trace"].c_str());
+  }
+  return exit_ok;
+}
+
+int cmd_compare(int argc, char** argv) {
+  auto a = parse(argc, argv, 2, {"--schedules", "--steps", "--log-every"}, {});
+  if (a.has("--help")) {
+    std::fputs(compare_help, stdout);
+    return exit_ok;
+  }
+  if (a.positional.size() != 1) throw usage_error("compare takes one CONFIG (see --help)");
+  auto base = load(a.positional[0]);
+  if (a.has("--steps")) base.train.steps = parse_count("--steps", a.options["--steps"]);
+  std::vector<std::string> names = {"naive", "gpipe", "1f1b"};
+  if (a.has("--schedules")) {
+    names.clear();
+    std::string list = a.options["--schedules"];
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      auto comma = list.find(',', pos);
+      if (comma == std::string::npos) comma = list.size();
+      names.push_back(list.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 0;
+  std::vector<config> cfgs;
+  for (const auto& n : names) {
+    cfgs.push_back(base);
+    set_schedule(cfgs.back(), n);  // all names checked before any run starts
+  }
+  std::vector<train_result> results;
+  for (const auto& cfg : cfgs) {
+    print_plan(cfg);
+    auto out = train_one(cfg, log_every, cfg.train.steps);
+    std::printf("  done: mean step %.2f ms, final loss %.4f\n", mean_step_seconds(out.result) * 1e3,
+                out.result.steps.empty() ? 0.0 : out.result.steps.back().loss);
+    results.push_back(std::move(out.result));
+  }
+  std::fputs(format_comparison(results).c_str(), stdout);
+  return exit_ok;
+}
+
+int cmd_bubble(int argc, char** argv) {
+  auto a = parse(argc, argv, 2, {"--stages", "--microbatches"}, {});
+  if (a.has("--help")) {
+    std::fputs(bubble_help, stdout);
+    return exit_ok;
+  }
+  if (!a.positional.empty()) throw usage_error("bubble takes no positional arguments");
+  auto cases = reference_bubble_cases();
+  if (a.has("--stages") || a.has("--microbatches")) {
+    if (!a.has("--stages") || !a.has("--microbatches"))
+      throw usage_error("give both --stages and --microbatches");
+    cases = {{static_cast<int>(parse_count("--stages", a.options["--stages"])),
+              static_cast<int>(parse_count("--microbatches", a.options["--microbatches"]))}};
+  }
+  std::fputs(format_bubble_table(cases).c_str(), stdout);
+  return exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string cmd = argc > 1 ? argv[1] : "";
+  try {
+    if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::fputs(main_help, cmd.empty() ? stderr : stdout);
+      return cmd.empty() ? exit_usage : exit_ok;
+    }
+    if (cmd == "train") return cmd_train(argc, argv);
+    if (cmd == "compare") return cmd_compare(argc, argv);
+    if (cmd == "bubble") return cmd_bubble(argc, argv);
+    throw usage_error("unknown command '" + cmd + "' (train | compare | bubble; see --help)");
+  } catch (const config_error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return exit_usage;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "actorpipe: %s\n", e.what());
+    return exit_usage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
+    return exit_failed;
+  }
+}

@@ -1,0 +1,29 @@
+#pragma once
+// Atoms that name every message kind. CAF 0.17: at most 10 characters.
+#include <caf/atom.hpp>
+
+namespace actorpipe {
+
+/// driver -> stage: neighbours and the driver (once, before the first step).
+using wire_atom = caf::atom_constant<caf::atom("wire")>;
+/// activation of (step, mb) travelling downstream.
+using fwd_atom = caf::atom_constant<caf::atom("fwd")>;
+/// gradient of (step, mb) travelling upstream.
+using bwd_atom = caf::atom_constant<caf::atom("bwd")>;
+/// stage -> itself: fire the next ready op after the mailbox drained.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// stage -> driver: every backward of the step is done.
+using grads_atom = caf::atom_constant<caf::atom("grads")>;
+/// driver -> stage: clip and take the optimizer step.
+using apply_atom = caf::atom_constant<caf::atom("apply")>;
+/// stage -> driver: optimizer step taken.
+using applied_atom = caf::atom_constant<caf::atom("applied")>;
+/// driver -> stage 0 -> ... -> last: no-grad forward on held-out data.
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+/// last stage -> driver: held-out loss and accuracy.
+using evaluated_atom = caf::atom_constant<caf::atom("evaluated")>;
+/// requester -> driver: train; also requester -> stage: hand over weights.
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+
+}  // namespace actorpipe

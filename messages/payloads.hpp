@@ -1,0 +1,86 @@
+#pragma once
+// Message bodies. Tensors only travel in-process (by handle, never copied),
+// hence CAF_ALLOW_UNSAFE_MESSAGE_TYPE rather than inspect().
+#include <ATen/core/Tensor.h>
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "messages/ops.hpp"
+
+namespace actorpipe {
+
+/// Identifies what a message belongs to; stale or duplicate ones are dropped.
+struct msg_header {
+  uint32_t epoch = 0;
+  int64_t step = 0;
+  int32_t mb = 0;
+  int32_t chunk = 0;
+};
+
+/// Input of F(step, mb): the activation (or the microbatch for stage 0) and
+/// the targets, which ride along to the last stage.
+struct activation_msg {
+  msg_header h;
+  at::Tensor x;
+  at::Tensor y;
+};
+
+/// Input of B(step, mb): the gradient of the receiver's output.
+struct gradient_msg {
+  msg_header h;
+  at::Tensor g;
+};
+
+/// What a stage measured during one step.
+struct stage_stats {
+  std::vector<op_event> events;  ///< fired ops, in firing order
+  int64_t busy_ns = 0;
+  int peak_stash = 0;            ///< most microbatches stashed at once
+  int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
+  uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
+};
+
+/// stage -> driver when the step's last backward is done.
+struct grads_report {
+  int rank = 0;
+  int64_t step = 0;
+  at::Tensor grad_norms;  ///< per-parameter 2-norms (float32, CPU), layer order
+  double loss_sum = 0.0;  ///< last stage: sum of weighted microbatch losses
+  stage_stats stats;
+};
+
+/// driver -> stage: scale the gradients by clip_coef, then step with lr.
+struct apply_msg {
+  int64_t step = 0;
+  at::Tensor clip_coef;  ///< undefined = no clipping
+  double lr = 0.0;
+};
+
+/// Held-out evaluation: a no-grad forward travelling down the stages.
+struct eval_msg {
+  at::Tensor x;
+  at::Tensor y;
+};
+
+struct eval_result {
+  int64_t correct = 0;
+  int64_t total = 0;
+  double loss_sum = 0.0;  ///< sum over samples of the cross-entropy
+};
+
+/// Parameters by global name ("0.weight"), CPU copies.
+using named_params = std::vector<std::pair<std::string, at::Tensor>>;
+
+}  // namespace actorpipe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::activation_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::gradient_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::grads_report)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::apply_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::named_params)

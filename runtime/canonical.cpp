@@ -1,0 +1,57 @@
+#include "runtime/canonical.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace actorpipe {
+
+namespace {
+
+op_id fwd(int mb) { return {op_kind::F, mb, 0}; }
+op_id bwd(int mb) { return {op_kind::B, mb, 0}; }
+
+std::vector<op_id> gpipe_stage(int m) {
+  std::vector<op_id> ops;
+  for (int i = 0; i < m; ++i) ops.push_back(fwd(i));
+  for (int i = 0; i < m; ++i) ops.push_back(bwd(i));
+  return ops;
+}
+
+// Warm-up of S - rank - 1 forwards, steady one-forward-one-backward, then
+// the cool-down backwards.
+std::vector<op_id> one_f_one_b_stage(int s, int rank, int m) {
+  int warmup = std::min(s - rank - 1, m);
+  std::vector<op_id> ops;
+  for (int i = 0; i < warmup; ++i) ops.push_back(fwd(i));
+  for (int i = 0; i < m - warmup; ++i) {
+    ops.push_back(fwd(warmup + i));
+    ops.push_back(bwd(i));
+  }
+  for (int i = m - warmup; i < m; ++i) ops.push_back(bwd(i));
+  return ops;
+}
+
+}  // namespace
+
+std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
+                                                int microbatches) {
+  std::vector<std::vector<op_id>> order;
+  for (int r = 0; r < stages; ++r) {
+    if (schedule == "naive")
+      order.push_back(gpipe_stage(1));
+    else if (schedule == "gpipe")
+      order.push_back(gpipe_stage(microbatches));
+    else if (schedule == "1f1b")
+      order.push_back(one_f_one_b_stage(stages, r, microbatches));
+    else
+      throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
+  }
+  return order;
+}
+
+double analytic_bubble(const std::string& schedule, int stages, int microbatches) {
+  int m = schedule == "naive" ? 1 : microbatches;
+  return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+}
+
+}  // namespace actorpipe

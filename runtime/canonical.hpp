@@ -1,0 +1,21 @@
+#pragma once
+// Textbook per-stage op orders, written as plain loops from the papers
+// (GPipe; PipeDream-flush / Megatron 1F1B). Tests hold the emergent order
+// of the policies against these.
+#include <string>
+#include <vector>
+
+#include "messages/ops.hpp"
+
+namespace actorpipe {
+
+/// Per-stage order of one step. Throws std::invalid_argument for an unknown
+/// schedule.
+std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
+                                                int microbatches);
+
+/// Analytic bubble: idle time as a fraction of the step, (S-1)/(M+S-1), for
+/// gpipe and 1f1b with equal F and B costs; naive is that with M = 1.
+double analytic_bubble(const std::string& schedule, int stages, int microbatches);
+
+}  // namespace actorpipe

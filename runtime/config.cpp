@@ -1,0 +1,696 @@
+// Loading and validating the YAML config.
+//
+// The reader walks the YAML tree by hand instead of using Node::as<T>(): it
+// has to see duplicate keys (yaml-cpp keeps them silently), record where every
+// key sits, and say what it expected and what it found. Every error goes
+// through fail(), so every message has the same FILE:LINE:COL: KEY: shape.
+// No torch here: this file must compile in seconds.
+#include "runtime/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace actorpipe {
+
+namespace fs = std::filesystem;
+
+// -- config members ----------------------------------------------------------
+
+std::string config::where(const std::string& key) const {
+  std::string out = path;
+  if (auto it = marks.find(key); it != marks.end())
+    out += ":" + std::to_string(it->second.line) + ":" + std::to_string(it->second.column);
+  out += ": ";
+  if (!key.empty()) out += key + ": ";
+  return out;
+}
+
+config_error config::error_at(const std::string& key, const std::string& msg) const {
+  return config_error(where(key) + msg);
+}
+
+const std::vector<std::string>& known_schedules() {
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b"};
+  return names;
+}
+
+// -- suggestions -------------------------------------------------------------
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string w = lower(word);
+  const size_t limit = std::max<size_t>(2, w.size() / 3);
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    const std::string lc = lower(c);
+    const size_t d = edit_distance(w, lc);
+    // Replacing every character of a short word is no resemblance at all.
+    if (d > limit || d >= std::max(w.size(), lc.size())) continue;
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+// -- the reader --------------------------------------------------------------
+
+namespace {
+
+using YAML::Node;
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto n = nearest(word, candidates);
+  return n.empty() ? "" : "; did you mean '" + n + "'?";
+}
+
+std::string child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string item(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+source_mark to_mark(const YAML::Mark& m) {
+  if (m.line < 0 || m.column < 0) return {1, 1};  // yaml-cpp has no position
+  return {m.line + 1, m.column + 1};
+}
+
+/// What a node is, for "expected X, found Y".
+std::string describe(const Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "no value";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a sequence";
+  return "'" + n.Scalar() + "'";
+}
+
+/// One key of a YAML map.
+struct entry {
+  Node key;
+  Node value;
+};
+
+/// A YAML map whose keys have been checked and recorded.
+struct section {
+  std::string path;
+  std::map<std::string, entry> items;
+
+  const entry* find(const std::string& name) const {
+    auto it = items.find(name);
+    return it == items.end() ? nullptr : &it->second;
+  }
+  bool has(const std::string& name) const { return items.count(name) > 0; }
+};
+
+/// Torch.chunk(n, m) yields ceil(n / ceil(n / m)) chunks, sometimes fewer than m.
+int64_t torch_chunk_count(int64_t n, int64_t m) {
+  const int64_t size = (n + m - 1) / m;
+  return (n + size - 1) / size;
+}
+
+class reader {
+public:
+  reader(config& cfg, load_env env) : cfg_(cfg), env_(env) {}
+
+  void load(const Node& root);
+
+private:
+  // -- failing --
+
+  [[noreturn]] void fail(source_mark at, const std::string& key, const std::string& msg) const {
+    std::string out = cfg_.path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": ";
+    if (!key.empty()) out += key + ": ";
+    throw config_error(out + msg);
+  }
+
+  [[noreturn]] void fail(const Node& at, const std::string& key, const std::string& msg) const {
+    fail(to_mark(at.Mark()), key, msg);
+  }
+
+  /// Fails at the recorded position of `key`, or of its nearest present
+  /// ancestor when the key itself is absent (a missing required key).
+  [[noreturn]] void fail_key(const std::string& key, const std::string& msg) const {
+    std::string k = key;
+    while (!k.empty()) {
+      if (auto it = cfg_.marks.find(k); it != cfg_.marks.end()) fail(it->second, key, msg);
+      const size_t dot = k.rfind('.'), bracket = k.rfind('[');
+      const size_t cut = dot == std::string::npos ? bracket
+                         : bracket == std::string::npos ? dot
+                                                         : std::max(dot, bracket);
+      k = cut == std::string::npos ? "" : k.substr(0, cut);
+    }
+    fail(source_mark{1, 1}, key, msg);
+  }
+
+  // -- structure --
+
+  /// Where an entry's value sits, for "expected X, found Y". A missing value
+  /// points at its key: yaml-cpp places it at the start of the next line.
+  static source_mark value_mark(const entry& e) {
+    if (!e.value.IsDefined() || e.value.IsNull()) return to_mark(e.key.Mark());
+    return to_mark(e.value.Mark());
+  }
+
+  /// What config.marks records: the value of a scalar, the key of anything
+  /// else (a block map's own mark is its first inner key, which reads oddly).
+  static source_mark recorded_mark(const entry& e) {
+    return e.value.IsScalar() ? to_mark(e.value.Mark()) : to_mark(e.key.Mark());
+  }
+
+  /// Checks that `node` is a map (an empty value counts as an empty map),
+  /// rejects duplicate and unknown keys in document order, and records the
+  /// position of every key.
+  section read_map(const Node& node, const std::string& path, const std::vector<std::string>& allowed) {
+    section s{path, {}};
+    if (!node.IsDefined() || node.IsNull()) return s;
+    if (!node.IsMap()) fail(node, path, "expected a map, found " + describe(node));
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const Node k = it->first;  // the iterator hands out a temporary pair
+      if (!k.IsScalar()) fail(k, path, "expected a key name, found " + describe(k));
+      const std::string name = k.Scalar();
+      const std::string key = child(path, name);
+      if (auto prev = s.items.find(name); prev != s.items.end())
+        fail(k, key, "duplicate key (first at line " + std::to_string(to_mark(prev->second.key.Mark()).line) + ")");
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
+        fail(k, key, "unknown key" + did_you_mean(name, allowed));
+      entry e{k, Node(it->second)};
+      cfg_.marks[key] = recorded_mark(e);
+      s.items.emplace(name, e);
+    }
+    return s;
+  }
+
+  /// Rejects keys that exist in the schema but not for this variant
+  /// (momentum on adam, p on a linear layer).
+  void only_keys(const section& s, const std::vector<std::string>& allowed, const std::string& what,
+                 const std::function<std::string(const std::string&)>& owner) {
+    for (const auto& [name, e] : s.items)
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
+        fail(e.key, child(s.path, name), "'" + name + "' does not apply to " + what + " (only to " + owner(name) + ")");
+  }
+
+  // -- scalars: each returns false when the key is absent --
+
+  const Node& scalar(const entry& e, const std::string& key, const std::string& expected) {
+    if (!e.value.IsScalar()) fail(value_mark(e), key, "expected " + expected + ", found " + describe(e.value));
+    return e.value;
+  }
+
+  bool read_int(const section& s, const std::string& name, int64_t& out) {
+    const entry* e = s.find(name);
+    if (!e) return false;
+    const std::string key = child(s.path, name);
+    out = parse_int(*e, key);
+    return true;
+  }
+
+  int64_t parse_int(const entry& e, const std::string& key) {
+    const std::string text = scalar(e, key, "an integer").Scalar();
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
+      fail(value_mark(e), key, "expected an integer, found '" + text + "'");
+    if (errno == ERANGE) fail(value_mark(e), key, "integer out of range: '" + text + "'");
+    return v;
+  }
+
+  /// An int64 that must also fit the int fields of the config.
+  bool read_small_int(const section& s, const std::string& name, int& out) {
+    int64_t v = 0;
+    if (!read_int(s, name, v)) return false;
+    if (v > INT_MAX || v < INT_MIN) fail_key(child(s.path, name), "integer out of range: " + std::to_string(v));
+    out = static_cast<int>(v);
+    return true;
+  }
+
+  bool read_number(const section& s, const std::string& name, double& out) {
+    const entry* e = s.find(name);
+    if (!e) return false;
+    out = parse_number(*e, child(s.path, name));
+    return true;
+  }
+
+  double parse_number(const entry& e, const std::string& key) {
+    const std::string text = scalar(e, key, "a number").Scalar();
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' || !std::isfinite(v))
+      fail(value_mark(e), key, "expected a number, found '" + text + "'");
+    return v;
+  }
+
+  bool read_bool(const section& s, const std::string& name, bool& out) {
+    const entry* e = s.find(name);
+    if (!e) return false;
+    const std::string key = child(s.path, name);
+    const Node& n = scalar(*e, key, "a boolean");
+    if (!YAML::convert<bool>::decode(n, out)) fail(value_mark(*e), key, "expected a boolean, found '" + n.Scalar() + "'");
+    return true;
+  }
+
+  bool read_string(const section& s, const std::string& name, std::string& out) {
+    const entry* e = s.find(name);
+    if (!e) return false;
+    out = scalar(*e, child(s.path, name), "a string").Scalar();
+    return true;
+  }
+
+  /// Reads a string that must be one of `known`.
+  void read_choice(const section& s, const std::string& name, const std::string& what,
+                   const std::vector<std::string>& known, std::string& out) {
+    if (!read_string(s, name, out)) return;
+    if (std::find(known.begin(), known.end(), out) == known.end())
+      fail_key(child(s.path, name), "unknown " + what + " '" + out + "'" + did_you_mean(out, known) + " (known: " +
+                                        join(known) + ")");
+  }
+
+  /// Reads a path, resolves it against the config's directory and checks
+  /// that the file exists.
+  bool read_file_path(const section& s, const std::string& name, std::string& out) {
+    if (!read_string(s, name, out)) return false;
+    const std::string key = child(s.path, name);
+    if (out.empty()) fail_key(key, "expected a path, found ''");
+    fs::path p(out);
+    if (p.is_relative()) p = fs::absolute(fs::path(cfg_.path)).parent_path() / p;
+    out = p.lexically_normal().string();
+    std::error_code ec;
+    if (!fs::exists(p, ec)) fail_key(key, "file not found: " + out);
+    if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + out);
+    return true;
+  }
+
+  // -- range checks, at the value's position --
+
+  void at_least(const std::string& key, int64_t v, int64_t min) {
+    if (v < min) fail_key(key, "must be at least " + std::to_string(min) + ", found " + std::to_string(v));
+  }
+  void positive(const std::string& key, double v) {
+    if (!(v > 0)) fail_key(key, "must be positive, found " + num(v));
+  }
+  void non_negative(const std::string& key, double v) {
+    if (v < 0) fail_key(key, "must be at least 0, found " + num(v));
+  }
+  void unit_interval(const std::string& key, double v) {
+    if (v < 0 || v >= 1) fail_key(key, "must be in [0, 1), found " + num(v));
+  }
+
+  // -- sections --
+
+  void read_model(const entry* e);
+  void read_layer(const Node& node, size_t index);
+  void check_layer_shapes();
+  void read_data(const entry* e);
+  void read_train(const entry* e);
+  void read_pipeline(const entry* e);
+  void read_partition(const entry& e);
+  void read_devices(const entry& e);
+  void resolve_synthetic(const section& synthetic);
+
+  config& cfg_;
+  load_env env_;
+  // Facts about the model that later sections check against.
+  int64_t input_width_ = 0;
+  std::string input_key_;
+  int64_t output_width_ = 0;
+  std::string output_key_;
+};
+
+const std::vector<std::string> layer_types{"linear", "relu", "gelu", "tanh", "dropout", "layernorm"};
+
+void reader::load(const Node& root) {
+  if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
+  if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
+  const section top = read_map(root, "", {"model", "data", "train", "pipeline"});
+  read_model(top.find("model"));
+  read_data(top.find("data"));
+  read_train(top.find("train"));
+  read_pipeline(top.find("pipeline"));
+}
+
+// -- model -------------------------------------------------------------------
+
+void reader::read_model(const entry* e) {
+  if (!e) fail(source_mark{1, 1}, "model.layers", "required: the list of layers");
+  const section s = read_map(e->value, "model", {"layers", "init_from"});
+  const entry* layers = s.find("layers");
+  if (!layers) fail_key("model.layers", "required: the list of layers");
+  if (!layers->value.IsSequence())
+    fail(value_mark(*layers), "model.layers", "expected a list of layers, found " + describe(layers->value));
+  if (layers->value.size() == 0) fail_key("model.layers", "is empty; the model needs at least one layer");
+  for (size_t i = 0; i < layers->value.size(); ++i) read_layer(layers->value[i], i);
+  check_layer_shapes();
+  read_file_path(s, "init_from", cfg_.model.init_from);
+}
+
+void reader::read_layer(const Node& node, size_t index) {
+  const std::string path = item("model.layers", index);
+  cfg_.marks[path] = to_mark(node.Mark());
+  if (!node.IsMap()) fail(node, path, "expected a map like {type: relu}, found " + describe(node));
+  const section s = read_map(node, path, {"type", "in", "out", "p", "dim"});
+  layer_spec layer;
+  if (!s.has("type")) fail_key(path + ".type", "required (one of: " + join(layer_types) + ")");
+  read_choice(s, "type", "layer type", layer_types, layer.type);
+
+  static const std::map<std::string, std::vector<std::string>> keys{
+      {"linear", {"type", "in", "out"}}, {"dropout", {"type", "p"}}, {"layernorm", {"type", "dim"}}};
+  auto it = keys.find(layer.type);
+  only_keys(s, it == keys.end() ? std::vector<std::string>{"type"} : it->second, "a " + layer.type + " layer",
+            [](const std::string& k) { return k == "p" ? "dropout" : k == "dim" ? "layernorm" : "linear"; });
+
+  auto size = [&](const std::string& name, int64_t& out) {
+    if (!read_int(s, name, out)) fail_key(path + "." + name, "required for a " + layer.type + " layer");
+    if (out <= 0) fail_key(path + "." + name, "must be positive, found " + std::to_string(out));
+  };
+  if (layer.type == "linear") {
+    size("in", layer.in);
+    size("out", layer.out);
+  } else if (layer.type == "layernorm") {
+    size("dim", layer.dim);
+  } else if (layer.type == "dropout") {
+    if (read_number(s, "p", layer.p)) unit_interval(path + ".p", layer.p);
+  }
+  cfg_.model.layers.push_back(layer);
+}
+
+void reader::check_layer_shapes() {
+  // Activations (relu, dropout, ...) keep the width; linear and layernorm fix it.
+  int64_t width = 0;
+  for (size_t i = 0; i < cfg_.model.layers.size(); ++i) {
+    const auto& l = cfg_.model.layers[i];
+    const std::string path = item("model.layers", i);
+    const bool is_linear = l.type == "linear";
+    if (!is_linear && l.type != "layernorm") continue;
+    const int64_t in = is_linear ? l.in : l.dim;
+    const std::string in_key = path + (is_linear ? ".in" : ".dim");
+    if (width == 0) {
+      input_width_ = in;
+      input_key_ = in_key;
+    } else if (in != width) {
+      fail_key(in_key, std::to_string(in) + " does not match the previous output " + std::to_string(width));
+    }
+    width = is_linear ? l.out : l.dim;
+    if (is_linear) {
+      output_width_ = l.out;
+      output_key_ = path + ".out";
+    }
+  }
+  if (output_width_ == 0) fail_key("model.layers", "has no linear layer; the model has nothing to train");
+}
+
+// -- data --------------------------------------------------------------------
+
+void reader::read_data(const entry* e) {
+  auto& d = cfg_.data;
+  const section s =
+      read_map(e ? e->value : Node(), "data", {"kind", "path", "test_fraction", "shuffle", "normalize", "synthetic"});
+  read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic"}, d.kind);
+  const bool from_file = d.kind != "synthetic";
+  if (from_file) {
+    // The kind is what makes the path required, so point there.
+    if (!s.has("path")) fail(cfg_.marks.at("data.kind"), "data.path", "required when data.kind is " + d.kind);
+    read_file_path(s, "path", d.path);
+    if (s.has("synthetic")) fail_key("data.synthetic", "only used when data.kind is synthetic, not " + d.kind);
+  } else if (s.has("path")) {
+    fail_key("data.path", "only used when data.kind is csv or tensors, not synthetic");
+  }
+  if (read_number(s, "test_fraction", d.test_fraction)) unit_interval("data.test_fraction", d.test_fraction);
+  read_bool(s, "shuffle", d.shuffle);
+  read_choice(s, "normalize", "normalize mode", {"none", "standard"}, d.normalize);
+  if (!from_file) {
+    const entry* syn = s.find("synthetic");
+    resolve_synthetic(read_map(syn ? syn->value : Node(), "data.synthetic", {"samples", "features", "classes"}));
+  }
+}
+
+void reader::resolve_synthetic(const section& s) {
+  auto& d = cfg_.data;
+  if (read_int(s, "samples", d.samples)) at_least("data.synthetic.samples", d.samples, 1);
+  if (read_int(s, "features", d.features)) {
+    at_least("data.synthetic.features", d.features, 1);
+    if (d.features != input_width_)
+      fail_key("data.synthetic.features", std::to_string(d.features) + " does not match " + input_key_ + " " +
+                                              std::to_string(input_width_));
+  }
+  d.features = input_width_;
+  if (read_int(s, "classes", d.classes)) {
+    at_least("data.synthetic.classes", d.classes, 2);
+    if (d.classes > output_width_)
+      fail_key("data.synthetic.classes", std::to_string(d.classes) + " exceeds the " + std::to_string(output_width_) +
+                                             " outputs of " + output_key_);
+  } else {
+    if (output_width_ < 2)
+      fail_key(output_key_, "synthetic data needs at least 2 classes, but the model has " +
+                                std::to_string(output_width_) + " output");
+    d.classes = output_width_;
+  }
+}
+
+// -- train -------------------------------------------------------------------
+
+void reader::read_train(const entry* e) {
+  auto& t = cfg_.train;
+  const section s = read_map(e ? e->value : Node(), "train",
+                             {"steps", "batch_size", "optimizer", "lr_schedule", "clip_grad_norm", "seed"});
+  if (read_int(s, "steps", t.steps)) at_least("train.steps", t.steps, 1);
+  if (read_int(s, "batch_size", t.batch_size)) at_least("train.batch_size", t.batch_size, 1);
+  if (read_number(s, "clip_grad_norm", t.clip_grad_norm)) positive("train.clip_grad_norm", t.clip_grad_norm);
+  int64_t seed = 0;
+  if (read_int(s, "seed", seed)) {
+    at_least("train.seed", seed, 0);
+    t.seed = static_cast<uint64_t>(seed);
+  }
+
+  auto& o = t.optimizer;
+  if (const entry* oe = s.find("optimizer")) {
+    const std::string p = "train.optimizer";
+    const section os = read_map(oe->value, p, {"type", "lr", "betas", "eps", "weight_decay", "momentum"});
+    read_choice(os, "type", "optimizer", {"adam", "sgd"}, o.type);
+    if (o.type == "adam")
+      only_keys(os, {"type", "lr", "betas", "eps", "weight_decay"}, "the adam optimizer", [](auto&) { return "sgd"; });
+    else
+      only_keys(os, {"type", "lr", "momentum", "weight_decay"}, "the sgd optimizer", [](auto&) { return "adam"; });
+    if (read_number(os, "lr", o.lr)) positive(p + ".lr", o.lr);
+    if (const entry* be = os.find("betas")) {
+      const Node& b = be->value;
+      if (!b.IsSequence() || b.size() != 2)
+        fail(value_mark(*be), p + ".betas", "expected a list of two numbers [beta1, beta2], found " +
+                                                (b.IsSequence() ? "a list of length " + std::to_string(b.size()) : describe(b)));
+      double* beta[2] = {&o.beta1, &o.beta2};
+      for (size_t i = 0; i < 2; ++i) {
+        const std::string key = item(p + ".betas", i);
+        const entry be_i{b[i], b[i]};
+        cfg_.marks[key] = to_mark(b[i].Mark());
+        *beta[i] = parse_number(be_i, key);
+        unit_interval(key, *beta[i]);
+      }
+    }
+    if (read_number(os, "eps", o.eps)) positive(p + ".eps", o.eps);
+    if (read_number(os, "weight_decay", o.weight_decay)) non_negative(p + ".weight_decay", o.weight_decay);
+    if (read_number(os, "momentum", o.momentum)) non_negative(p + ".momentum", o.momentum);
+  }
+
+  auto& l = t.lr_schedule;
+  if (const entry* le = s.find("lr_schedule")) {
+    const std::string p = "train.lr_schedule";
+    const section ls = read_map(le->value, p, {"type", "step_size", "gamma"});
+    read_choice(ls, "type", "lr schedule", {"none", "step"}, l.type);
+    if (l.type == "none") only_keys(ls, {"type"}, "lr_schedule none", [](auto&) { return "step"; });
+    if (read_int(ls, "step_size", l.step_size)) at_least(p + ".step_size", l.step_size, 1);
+    if (read_number(ls, "gamma", l.gamma)) positive(p + ".gamma", l.gamma);
+  }
+}
+
+// -- pipeline ----------------------------------------------------------------
+
+void reader::read_pipeline(const entry* e) {
+  auto& p = cfg_.pipeline;
+  const section s = read_map(e ? e->value : Node(), "pipeline",
+                             {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
+                              "pace_ms"});
+  read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
+
+  const int layers = static_cast<int>(cfg_.model.layers.size());
+  const bool has_stages = read_small_int(s, "stages", p.stages);
+  if (has_stages) at_least("pipeline.stages", p.stages, 1);
+  if (const entry* pe = s.find("partition")) {
+    read_partition(*pe);
+    const int ranges = static_cast<int>(p.partition.size());
+    if (has_stages && p.stages != ranges)
+      fail_key("pipeline.stages", std::to_string(p.stages) + " does not match the " + std::to_string(ranges) +
+                                      " ranges of pipeline.partition");
+    p.stages = ranges;
+  } else if (p.stages > layers) {
+    fail_key("pipeline.stages", std::to_string(p.stages) + " exceeds the " + std::to_string(layers) +
+                                    " layers of model.layers");
+  }
+
+  if (read_small_int(s, "microbatches", p.microbatches)) at_least("pipeline.microbatches", p.microbatches, 1);
+  const int64_t batch = cfg_.train.batch_size;
+  if (p.schedule == "naive") {
+    p.microbatches = 1;  // naive runs the whole batch as one microbatch
+  } else if (p.microbatches > batch) {
+    fail_key("pipeline.microbatches",
+             std::to_string(p.microbatches) + " exceeds train.batch_size " + std::to_string(batch));
+  } else if (int64_t n = torch_chunk_count(batch, p.microbatches); n != p.microbatches) {
+    fail_key("pipeline.microbatches", "torch.chunk splits train.batch_size " + std::to_string(batch) + " into " +
+                                          std::to_string(n) + " chunks, not " + std::to_string(p.microbatches));
+  }
+
+  if (const entry* de = s.find("devices")) read_devices(*de);
+  if (p.devices.empty()) {  // auto
+    for (int i = 0; i < p.stages; ++i)
+      p.devices.push_back(env_.cuda_devices > 0 ? "cuda:" + std::to_string(i % env_.cuda_devices) : "cpu");
+  }
+
+  if (read_small_int(s, "intra_op_threads", p.intra_op_threads))
+    at_least("pipeline.intra_op_threads", p.intra_op_threads, 0);
+  if (read_number(s, "pace_ms", p.pace_ms)) non_negative("pipeline.pace_ms", p.pace_ms);
+}
+
+void reader::read_partition(const entry& e) {
+  const std::string path = "pipeline.partition";
+  const Node& list = e.value;
+  const int layers = static_cast<int>(cfg_.model.layers.size());
+  if (!list.IsSequence())
+    fail(value_mark(e), path, "expected a list of [first, last] layer ranges, found " + describe(list));
+  if (list.size() == 0) fail_key(path, "is empty; give one [first, last] range per stage");
+  int next = 0;  // the first layer the next range must start at
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Node r = list[i];
+    const std::string key = item(path, i);
+    cfg_.marks[key] = to_mark(r.Mark());
+    if (!r.IsSequence() || r.size() != 2)
+      fail(r, key, "expected a [first, last] layer range, found " +
+                       (r.IsSequence() ? "a list of length " + std::to_string(r.size()) : describe(r)));
+    int64_t bounds[2];
+    for (size_t j = 0; j < 2; ++j) {
+      const std::string bkey = item(key, j);
+      cfg_.marks[bkey] = to_mark(r[j].Mark());
+      bounds[j] = parse_int(entry{r[j], r[j]}, bkey);
+    }
+    const int64_t first = bounds[0], last = bounds[1];
+    if (first != next)
+      fail(r, key, i == 0 ? "the first range must start at layer 0, found " + std::to_string(first)
+                          : "starts at layer " + std::to_string(first) + " but the previous range ended at layer " +
+                                std::to_string(next - 1) + "; ranges must be contiguous");
+    if (last < first)
+      fail(r, key, "ends at layer " + std::to_string(last) + ", before its start " + std::to_string(first));
+    if (last >= layers)
+      fail(r, key, "layer " + std::to_string(last) + " does not exist; model.layers has " + std::to_string(layers) +
+                       " layers (0.." + std::to_string(layers - 1) + ")");
+    cfg_.pipeline.partition.emplace_back(static_cast<int>(first), static_cast<int>(last));
+    next = static_cast<int>(last) + 1;
+  }
+  if (next != layers)
+    fail_key(path, "covers layers 0.." + std::to_string(next - 1) + " but model.layers has " + std::to_string(layers) +
+                       " layers; the last range must end at layer " + std::to_string(layers - 1));
+}
+
+void reader::read_devices(const entry& e) {
+  const std::string path = "pipeline.devices";
+  auto& p = cfg_.pipeline;
+  if (e.value.IsScalar() && e.value.Scalar() == "auto") return;
+  if (!e.value.IsSequence())
+    fail(value_mark(e), path, "expected 'auto' or a list of devices (one per stage), found " + describe(e.value));
+  if (static_cast<int>(e.value.size()) != p.stages)
+    fail_key(path, std::to_string(e.value.size()) + " devices for " + std::to_string(p.stages) +
+                       " stages; give one per stage");
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const Node d = e.value[i];
+    const std::string key = item(path, i);
+    cfg_.marks[key] = to_mark(d.Mark());
+    const std::string name = d.IsScalar() ? d.Scalar() : "";
+    const bool is_cuda = name.size() > 5 && name.compare(0, 5, "cuda:") == 0 &&
+                         name.size() <= 9 &&  // keeps stoi in range
+                         std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c) != 0; });
+    if (name != "cpu" && !is_cuda)
+      fail(d, key, "unknown device " + (d.IsScalar() ? "'" + name + "'" : describe(d)) + "; expected cpu or cuda:N");
+    if (is_cuda) {
+      const int n = std::stoi(name.substr(5));
+      if (n >= env_.cuda_devices)
+        fail(d, key, name + " requested but this machine has " + std::to_string(env_.cuda_devices) + " CUDA device" +
+                         (env_.cuda_devices == 1 ? "" : "s"));
+    }
+    p.devices.push_back(name);
+  }
+}
+
+}  // namespace
+
+// -- entry point -------------------------------------------------------------
+
+config load_config(const std::string& path, const load_env& env) {
+  config cfg;
+  cfg.path = path;
+
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw config_error(path + ": cannot read config file: it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error(path + ": cannot read config file: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw config_error(path + ": cannot read config file");
+
+  Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::Exception& e) {
+    const source_mark m = to_mark(e.mark);
+    throw config_error(path + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) +
+                       ": invalid YAML: " + e.msg);
+  }
+  reader(cfg, env).load(root);
+  return cfg;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,292 @@
+// Data sets, the train/test split and per-step batch slicing.
+#include "runtime/data.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/state_dict.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+/// The width the model expects: the first linear's in (a leading layernorm
+/// fixes it too). 0 when the model does not say.
+int64_t model_inputs(const config& cfg) {
+  for (const auto& l : cfg.model.layers) {
+    if (l.type == "linear") return l.in;
+    if (l.type == "layernorm") return l.dim;
+  }
+  return 0;
+}
+
+/// The number of logits: the last linear's out. 0 when there is none.
+int64_t model_classes(const config& cfg) {
+  for (auto it = cfg.model.layers.rbegin(); it != cfg.model.layers.rend(); ++it)
+    if (it->type == "linear") return it->out;
+  return 0;
+}
+
+/// One data set before the split: x float32 [N, F], y int64 [N].
+struct table {
+  at::Tensor x, y;
+};
+
+/// Reads one line of any length; false at end of file.
+bool read_line(gzFile f, std::string& line) {
+  line.clear();
+  char buf[8192];
+  while (gzgets(f, buf, sizeof buf) != nullptr) {
+    line += buf;
+    if (!line.empty() && line.back() == '\n') return true;
+  }
+  return !line.empty();
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+/// csv or csv.gz: gzopen reads plain files transparently (it checks the gzip
+/// magic bytes), so one path serves both.
+table read_csv(const config& cfg) {
+  const std::string& path = cfg.data.path;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) throw cfg.error_at("data.path", path + ": cannot open: " + std::strerror(errno));
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> guard(f, gzclose);
+
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  int64_t columns = 0;
+  int64_t row = 0;
+  std::string line;
+  while (read_line(f, line)) {
+    ++row;
+    const std::string text = trim(line);
+    if (text.empty()) continue;  // a trailing blank line is common
+    std::vector<std::string> cells;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = text.find(',', start);
+      cells.push_back(trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    const auto found = static_cast<int64_t>(cells.size());
+    if (columns == 0) {
+      if (found < 2)
+        throw cfg.error_at("data.path", path + ":" + std::to_string(row) +
+                                            ": expected at least 2 columns (features, label), found " +
+                                            std::to_string(found));
+      columns = found;
+    } else if (found != columns) {
+      throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": expected " + std::to_string(columns) +
+                                          " columns, found " + std::to_string(found));
+    }
+    for (int64_t c = 0; c < columns; ++c) {
+      const std::string& cell = cells[static_cast<size_t>(c)];
+      char* end = nullptr;
+      errno = 0;
+      const double v = cell.empty() ? 0.0 : std::strtod(cell.c_str(), &end);
+      if (cell.empty() || *end != '\0' || errno == ERANGE)
+        throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": column " + std::to_string(c + 1) +
+                                            ": '" + cell + "' is not a number");
+      if (c + 1 < columns) {
+        xs.push_back(static_cast<float>(v));
+      } else {
+        if (v != std::floor(v) || std::fabs(v) > 9e15)
+          throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": label '" + cell +
+                                              "' is not an integer");
+        ys.push_back(static_cast<int64_t>(v));
+      }
+    }
+  }
+  int err = Z_OK;
+  const char* zmsg = gzerror(f, &err);
+  if (err != Z_OK && err != Z_STREAM_END)
+    throw cfg.error_at("data.path", path + ": read error: " + (zmsg ? zmsg : "unknown"));
+  if (ys.empty()) throw cfg.error_at("data.path", path + ": no data rows");
+
+  const auto n = static_cast<int64_t>(ys.size());
+  table t;
+  t.x = at::from_blob(xs.data(), {n, columns - 1}, at::kFloat).clone();
+  t.y = at::from_blob(ys.data(), {n}, at::kLong).clone();
+  return t;
+}
+
+/// A torch.save'd dict with "x" [N, F] floats and "y" [N] integers.
+table read_tensors(const config& cfg) {
+  const std::string& path = cfg.data.path;
+  named_tensors loaded;
+  try {
+    loaded = load_tensors(path);
+  } catch (const std::runtime_error& e) {
+    throw cfg.error_at("data.path", e.what());
+  }
+  at::Tensor x, y;
+  std::string names;
+  for (const auto& [name, t] : loaded) {
+    if (name == "x") x = t;
+    if (name == "y") y = t;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (!x.defined() || !y.defined())
+    throw cfg.error_at("data.path", path + ": needs tensors \"x\" and \"y\", found: " +
+                                        (names.empty() ? std::string("none") : names));
+  if (x.dim() != 2 || !(x.is_floating_point() || x.scalar_type() == at::kLong || x.scalar_type() == at::kInt))
+    throw cfg.error_at("data.path", path + ": \"x\" must be a 2-D float tensor [N, F], got " +
+                                        std::string(c10::toString(x.scalar_type())) + " " + c10::str(x.sizes()));
+  if (y.dim() != 1 || y.is_floating_point() || y.is_complex() || y.scalar_type() == at::kBool)
+    throw cfg.error_at("data.path", path + ": \"y\" must be a 1-D integer tensor [N], got " +
+                                        std::string(c10::toString(y.scalar_type())) + " " + c10::str(y.sizes()));
+  if (x.size(0) != y.size(0))
+    throw cfg.error_at("data.path", path + ": \"x\" has " + std::to_string(x.size(0)) + " rows but \"y\" has " +
+                                        std::to_string(y.size(0)));
+  if (x.size(0) == 0) throw cfg.error_at("data.path", path + ": no data rows");
+  return {x.to(at::kFloat).contiguous(), y.to(at::kLong).contiguous()};
+}
+
+/// A learnable task: labels are a seeded random linear teacher's argmax, with
+/// a little noise. (Random labels would never converge.)
+table make_synthetic(const config& cfg) {
+  const int64_t n = cfg.data.samples;
+  const int64_t f = cfg.data.features > 0 ? cfg.data.features : model_inputs(cfg);
+  const int64_t c = cfg.data.classes > 0 ? cfg.data.classes : model_classes(cfg);
+  if (n <= 0) throw cfg.error_at("data.samples", "must be positive, got " + std::to_string(n));
+  if (f <= 0) throw cfg.error_at("data.features", "cannot tell the feature count: set data.features");
+  if (c < 2) throw cfg.error_at("data.classes", "needs at least 2 classes, got " + std::to_string(c));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.train.seed);
+  table t;
+  t.x = at::randn({n, f}, gen, at::kFloat);
+  const at::Tensor teacher = at::randn({f, c}, gen, at::kFloat);
+  const at::Tensor noise = at::randn({n, c}, gen, at::kFloat).mul_(0.1);
+  t.y = at::matmul(t.x, teacher).add_(noise).argmax(1).to(at::kLong);
+  return t;
+}
+
+/// splitmix64: decorrelates (seed, epoch) pairs that differ in one bit.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+dataset load_dataset(const config& cfg) {
+  const auto& dc = cfg.data;
+  const bool synthetic = dc.kind == "synthetic";
+  table t;
+  if (dc.kind == "csv")
+    t = read_csv(cfg);
+  else if (dc.kind == "tensors")
+    t = read_tensors(cfg);
+  else if (synthetic)
+    t = make_synthetic(cfg);
+  else
+    throw cfg.error_at("data.kind", "unknown data kind '" + dc.kind + "' (csv, tensors, synthetic)");
+
+  const std::string source = synthetic ? std::string("the synthetic data") : dc.path;
+  const int64_t n = t.x.size(0);
+  const int64_t features = t.x.size(1);
+  const int64_t expect_in = model_inputs(cfg);
+  if (expect_in > 0 && features != expect_in) {
+    const std::string msg = source + " has " + std::to_string(features) +
+                            " features but model.layers[0] expects " + std::to_string(expect_in);
+    throw cfg.error_at(synthetic ? "data.features" : "data.path", msg);
+  }
+
+  const int64_t out = model_classes(cfg);
+  const int64_t lo = t.y.min().item<int64_t>();
+  const int64_t hi = t.y.max().item<int64_t>();
+  if (lo < 0 || (out > 0 && hi >= out)) {
+    const int64_t bad_value = lo < 0 ? lo : hi;
+    const int64_t bad_row = (t.y == bad_value).nonzero().select(1, 0)[0].item<int64_t>();
+    const std::string range = out > 0 ? "[0, " + std::to_string(out) + ")" : "[0, inf)";
+    throw cfg.error_at(synthetic ? "data.classes" : "data.path",
+                       source + ": row " + std::to_string(bad_row + 1) + ": label " + std::to_string(bad_value) +
+                           " is outside " + range + ", the output size of the last linear layer");
+  }
+
+  // The test set is the file's tail, before any shuffling.
+  const auto n_test = static_cast<int64_t>(std::llround(dc.test_fraction * static_cast<double>(n)));
+  if (dc.test_fraction < 0 || n_test >= n)
+    throw cfg.error_at("data.test_fraction", std::to_string(dc.test_fraction) + " of " + std::to_string(n) +
+                                                 " rows leaves no training rows");
+  const int64_t n_train = n - n_test;
+  if (n_train < cfg.train.batch_size)
+    throw cfg.error_at("train.batch_size", std::to_string(cfg.train.batch_size) + " exceeds the " +
+                                               std::to_string(n_train) + " training rows of " + source);
+
+  dataset d;
+  d.features = features;
+  d.classes = hi + 1;
+  d.train_x = t.x.slice(0, 0, n_train).contiguous();
+  d.train_y = t.y.slice(0, 0, n_train).contiguous();
+  d.test_x = t.x.slice(0, n_train, n).contiguous();
+  d.test_y = t.y.slice(0, n_train, n).contiguous();
+
+  if (dc.normalize == "standard") {
+    // Train statistics only: the test set must not leak into training.
+    const at::Tensor mean = d.train_x.mean(0, /*keepdim=*/true);
+    at::Tensor std = d.train_x.std(0, /*unbiased=*/false, /*keepdim=*/true);
+    std = at::where(std > 0, std, at::ones_like(std));
+    d.train_x = (d.train_x - mean) / std;
+    d.test_x = (d.test_x - mean) / std;
+  } else if (dc.normalize != "none") {
+    throw cfg.error_at("data.normalize", "unknown normalization '" + dc.normalize + "' (none, standard)");
+  }
+  return d;
+}
+
+batch batch_for_step(const dataset& data, const config& cfg, int64_t step) {
+  const int64_t rows = data.train_x.size(0);
+  const int64_t bs = cfg.train.batch_size;
+  if (bs <= 0 || rows < bs)
+    throw cfg.error_at("train.batch_size", std::to_string(bs) + " does not fit the " + std::to_string(rows) +
+                                               " training rows");
+  if (step < 0) throw std::invalid_argument("batch_for_step: negative step " + std::to_string(step));
+  const int64_t per_epoch = rows / bs;  // drop_last
+  const int64_t epoch = step / per_epoch;
+  const int64_t begin = (step % per_epoch) * bs;
+  if (!cfg.data.shuffle) return {data.train_x.slice(0, begin, begin + bs), data.train_y.slice(0, begin, begin + bs)};
+
+  // A pure function of (seed, epoch): replays and restarts see the same rows.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix(cfg.train.seed ^ mix(static_cast<uint64_t>(epoch))));
+  const at::Tensor perm = at::randperm(rows, gen, at::kLong);
+  const at::Tensor idx = perm.slice(0, begin, begin + bs);
+  return {data.train_x.index_select(0, idx), data.train_y.index_select(0, idx)};
+}
+
+std::vector<batch> split_microbatches(const batch& b, int microbatches) {
+  if (microbatches <= 0)
+    throw std::invalid_argument("split_microbatches: microbatches must be positive, got " +
+                                std::to_string(microbatches));
+  const auto xs = at::chunk(b.x, microbatches, 0);
+  const auto ys = at::chunk(b.y, microbatches, 0);
+  std::vector<batch> out;
+  out.reserve(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) out.push_back({xs[i], ys[i]});
+  return out;
+}
+
+int64_t chunk_count(int64_t n, int64_t m) {
+  if (m <= 0) return 0;
+  if (n <= 0) return m;  // torch.chunk gives m empty chunks
+  const int64_t per = (n + m - 1) / m;
+  return (n + per - 1) / per;
+}
+
+}  // namespace actorpipe

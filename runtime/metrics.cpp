@@ -1,0 +1,51 @@
+#include "runtime/metrics.hpp"
+
+#include <algorithm>
+
+namespace actorpipe {
+
+double measured_bubble(const std::vector<stage_stats>& stages, int64_t span_ns) {
+  if (stages.empty() || span_ns <= 0) return 0.0;
+  double busy = 0.0;
+  for (const auto& s : stages) busy += static_cast<double>(s.busy_ns);
+  return 1.0 - busy / (static_cast<double>(stages.size()) * static_cast<double>(span_ns));
+}
+
+namespace {
+
+template <class F>
+double mean_over_steps(const train_result& r, F get) {
+  if (r.steps.empty()) return 0.0;
+  size_t first = r.steps.size() > 1 ? 1 : 0;
+  double sum = 0.0;
+  for (size_t i = first; i < r.steps.size(); ++i) sum += get(r.steps[i]);
+  return sum / static_cast<double>(r.steps.size() - first);
+}
+
+}  // namespace
+
+double mean_step_seconds(const train_result& r) {
+  return mean_over_steps(r, [](const step_record& s) { return s.step_s; });
+}
+
+double mean_bubble(const train_result& r) {
+  return mean_over_steps(r, [](const step_record& s) { return s.bubble; });
+}
+
+std::vector<int64_t> peak_stash_bytes(const train_result& r) {
+  std::vector<int64_t> peak(r.stages, 0);
+  for (const auto& step : r.steps)
+    for (size_t i = 0; i < step.stages.size() && i < peak.size(); ++i)
+      peak[i] = std::max(peak[i], step.stages[i].peak_stash_bytes);
+  return peak;
+}
+
+std::vector<int> peak_stash_count(const train_result& r) {
+  std::vector<int> peak(r.stages, 0);
+  for (const auto& step : r.steps)
+    for (size_t i = 0; i < step.stages.size() && i < peak.size(); ++i)
+      peak[i] = std::max(peak[i], step.stages[i].peak_stash);
+  return peak;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,48 @@
+#pragma once
+// What a training run measured, and the summary figures derived from it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/payloads.hpp"
+
+namespace actorpipe {
+
+/// One optimizer step.
+struct step_record {
+  int64_t step = 0;
+  double loss = 0.0;       ///< mean cross-entropy over the batch
+  double lr = 0.0;         ///< learning rate this step used
+  double step_s = 0.0;     ///< wall time: first microbatch in -> optimizer done
+  double pipeline_s = 0.0; ///< first microbatch in -> last backward done
+  double bubble = 0.0;     ///< 1 - sum(busy) / (S * pipeline_s)
+  double grad_norm = 0.0;  ///< global norm before clipping
+  int64_t start_ns = 0;    ///< since the run started
+  std::vector<stage_stats> stages;
+};
+
+/// A whole run.
+struct train_result {
+  std::string schedule;
+  int stages = 0;
+  int microbatches = 0;
+  std::vector<std::string> devices;
+  std::vector<std::pair<int, int>> partition;
+  std::vector<step_record> steps;
+  double test_accuracy = -1.0;  ///< -1 when there is no test split
+  double test_loss = 0.0;
+  uint64_t duplicates = 0;
+};
+
+/// 1 - sum(busy_ns) / (stages * span_ns).
+double measured_bubble(const std::vector<stage_stats>& stages, int64_t span_ns);
+
+/// Mean step time, skipping the first step (warm-up) when there are more.
+double mean_step_seconds(const train_result& r);
+/// Mean measured bubble, with the same warm-up rule.
+double mean_bubble(const train_result& r);
+/// Largest peak_stash_bytes (and count) per stage over all steps.
+std::vector<int64_t> peak_stash_bytes(const train_result& r);
+std::vector<int> peak_stash_count(const train_result& r);
+
+}  // namespace actorpipe

@@ -1,0 +1,158 @@
+#include "runtime/model.hpp"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "runtime/state_dict.hpp"
+
+namespace actorpipe {
+
+struct layer::impl {
+  torch::nn::Linear linear{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+};
+
+layer::layer(int index, layer_spec spec)
+    : index_(index), spec_(std::move(spec)), impl_(std::make_unique<impl>()) {
+  if (spec_.type == "linear")
+    impl_->linear = torch::nn::Linear(torch::nn::LinearOptions(spec_.in, spec_.out));
+  else if (spec_.type == "layernorm")
+    impl_->norm = torch::nn::LayerNorm(torch::nn::LayerNormOptions({spec_.dim}));
+}
+
+layer::~layer() = default;
+layer::layer(layer&&) noexcept = default;
+layer& layer::operator=(layer&&) noexcept = default;
+
+namespace {
+
+// splitmix64: a well-mixed seed from (seed, step, mb, layer).
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx) const {
+  const auto& t = spec_.type;
+  if (t == "linear") return impl_->linear->forward(x);
+  if (t == "relu") return torch::relu(x);
+  if (t == "gelu") return torch::gelu(x);
+  if (t == "tanh") return torch::tanh(x);
+  if (t == "layernorm") return impl_->norm->forward(x);
+  if (t == "dropout") {
+    if (!ctx.training || spec_.p == 0.0) return x;
+    uint64_t s = mix(mix(mix(mix(ctx.seed) ^ static_cast<uint64_t>(ctx.step)) ^
+                         static_cast<uint64_t>(ctx.mb)) ^
+                     static_cast<uint64_t>(index_));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(s);
+    auto keep = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()))
+                    .bernoulli_(1.0 - spec_.p, gen);
+    return x * keep.to(x.device()) / (1.0 - spec_.p);
+  }
+  throw std::logic_error("unknown layer type " + t);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> layer::parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  torch::nn::Module* m = impl_->linear ? static_cast<torch::nn::Module*>(impl_->linear.get())
+                         : impl_->norm ? static_cast<torch::nn::Module*>(impl_->norm.get())
+                                       : nullptr;
+  if (m == nullptr) return out;
+  for (const auto& p : m->named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+int64_t layer::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.second.numel();
+  return n;
+}
+
+void layer::to(const std::string& device) {
+  if (impl_->linear) impl_->linear->to(torch::Device(device));
+  if (impl_->norm) impl_->norm->to(torch::Device(device));
+}
+
+at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes) const {
+  for (const auto& l : layers_) {
+    x = l.forward(x, ctx);
+    if (act_bytes) *act_bytes += static_cast<int64_t>(x.numel() * x.element_size());
+  }
+  return x;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> layer_stack::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& l : layers_)
+    for (auto& [name, t] : l.parameters()) out.emplace_back(std::to_string(l.index()) + "." + name, t);
+  return out;
+}
+
+std::vector<at::Tensor> layer_stack::parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+void layer_stack::to(const std::string& device) {
+  for (auto& l : layers_) l.to(device);
+}
+
+std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs) {
+  std::vector<int64_t> counts;
+  for (const auto& s : specs) {
+    if (s.type == "linear")
+      counts.push_back(s.in * s.out + s.out);
+    else if (s.type == "layernorm")
+      counts.push_back(2 * s.dim);
+    else
+      counts.push_back(0);
+  }
+  return counts;
+}
+
+std::vector<layer> build_layers(const config& cfg) {
+  torch::manual_seed(cfg.train.seed);
+  std::vector<layer> layers;
+  for (size_t i = 0; i < cfg.model.layers.size(); ++i)
+    layers.emplace_back(static_cast<int>(i), cfg.model.layers[i]);
+  if (cfg.model.init_from.empty()) return layers;
+
+  named_tensors loaded;
+  try {
+    loaded = load_tensors(cfg.model.init_from);
+  } catch (const std::exception& e) {
+    throw cfg.error_at("model.init_from", e.what());
+  }
+  std::map<std::string, at::Tensor> params;
+  for (auto& l : layers)
+    for (auto& [name, t] : l.parameters()) params[std::to_string(l.index()) + "." + name] = t;
+  std::set<std::string> seen;
+  torch::NoGradGuard no_grad;
+  for (auto& [name, value] : loaded) {
+    auto it = params.find(name);
+    if (it == params.end())
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": unexpected key '" + name +
+                                                "' (the model has no such parameter)");
+    if (it->second.sizes() != value.sizes())
+      throw cfg.error_at("model.init_from",
+                         cfg.model.init_from + ": '" + name + "' has shape " +
+                             c10::str(value.sizes()) + ", the model expects " +
+                             c10::str(it->second.sizes()));
+    it->second.copy_(value.to(it->second.scalar_type()));
+    seen.insert(name);
+  }
+  for (auto& [name, t] : params)
+    if (!seen.count(name))
+      throw cfg.error_at("model.init_from",
+                         cfg.model.init_from + ": missing key '" + name + "'");
+  return layers;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,75 @@
+#pragma once
+// Layer specs -> torch modules, and the slice of them a stage owns.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/config.hpp"
+
+namespace actorpipe {
+
+/// Where a forward happens; dropout masks depend on it and on nothing else
+/// (not on execution order), so every schedule draws the same masks.
+struct forward_ctx {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int32_t mb = 0;
+  bool training = true;
+};
+
+/// One layer of the network with its global index.
+class layer {
+public:
+  layer(int index, layer_spec spec);
+  ~layer();
+  layer(layer&&) noexcept;
+  layer& operator=(layer&&) noexcept;
+
+  int index() const { return index_; }
+  const layer_spec& spec() const { return spec_; }
+  at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx) const;
+  /// (local name, tensor): "weight", "bias"; empty for parameterless layers.
+  std::vector<std::pair<std::string, at::Tensor>> parameters() const;
+  int64_t parameter_count() const;
+  void to(const std::string& device);
+
+private:
+  struct impl;
+  int index_;
+  layer_spec spec_;
+  std::unique_ptr<impl> impl_;
+};
+
+/// A contiguous run of layers: what one stage (or chunk) owns.
+class layer_stack {
+public:
+  layer_stack() = default;
+  explicit layer_stack(std::vector<layer> layers) : layers_(std::move(layers)) {}
+
+  /// Runs every layer; adds each intermediate output's bytes to *act_bytes
+  /// (what autograd keeps alive for the backward).
+  at::Tensor forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes) const;
+  /// Global names ("2.weight") in layer order.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<at::Tensor> parameters() const;
+  void to(const std::string& device);
+  const std::vector<layer>& layers() const { return layers_; }
+
+private:
+  std::vector<layer> layers_;
+};
+
+/// Builds every layer of cfg.model in order, on the CPU, after seeding
+/// torch with train.seed, so initial weights depend only on the config; then
+/// loads model.init_from when given. Throws config_error for a state dict
+/// whose keys or shapes do not match.
+std::vector<layer> build_layers(const config& cfg);
+
+/// Parameter count of each layer spec (without building anything).
+std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs);
+
+}  // namespace actorpipe

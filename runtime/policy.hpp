@@ -1,0 +1,75 @@
+#pragma once
+// A schedule is a policy: a small pure object that, given a stage's ready
+// set and counters, picks the next op to fire or says "wait". It has no
+// clock and no I/O, so the same object drives the stage actors, the
+// canonical-order tests and (later) the simulator.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "messages/ops.hpp"
+
+namespace actorpipe {
+
+/// Microbatch ids whose op is ready, as a flag per microbatch. No heap
+/// traffic once sized.
+class mb_set {
+public:
+  void reset(int microbatches) {
+    flags_.assign(static_cast<size_t>(microbatches), 0);
+    count_ = 0;
+  }
+  void insert(int mb) {
+    if (!flags_[mb]) { flags_[mb] = 1; ++count_; }
+  }
+  void erase(int mb) {
+    if (flags_[mb]) { flags_[mb] = 0; --count_; }
+  }
+  bool contains(int mb) const { return flags_[mb] != 0; }
+  bool empty() const { return count_ == 0; }
+  int size() const { return count_; }
+  /// Smallest member, or -1.
+  int lowest() const {
+    for (size_t i = 0; i < flags_.size(); ++i)
+      if (flags_[i]) return static_cast<int>(i);
+    return -1;
+  }
+
+private:
+  std::vector<char> flags_;
+  int count_ = 0;
+};
+
+/// What a policy may look at.
+struct stage_view {
+  int rank = 0;
+  int stages = 1;
+  int microbatches = 1;
+  int fwd_done = 0;  ///< forwards fired this step
+  int bwd_done = 0;  ///< backwards fired this step
+  mb_set const* fwd_ready = nullptr;
+  mb_set const* bwd_ready = nullptr;
+
+  int in_flight() const { return fwd_done - bwd_done; }
+};
+
+/// Picks the next op of one stage.
+class policy {
+public:
+  virtual ~policy() = default;
+  /// Registry name ("1f1b").
+  virtual std::string name() const = 0;
+  /// The op to fire now, or nullopt to wait for more input.
+  virtual std::optional<op_id> next(const stage_view& v) const = 0;
+};
+
+using policy_factory = std::function<std::unique_ptr<policy>()>;
+
+/// Policy by name; nullptr if unknown.
+std::unique_ptr<policy> make_policy(const std::string& name);
+/// Names of all registered policies, in registry order.
+std::vector<std::string> policy_names();
+
+}  // namespace actorpipe

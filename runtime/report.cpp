@@ -1,0 +1,118 @@
+#include "runtime/report.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "runtime/canonical.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Renders rows as a box table; column widths from the content.
+std::string box(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (w.size() <= i) w.push_back(0);
+      w[i] = std::max(w[i], row[i].size());
+    }
+  std::string rule = "+";
+  for (auto x : w) rule += std::string(x + 2, '-') + "+";
+  std::ostringstream os;
+  os << rule << "\n";
+  for (size_t r = 0; r < rows.size(); ++r) {
+    os << "|";
+    for (size_t i = 0; i < w.size(); ++i) {
+      const std::string cell = i < rows[r].size() ? rows[r][i] : "";
+      os << " " << cell << std::string(w[i] - cell.size(), ' ') << " |";
+    }
+    os << "\n";
+    if (r == 0) os << rule << "\n";
+  }
+  os << rule << "\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 3) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt(u == 0 ? "%.0f" : "%.1f", v) + " " + units[u];
+}
+
+std::string format_comparison(const std::vector<train_result>& runs) {
+  std::vector<std::vector<std::string>> rows = {
+      {"schedule", "S", "M", "mean step", "final loss", "bubble (theory)", "bubble (measured)",
+       "peak activations per stage", "test acc"}};
+  for (const auto& r : runs) {
+    std::string mem;
+    for (auto b : peak_stash_bytes(r)) mem += (mem.empty() ? "" : " / ") + human_bytes(b);
+    rows.push_back({r.schedule, std::to_string(r.stages), std::to_string(r.microbatches),
+                    fmt("%.2f ms", mean_step_seconds(r) * 1e3),
+                    r.steps.empty() ? "-" : fmt("%.4f", r.steps.back().loss),
+                    fmt("%.3f", analytic_bubble(r.schedule, r.stages, r.microbatches)),
+                    fmt("%.3f", mean_bubble(r)), mem,
+                    r.test_accuracy < 0 ? "-" : fmt("%.2f%%", r.test_accuracy * 100.0)});
+  }
+  return box(rows);
+}
+
+std::vector<std::pair<int, int>> reference_bubble_cases() {
+  return {{4, 4},   {4, 8},   {4, 16},  {4, 32}, {4, 64},  {4, 100},
+          {8, 16},  {16, 32}, {32, 64}, {8, 32}, {16, 64}};
+}
+
+std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
+  std::vector<std::vector<std::string>> rows = {
+      {"S", "M", "naive", "gpipe", "1f1b"}};
+  for (auto [s, m] : cases)
+    rows.push_back({std::to_string(s), std::to_string(m),
+                    fmt("%.3f", analytic_bubble("naive", s, m)),
+                    fmt("%.3f", analytic_bubble("gpipe", s, m)),
+                    fmt("%.3f", analytic_bubble("1f1b", s, m))});
+  return box(rows) +
+         "bubble = idle time / step time = (S-1)/(M+S-1), equal F and B costs; naive runs M = 1.\n";
+}
+
+std::string chrome_trace_json(const train_result& run) {
+  std::ostringstream os;
+  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) os << ",\n";
+    first = false;
+  };
+  for (int r = 0; r < run.stages; ++r) {
+    sep();
+    os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":" << r
+       << ",\"args\":{\"name\":\"stage " << r << " ("
+       << (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") << ")\"}}";
+  }
+  for (const auto& step : run.steps)
+    for (size_t r = 0; r < step.stages.size(); ++r)
+      for (const auto& e : step.stages[r].events) {
+        sep();
+        os << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << r << ",\"name\":\"" << to_string(e.op)
+           << "\",\"cat\":\"" << (e.op.kind == op_kind::F ? "forward" : "backward")
+           << "\",\"ts\":" << fmt("%.3f", static_cast<double>(e.start_ns) / 1e3)
+           << ",\"dur\":" << fmt("%.3f", static_cast<double>(e.end_ns - e.start_ns) / 1e3)
+           << ",\"args\":{\"step\":" << step.step << ",\"microbatch\":" << e.op.mb << "}}";
+      }
+  os << "\n]}\n";
+  return os.str();
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,447 @@
+// torch.save files: a zip archive holding `data.pkl` (a protocol-2 pickle)
+// and one raw record per storage under `data/<key>`.
+//
+// We read the pickle ourselves instead of using torch::pickle_load, because
+// LibTorch 1.13 turns collections.OrderedDict (every model.state_dict()) into
+// None. The unpickler knows only what torch.save emits for dicts of tensors;
+// anything else is reported, never guessed at.
+#include "runtime/state_dict.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/serialize.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <sys/stat.h>
+
+namespace actorpipe {
+
+namespace {
+
+/// One value on the unpickler's stack. Containers are shared so that memo
+/// entries and later SETITEM/APPEND see the same object.
+struct pvalue;
+using pvalue_ptr = std::shared_ptr<pvalue>;
+
+struct pvalue {
+  enum class kind { none, boolean, integer, floating, string, tuple, list, dict, global, tensor };
+  kind k = kind::none;
+  int64_t i = 0;
+  double d = 0.0;
+  std::string s;  ///< string, or "module.name" for a global
+  std::vector<pvalue_ptr> items;  ///< tuple, list
+  std::vector<std::pair<pvalue_ptr, pvalue_ptr>> entries;  ///< dict, in insertion order
+  at::Tensor t;
+};
+
+pvalue_ptr make(pvalue::kind k) {
+  auto v = std::make_shared<pvalue>();
+  v->k = k;
+  return v;
+}
+
+const char* kind_name(pvalue::kind k) {
+  switch (k) {
+    case pvalue::kind::none: return "None";
+    case pvalue::kind::boolean: return "bool";
+    case pvalue::kind::integer: return "int";
+    case pvalue::kind::floating: return "float";
+    case pvalue::kind::string: return "str";
+    case pvalue::kind::tuple: return "tuple";
+    case pvalue::kind::list: return "list";
+    case pvalue::kind::dict: return "dict";
+    case pvalue::kind::global: return "global";
+    case pvalue::kind::tensor: return "tensor";
+  }
+  return "?";
+}
+
+/// Storage class names as torch.save writes them.
+const std::map<std::string, at::ScalarType>& storage_types() {
+  static const std::map<std::string, at::ScalarType> types = {
+      {"torch.FloatStorage", at::kFloat},     {"torch.DoubleStorage", at::kDouble},
+      {"torch.HalfStorage", at::kHalf},       {"torch.BFloat16Storage", at::kBFloat16},
+      {"torch.LongStorage", at::kLong},       {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},     {"torch.CharStorage", at::kChar},
+      {"torch.ByteStorage", at::kByte},       {"torch.BoolStorage", at::kBool},
+  };
+  return types;
+}
+
+class unpickler {
+public:
+  unpickler(const std::string& path, caffe2::serialize::PyTorchStreamReader& reader,
+            const char* data, size_t size)
+      : path_(path), reader_(reader), data_(data), size_(size) {}
+
+  pvalue_ptr run() {
+    for (;;) {
+      const uint8_t op = u8();
+      switch (op) {
+        case 0x80: u8(); break;          // PROTO
+        case 0x95: bytes(8); break;      // FRAME: framing is a hint only
+        case '.':                        // STOP
+          if (stack_.size() != 1) fail("stack has " + std::to_string(stack_.size()) + " items at STOP");
+          return stack_.back();
+        case 'c': {                      // GLOBAL
+          std::string mod = line();
+          std::string name = line();
+          push(global(mod + "." + name));
+          break;
+        }
+        case 0x93: {                     // STACK_GLOBAL
+          auto name = pop(), mod = pop();
+          if (mod->k != pvalue::kind::string || name->k != pvalue::kind::string) fail("STACK_GLOBAL of non-strings");
+          push(global(mod->s + "." + name->s));
+          break;
+        }
+        case 'q': memo_[u8()] = top(); break;          // BINPUT
+        case 'r': memo_[u32()] = top(); break;         // LONG_BINPUT
+        case 0x94: memo_[memo_.size()] = top(); break; // MEMOIZE
+        case 'h': push(memo_get(u8())); break;         // BINGET
+        case 'j': push(memo_get(u32())); break;        // LONG_BINGET
+        case '(': marks_.push_back(stack_.size()); break;  // MARK
+        case '0': pop(); break;                            // POP
+        case '1': pop_mark(); break;                       // POP_MARK
+        case '2': push(top()); break;                      // DUP
+        case 'N': push(make(pvalue::kind::none)); break;
+        case 0x88: push(boolean(true)); break;   // NEWTRUE
+        case 0x89: push(boolean(false)); break;  // NEWFALSE
+        case 'J': push(integer(static_cast<int32_t>(u32()))); break;  // BININT
+        case 'K': push(integer(u8())); break;                         // BININT1
+        case 'M': push(integer(u16())); break;                        // BININT2
+        case 0x8a: push(integer(long1(u8()))); break;                 // LONG1
+        case 'G': {                                                   // BINFLOAT, big-endian
+          uint64_t bits = 0;
+          const char* p = bytes(8);
+          for (int b = 0; b < 8; ++b) bits = (bits << 8) | static_cast<uint8_t>(p[b]);
+          auto v = make(pvalue::kind::floating);
+          std::memcpy(&v->d, &bits, sizeof bits);
+          push(v);
+          break;
+        }
+        case 'X': push(string(u32())); break;   // BINUNICODE
+        case 0x8c: push(string(u8())); break;   // SHORT_BINUNICODE
+        case ')': push(make(pvalue::kind::tuple)); break;  // EMPTY_TUPLE
+        case 't': {                                        // TUPLE
+          auto v = make(pvalue::kind::tuple);
+          v->items = pop_mark();
+          push(v);
+          break;
+        }
+        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+          auto v = make(pvalue::kind::tuple);
+          v->items.resize(op - 0x84);
+          for (auto it = v->items.rbegin(); it != v->items.rend(); ++it) *it = pop();
+          push(v);
+          break;
+        }
+        case ']': push(make(pvalue::kind::list)); break;  // EMPTY_LIST
+        case 'a': {                                       // APPEND
+          auto v = pop();
+          as(top(), pvalue::kind::list, "APPEND")->items.push_back(v);
+          break;
+        }
+        case 'e': {  // APPENDS
+          auto vs = pop_mark();
+          auto& items = as(top(), pvalue::kind::list, "APPENDS")->items;
+          items.insert(items.end(), vs.begin(), vs.end());
+          break;
+        }
+        case '}': push(make(pvalue::kind::dict)); break;  // EMPTY_DICT
+        case 's': {                                       // SETITEM
+          auto v = pop(), k = pop();
+          set_item(as(top(), pvalue::kind::dict, "SETITEM"), k, v);
+          break;
+        }
+        case 'u': {  // SETITEMS
+          auto kvs = pop_mark();
+          if (kvs.size() % 2 != 0) fail("SETITEMS with an odd item count");
+          auto d = as(top(), pvalue::kind::dict, "SETITEMS");
+          for (size_t j = 0; j < kvs.size(); j += 2) set_item(d, kvs[j], kvs[j + 1]);
+          break;
+        }
+        case 'Q': push(persistent_load(pop())); break;  // BINPERSID
+        case 'R': {                                     // REDUCE
+          auto args = as(pop(), pvalue::kind::tuple, "REDUCE arguments");
+          auto fn = as(pop(), pvalue::kind::global, "REDUCE callable");
+          push(reduce(fn->s, args->items));
+          break;
+        }
+        case 'b': {  // BUILD: the state (OrderedDict._metadata, tensor hooks) is not ours
+          pop();
+          const auto k = top()->k;
+          if (k != pvalue::kind::dict && k != pvalue::kind::tensor)
+            fail(std::string("BUILD on a ") + kind_name(k));
+          break;
+        }
+        default: {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02x", op);
+          fail(std::string("opcode ") + hex + " at byte " + std::to_string(pos_ - 1));
+        }
+      }
+    }
+  }
+
+private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error(path_ + ": unsupported pickle content: " + what);
+  }
+
+  const char* bytes(size_t n) {
+    if (size_ - pos_ < n) fail("truncated pickle at byte " + std::to_string(pos_));
+    const char* p = data_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  uint8_t u8() { return static_cast<uint8_t>(*bytes(1)); }
+  uint16_t u16() {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes(2));
+    return static_cast<uint16_t>(p[0] | (p[1] << 8));
+  }
+  uint32_t u32() {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes(4));
+    return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+  }
+  int64_t long1(size_t n) {
+    if (n > 8) fail("integer wider than 64 bits");
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes(n));
+    uint64_t v = 0;
+    for (size_t b = 0; b < n; ++b) v |= uint64_t(p[b]) << (8 * b);
+    if (n > 0 && n < 8 && (p[n - 1] & 0x80)) v |= ~uint64_t(0) << (8 * n);  // sign-extend
+    return static_cast<int64_t>(v);
+  }
+  std::string line() {
+    const size_t start = pos_;
+    while (pos_ < size_ && data_[pos_] != '\n') ++pos_;
+    if (pos_ >= size_) fail("truncated pickle in GLOBAL");
+    return std::string(data_ + start, data_ + pos_++);
+  }
+
+  static pvalue_ptr boolean(bool b) {
+    auto v = make(pvalue::kind::boolean);
+    v->i = b;
+    return v;
+  }
+  static pvalue_ptr integer(int64_t i) {
+    auto v = make(pvalue::kind::integer);
+    v->i = i;
+    return v;
+  }
+  pvalue_ptr string(size_t n) {
+    auto v = make(pvalue::kind::string);
+    const char* p = bytes(n);
+    v->s.assign(p, n);
+    return v;
+  }
+  pvalue_ptr global(const std::string& name) {
+    static const char* known[] = {"torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
+                                  "collections.OrderedDict", "torch.jit._pickle.restore_type_tag"};
+    bool ok = storage_types().count(name) > 0;
+    for (const char* k : known) ok = ok || name == k;
+    if (!ok) fail("global " + name);
+    auto v = make(pvalue::kind::global);
+    v->s = name;
+    return v;
+  }
+
+  void push(pvalue_ptr v) { stack_.push_back(std::move(v)); }
+  pvalue_ptr top() {
+    if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("stack underflow at byte " + std::to_string(pos_));
+    return stack_.back();
+  }
+  pvalue_ptr pop() {
+    auto v = top();
+    stack_.pop_back();
+    return v;
+  }
+  std::vector<pvalue_ptr> pop_mark() {
+    if (marks_.empty()) fail("no MARK at byte " + std::to_string(pos_));
+    const size_t m = marks_.back();
+    marks_.pop_back();
+    std::vector<pvalue_ptr> out(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
+    stack_.resize(m);
+    return out;
+  }
+  pvalue_ptr memo_get(size_t key) {
+    auto it = memo_.find(key);
+    if (it == memo_.end()) fail("memo key " + std::to_string(key) + " not set");
+    return it->second;
+  }
+  pvalue_ptr as(const pvalue_ptr& v, pvalue::kind k, const char* where) const {
+    if (v->k != k) fail(std::string(where) + " expects a " + kind_name(k) + ", got a " + kind_name(v->k));
+    return v;
+  }
+  static void set_item(const pvalue_ptr& d, const pvalue_ptr& k, const pvalue_ptr& v) {
+    // Python dicts keep the first insertion's position on overwrite.
+    for (auto& e : d->entries) {
+      if (e.first->k == pvalue::kind::string && k->k == pvalue::kind::string && e.first->s == k->s) {
+        e.second = v;
+        return;
+      }
+    }
+    d->entries.emplace_back(k, v);
+  }
+
+  int64_t int_at(const std::vector<pvalue_ptr>& xs, size_t j, const char* what) const {
+    if (j >= xs.size() || xs[j]->k != pvalue::kind::integer) fail(std::string("expected an int for ") + what);
+    return xs[j]->i;
+  }
+  std::vector<int64_t> ints(const pvalue_ptr& v, const char* what) const {
+    if (v->k != pvalue::kind::tuple && v->k != pvalue::kind::list) fail(std::string("expected a tuple for ") + what);
+    std::vector<int64_t> out;
+    for (size_t j = 0; j < v->items.size(); ++j) out.push_back(int_at(v->items, j, what));
+    return out;
+  }
+
+  /// ('storage', torch.XStorage, key, location, numel) -> a flat owned tensor.
+  pvalue_ptr persistent_load(const pvalue_ptr& pid) {
+    if (pid->k != pvalue::kind::tuple || pid->items.size() < 5 || pid->items[0]->k != pvalue::kind::string ||
+        pid->items[0]->s != "storage")
+      fail("persistent id that is not a storage");
+    const auto& cls = pid->items[1];
+    const auto& key = pid->items[2];
+    if (cls->k != pvalue::kind::global || !storage_types().count(cls->s) || key->k != pvalue::kind::string)
+      fail("storage of type " + cls->s);
+    const int64_t numel = int_at(pid->items, 4, "storage size");
+    auto cached = storages_.find(key->s);
+    if (cached != storages_.end()) return cached->second;
+
+    const at::ScalarType dtype = storage_types().at(cls->s);
+    const std::string record = "data/" + key->s;
+    if (!reader_.hasRecord(record)) fail("missing storage record " + record);
+    auto [ptr, nbytes] = reader_.getRecord(record);
+    const size_t need = static_cast<size_t>(numel) * at::elementSize(dtype);
+    if (numel < 0 || nbytes < need)
+      fail("storage " + key->s + " holds " + std::to_string(nbytes) + " bytes, needs " + std::to_string(need));
+    auto v = make(pvalue::kind::tensor);
+    // Clone: the record buffer dies with the reader.
+    v->t = at::from_blob(ptr.get(), {numel}, at::TensorOptions().dtype(dtype)).clone();
+    storages_[key->s] = v;
+    return v;
+  }
+
+  pvalue_ptr reduce(const std::string& fn, const std::vector<pvalue_ptr>& args) {
+    if (fn == "collections.OrderedDict") {
+      if (!args.empty()) fail("OrderedDict with constructor arguments");
+      return make(pvalue::kind::dict);
+    }
+    if (fn == "torch._utils._rebuild_tensor_v2") {
+      // (storage, offset, size, stride, requires_grad, hooks[, metadata])
+      if (args.size() < 4 || args[0]->k != pvalue::kind::tensor) fail("_rebuild_tensor_v2 arguments");
+      const at::Tensor& storage = args[0]->t;
+      const int64_t offset = int_at(args, 1, "tensor offset");
+      const auto size = ints(args[2], "tensor size");
+      const auto stride = ints(args[3], "tensor stride");
+      if (size.size() != stride.size()) fail("tensor size and stride of different ranks");
+      int64_t last = offset;
+      bool empty = false;
+      for (size_t d = 0; d < size.size(); ++d) {
+        if (size[d] < 0 || stride[d] < 0) fail("negative tensor size or stride");
+        if (size[d] == 0) empty = true;
+        last += (size[d] - 1) * stride[d];
+      }
+      if (offset < 0 || (!empty && last >= storage.numel()))
+        fail("tensor view outside its storage of " + std::to_string(storage.numel()) + " elements");
+      auto v = make(pvalue::kind::tensor);
+      v->t = empty ? at::empty(size, storage.options()) : storage.as_strided(size, stride, offset).clone();
+      return v;
+    }
+    if (fn == "torch._utils._rebuild_parameter") {  // nn.Parameter: (data, requires_grad, hooks)
+      if (args.empty() || args[0]->k != pvalue::kind::tensor) fail("_rebuild_parameter arguments");
+      return args[0];
+    }
+    if (fn == "torch.jit._pickle.restore_type_tag") {  // (value, type string): the value is enough
+      if (args.empty()) fail("restore_type_tag arguments");
+      return args[0];
+    }
+    fail("call of " + fn);
+  }
+
+  const std::string& path_;
+  caffe2::serialize::PyTorchStreamReader& reader_;
+  const char* data_;
+  size_t size_;
+  size_t pos_ = 0;
+  std::vector<pvalue_ptr> stack_;
+  std::vector<size_t> marks_;
+  std::map<size_t, pvalue_ptr> memo_;
+  std::map<std::string, pvalue_ptr> storages_;
+};
+
+/// Flattens nested dicts to dotted names, like a state_dict; skips non-tensors
+/// (a checkpoint's step counter, say).
+void collect(const std::string& path, const std::string& prefix, const pvalue& d, named_tensors& out) {
+  for (const auto& [k, v] : d.entries) {
+    if (k->k != pvalue::kind::string)
+      throw std::runtime_error(path + ": unsupported pickle content: dict key of type " + kind_name(k->k));
+    const std::string name = prefix.empty() ? k->s : prefix + "." + k->s;
+    if (v->k == pvalue::kind::tensor)
+      out.emplace_back(name, v->t);
+    else if (v->k == pvalue::kind::dict)
+      collect(path, name, *v, out);
+  }
+}
+
+}  // namespace
+
+named_tensors load_tensors(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  at::DataPtr pkl;
+  size_t pkl_size = 0;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    std::tie(pkl, pkl_size) = reader->getRecord("data.pkl");
+  } catch (const c10::Error& e) {
+    // c10 messages carry a C++ backtrace; the first line is the useful part.
+    std::string msg = e.what_without_backtrace();
+    msg = msg.substr(0, msg.find('\n'));
+    throw std::runtime_error(path + ": not a torch.save zip archive (" + msg + ")");
+  }
+  pvalue_ptr root;
+  try {
+    root = unpickler(path, *reader, static_cast<const char*>(pkl.get()), pkl_size).run();
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    throw std::runtime_error(path + ": " + msg.substr(0, msg.find('\n')));
+  }
+  if (root->k != pvalue::kind::dict)
+    throw std::runtime_error(path + ": unsupported pickle content: top level is a " +
+                             std::string(kind_name(root->k)) + ", not a dict");
+  named_tensors out;
+  collect(path, "", *root, out);
+  return out;
+}
+
+void save_tensors(const std::string& path, const named_tensors& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) dict.insert(name, t.detach().cpu().contiguous());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(tmp + ": cannot write");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + err);
+  }
+}
+
+}  // namespace actorpipe
