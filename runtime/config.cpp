@@ -649,12 +649,13 @@ void reader::read_devices(const entry& e) {
     const Node d = e.value[i];
     const std::string key = item(path, i);
     cfg_.marks[key] = to_mark(d.Mark());
-    const std::string name = d.IsScalar() ? d.Scalar() : "";
+    if (!d.IsScalar()) fail(d, key, "expected a device (cpu or cuda:N), found " + describe(d));
+    const std::string name = d.Scalar();
     const bool is_cuda = name.size() > 5 && name.compare(0, 5, "cuda:") == 0 &&
                          name.size() <= 9 &&  // keeps stoi in range
                          std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c) != 0; });
     if (name != "cpu" && !is_cuda)
-      fail(d, key, "unknown device " + (d.IsScalar() ? "'" + name + "'" : describe(d)) + "; expected cpu or cuda:N");
+      fail(d, key, "unknown device '" + name + "'; expected cpu or cuda:N");
     if (is_cuda) {
       const int n = std::stoi(name.substr(5));
       if (n >= env_.cuda_devices)

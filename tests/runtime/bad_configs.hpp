@@ -1,0 +1,627 @@
+#pragma once
+// Bad configs and the exact one-line error each must produce. Shared by the
+// config unit test and the CLI test (`actorpipe train BAD.yaml` exits 2 and
+// prints the same line on stderr).
+//
+// Each case is a distinct failure. In `message`, {FILE} stands for the
+// config path exactly as given and {DIR} for its directory, absolute (where
+// relative paths in the config resolve). Write the YAML to a file named
+// config.yaml: one case refers to its own file by that name.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace actorpipe::tests {
+
+struct bad_config {
+  const char* name;     ///< a valid GoogleTest parameter name
+  const char* yaml;     ///< the file's content
+  const char* message;  ///< the expected what(), with placeholders
+  /// The message assumes a machine with no CUDA device (load_env{}); a
+  /// test against the real machine should skip it when one is present.
+  bool assumes_no_cuda = false;
+};
+
+/// The table.
+inline const std::vector<bad_config>& bad_configs() {
+  static const std::vector<bad_config> table{
+      {"UnknownKeySuggests",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  schedul: gpipe
+)yaml",
+       "{FILE}:8:3: pipeline.schedul: unknown key; did you mean 'schedule'?"},
+      {"UnknownKeyNoSuggestion",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  warmup: 3
+)yaml",
+       "{FILE}:7:3: train.warmup: unknown key"},
+      {"UnknownTopLevelKey",
+       R"yaml(modle:
+  layers: []
+)yaml",
+       "{FILE}:1:1: modle: unknown key; did you mean 'model'?"},
+      {"IntegerExpected",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: abc
+)yaml",
+       "{FILE}:7:15: train.batch_size: expected an integer, found 'abc'"},
+      {"IntegerExpectedNotFraction",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: 2.5
+)yaml",
+       "{FILE}:7:10: train.steps: expected an integer, found '2.5'"},
+      {"MapExpected",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train: [1, 2]
+)yaml",
+       "{FILE}:6:8: train: expected a map, found a sequence"},
+      {"BooleanExpected",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  shuffle: maybe
+)yaml",
+       "{FILE}:7:12: data.shuffle: expected a boolean, found 'maybe'"},
+      {"NumberExpected",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: sgd, lr: fast}
+)yaml",
+       "{FILE}:7:30: train.optimizer.lr: expected a number, found 'fast'"},
+      {"EmptyValue",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps:
+  seed: 1
+)yaml",
+       "{FILE}:7:3: train.steps: expected an integer, found no value"},
+      {"DuplicateKey",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: 10
+  batch_size: 8
+  steps: 20
+)yaml",
+       "{FILE}:9:3: train.steps: duplicate key (first at line 7)"},
+      {"DuplicateKeyInFlowMap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 3, in: 5}
+)yaml",
+       "{FILE}:3:37: model.layers[0].in: duplicate key (first at line 3)"},
+      {"UnknownLayerType",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: rellu}
+    - {type: linear, in: 8, out: 3}
+)yaml",
+       "{FILE}:4:14: model.layers[1].type: unknown layer type 'rellu'; did you mean 'relu'? (known: linear, relu, gelu, tanh, dropout, layernorm)"},
+      {"LayerOptionOfOtherType",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu, p: 0.1}
+    - {type: linear, in: 8, out: 3}
+)yaml",
+       "{FILE}:4:20: model.layers[1].p: 'p' does not apply to a relu layer (only to dropout)"},
+      {"LayerNotAMap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - relu
+    - {type: linear, in: 8, out: 3}
+)yaml",
+       "{FILE}:4:7: model.layers[1]: expected a map like {type: relu}, found 'relu'"},
+      {"UnknownSchedule",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  schedule: gpip
+)yaml",
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b)"},
+      {"UnknownOptimizer",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: adamw}
+)yaml",
+       "{FILE}:7:21: train.optimizer.type: unknown optimizer 'adamw'; did you mean 'adam'? (known: adam, sgd)"},
+      {"OptimizerOptionOfOtherType",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: adam, momentum: 0.9}
+)yaml",
+       "{FILE}:7:27: train.optimizer.momentum: 'momentum' does not apply to the adam optimizer (only to sgd)"},
+      {"UnknownLrSchedule",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: cosine}
+)yaml",
+       "{FILE}:7:23: train.lr_schedule.type: unknown lr schedule 'cosine' (known: none, step)"},
+      {"UnknownDataKind",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: parquet
+)yaml",
+       "{FILE}:7:9: data.kind: unknown data kind 'parquet' (known: csv, tensors, synthetic)"},
+      {"UnknownNormalize",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  normalize: minmax
+)yaml",
+       "{FILE}:7:14: data.normalize: unknown normalize mode 'minmax' (known: none, standard)"},
+      {"LayerShapesDoNotChain",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 64, out: 256}
+    - {type: relu}
+    - {type: linear, in: 128, out: 10}
+)yaml",
+       "{FILE}:5:26: model.layers[2].in: 128 does not match the previous output 256"},
+      {"LayerNormDimMismatch",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: layernorm, dim: 4}
+    - {type: linear, in: 8, out: 3}
+)yaml",
+       "{FILE}:4:30: model.layers[1].dim: 4 does not match the previous output 8"},
+      {"LinearMissingOut",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4}
+)yaml",
+       "{FILE}:3:7: model.layers[0].out: required for a linear layer"},
+      {"LinearNonPositive",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 0}
+)yaml",
+       "{FILE}:3:34: model.layers[0].out: must be positive, found 0"},
+      {"DropoutOutOfRange",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: dropout, p: 1.0}
+    - {type: linear, in: 8, out: 3}
+)yaml",
+       "{FILE}:4:26: model.layers[1].p: must be in [0, 1), found 1"},
+      {"NoLinearLayer",
+       R"yaml(model:
+  layers:
+    - {type: relu}
+)yaml",
+       "{FILE}:2:3: model.layers: has no linear layer; the model has nothing to train"},
+      {"StagesExceedLayers",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 5
+)yaml",
+       "{FILE}:7:11: pipeline.stages: 5 exceeds the 3 layers of model.layers"},
+      {"StagesBelowOne",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 0
+)yaml",
+       "{FILE}:7:11: pipeline.stages: must be at least 1, found 0"},
+      {"MicrobatchesExceedBatch",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 256
+pipeline:
+  microbatches: 300
+)yaml",
+       "{FILE}:9:17: pipeline.microbatches: 300 exceeds train.batch_size 256"},
+      {"MicrobatchesBelowOne",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  microbatches: 0
+)yaml",
+       "{FILE}:7:17: pipeline.microbatches: must be at least 1, found 0"},
+      {"MicrobatchesTorchChunkCannotMake",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 10
+pipeline:
+  schedule: gpipe
+  microbatches: 6
+)yaml",
+       "{FILE}:10:17: pipeline.microbatches: torch.chunk splits train.batch_size 10 into 5 chunks, not 6"},
+      {"DataFileNotFound",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: csv
+  path: data/nope.csv.gz
+)yaml",
+       "{FILE}:8:9: data.path: file not found: {DIR}/data/nope.csv.gz"},
+      {"InitFileNotFound",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+  init_from: init.pt
+)yaml",
+       "{FILE}:6:14: model.init_from: file not found: {DIR}/init.pt"},
+      {"DataPathRequired",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: csv
+  shuffle: true
+)yaml",
+       "{FILE}:7:9: data.path: required when data.kind is csv"},
+      {"PartitionGap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  partition: [[0, 0], [2, 2]]
+)yaml",
+       "{FILE}:7:23: pipeline.partition[1]: starts at layer 2 but the previous range ended at layer 0; ranges must be contiguous"},
+      {"PartitionDoesNotCover",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  partition: [[0, 0], [1, 1]]
+)yaml",
+       "{FILE}:7:3: pipeline.partition: covers layers 0..1 but model.layers has 3 layers; the last range must end at layer 2"},
+      {"PartitionStartAfterEnd",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  partition:
+    - [0, 1]
+    - [2, 1]
+)yaml",
+       "{FILE}:9:7: pipeline.partition[1]: ends at layer 1, before its start 2"},
+      {"PartitionBeyondLastLayer",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  partition: [[0, 1], [2, 3]]
+)yaml",
+       "{FILE}:7:23: pipeline.partition[1]: layer 3 does not exist; model.layers has 3 layers (0..2)"},
+      {"PartitionStagesDisagree",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 3
+  partition: [[0, 1], [2, 2]]
+)yaml",
+       "{FILE}:7:11: pipeline.stages: 3 does not match the 2 ranges of pipeline.partition"},
+      {"DevicesCountMismatch",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [cpu, cpu, cpu]
+)yaml",
+       "{FILE}:8:3: pipeline.devices: 3 devices for 2 stages; give one per stage"},
+      {"DevicesUnknown",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [cpu, gpu]
+)yaml",
+       "{FILE}:8:18: pipeline.devices[1]: unknown device 'gpu'; expected cpu or cuda:N"},
+      {"DevicesCudaUnavailable",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [cpu, cuda:1]
+)yaml",
+       "{FILE}:8:18: pipeline.devices[1]: cuda:1 requested but this machine has 0 CUDA devices", true},
+      {"StepsBelowOne",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: 0
+)yaml",
+       "{FILE}:7:10: train.steps: must be at least 1, found 0"},
+      {"BatchSizeBelowOne",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: -4
+)yaml",
+       "{FILE}:7:15: train.batch_size: must be at least 1, found -4"},
+      {"LearningRateNotPositive",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {lr: 0}
+)yaml",
+       "{FILE}:7:19: train.optimizer.lr: must be positive, found 0"},
+      {"BetasNotAPair",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {betas: [0.9]}
+)yaml",
+       "{FILE}:7:22: train.optimizer.betas: expected a list of two numbers [beta1, beta2], found a list of length 1"},
+      {"BetaOutOfRange",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer:
+    betas: [0.9, 1.5]
+)yaml",
+       "{FILE}:8:18: train.optimizer.betas[1]: must be in [0, 1), found 1.5"},
+      {"EpsNotPositive",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {eps: 0}
+)yaml",
+       "{FILE}:7:20: train.optimizer.eps: must be positive, found 0"},
+      {"ClipNotPositive",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  clip_grad_norm: 0
+)yaml",
+       "{FILE}:7:19: train.clip_grad_norm: must be positive, found 0"},
+      {"TestFractionOutOfRange",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  test_fraction: 1
+)yaml",
+       "{FILE}:7:18: data.test_fraction: must be in [0, 1), found 1"},
+      {"StepSizeBelowOne",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: step, step_size: 0}
+)yaml",
+       "{FILE}:7:40: train.lr_schedule.step_size: must be at least 1, found 0"},
+      {"GammaNotPositive",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: step, gamma: -0.5}
+)yaml",
+       "{FILE}:7:36: train.lr_schedule.gamma: must be positive, found -0.5"},
+      {"IntraOpThreadsNegative",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  intra_op_threads: -1
+)yaml",
+       "{FILE}:7:21: pipeline.intra_op_threads: must be at least 0, found -1"},
+      {"PaceNegative",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  pace_ms: -2.5
+)yaml",
+       "{FILE}:7:12: pipeline.pace_ms: must be at least 0, found -2.5"},
+      {"EmptyFile",
+       R"yaml(# nothing here
+)yaml",
+       "{FILE}:1:1: the config is empty; it needs at least model.layers"},
+      {"TopLevelNotAMap",
+       R"yaml(- model
+- data
+)yaml",
+       "{FILE}:1:1: expected a map at the top level, found a sequence"},
+      {"LayersEmpty",
+       R"yaml(model:
+  layers: []
+)yaml",
+       "{FILE}:2:3: model.layers: is empty; the model needs at least one layer"},
+      {"LayersNotAList",
+       R"yaml(model:
+  layers: {type: relu}
+)yaml",
+       "{FILE}:2:11: model.layers: expected a list of layers, found a map"},
+      {"ModelMissing",
+       R"yaml(train:
+  steps: 3
+)yaml",
+       "{FILE}:1:1: model.layers: required: the list of layers"},
+      {"SyntheticFeaturesMismatch",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  synthetic: {samples: 64, features: 5}
+)yaml",
+       "{FILE}:7:38: data.synthetic.features: 5 does not match model.layers[0].in 4"},
+      {"SyntheticClassesBelowTwo",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  synthetic: {classes: 1}
+)yaml",
+       "{FILE}:7:24: data.synthetic.classes: must be at least 2, found 1"},
+      {"SyntheticBlockWithCsv",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: tensors
+  path: config.yaml
+  synthetic: {samples: 64}
+)yaml",
+       "{FILE}:9:3: data.synthetic: only used when data.kind is synthetic, not tensors"},
+      {"YamlSyntaxError",
+       R"yaml(model:
+  layers: [{type: relu}
+)yaml",
+       "{FILE}:3:1: invalid YAML: end of sequence flow not found"},
+  };
+  return table;
+}
+
+/// `c.message` with the placeholders filled in for a config at `file`.
+inline std::string expected_message(const bad_config& c, const std::string& file) {
+  const std::string dir = std::filesystem::absolute(file).parent_path().lexically_normal().string();
+  std::string out = c.message;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"{FILE}", file}, {"{DIR}", dir}}) {
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
+  }
+  return out;
+}
+
+}  // namespace actorpipe::tests

@@ -1,0 +1,374 @@
+// runtime/config: good configs load with the right values; every bad config
+// fails with one exact FILE:LINE:COL: KEY: message line.
+#include "runtime/config.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "tests/runtime/bad_configs.hpp"
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory per test, so relative paths and missing files are ours.
+fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  for (auto& c : name)
+    if (c == '/') c = '_';
+  fs::path dir = fs::path(::testing::TempDir()) / ("actorpipe_config_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << text;
+  return file.string();
+}
+
+/// Loads `yaml` and returns what() of the config_error it must throw.
+std::string load_error(const std::string& file, const load_env& env = {}) {
+  try {
+    load_config(file, env);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const char* const small_model = R"(model:
+  layers:
+    - {type: linear, in: 64, out: 256}
+    - {type: relu}
+    - {type: linear, in: 256, out: 10}
+)";
+
+// -- good configs --------------------------------------------------------------
+
+TEST(LoadConfig, FullConfigLoadsEveryValue) {
+  const fs::path dir = test_dir();
+  write(dir / "data" / "digits.csv.gz", "x");
+  write(dir / "init.pt", "x");
+  const std::string file = write(dir / "config.yaml", R"(model:
+  layers:
+    - {type: linear, in: 64, out: 256}
+    - {type: gelu}
+    - {type: layernorm, dim: 256}
+    - {type: dropout, p: 0.1}
+    - {type: tanh}
+    - {type: linear, in: 256, out: 10}
+  init_from: init.pt
+data:
+  kind: csv
+  path: data/digits.csv.gz
+  test_fraction: 0.25
+  shuffle: yes
+  normalize: standard
+train:
+  steps: 7
+  batch_size: 100
+  optimizer: {type: adam, lr: 0.01, betas: [0.8, 0.99], eps: 1.0e-6, weight_decay: 0.5}
+  lr_schedule: {type: step, step_size: 20, gamma: 0.5}
+  clip_grad_norm: 1.5
+  seed: 7
+pipeline:
+  stages: 2
+  schedule: gpipe
+  microbatches: 4
+  devices: [cpu, cpu]
+  intra_op_threads: 3
+  pace_ms: 2.5
+)");
+  const config cfg = load_config(file);
+  EXPECT_EQ(cfg.path, file);
+  ASSERT_EQ(cfg.model.layers.size(), 6u);
+  EXPECT_EQ(cfg.model.layers[0].type, "linear");
+  EXPECT_EQ(cfg.model.layers[0].in, 64);
+  EXPECT_EQ(cfg.model.layers[0].out, 256);
+  EXPECT_EQ(cfg.model.layers[1].type, "gelu");
+  EXPECT_EQ(cfg.model.layers[2].dim, 256);
+  EXPECT_DOUBLE_EQ(cfg.model.layers[3].p, 0.1);
+  EXPECT_EQ(cfg.model.layers[5].out, 10);
+  EXPECT_EQ(cfg.model.init_from, (dir / "init.pt").string());
+  EXPECT_EQ(cfg.data.kind, "csv");
+  EXPECT_EQ(cfg.data.path, (dir / "data" / "digits.csv.gz").string());
+  EXPECT_DOUBLE_EQ(cfg.data.test_fraction, 0.25);
+  EXPECT_TRUE(cfg.data.shuffle);
+  EXPECT_EQ(cfg.data.normalize, "standard");
+  EXPECT_EQ(cfg.train.steps, 7);
+  EXPECT_EQ(cfg.train.batch_size, 100);
+  EXPECT_EQ(cfg.train.optimizer.type, "adam");
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.lr, 0.01);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.weight_decay, 0.5);
+  EXPECT_EQ(cfg.train.lr_schedule.type, "step");
+  EXPECT_EQ(cfg.train.lr_schedule.step_size, 20);
+  EXPECT_DOUBLE_EQ(cfg.train.lr_schedule.gamma, 0.5);
+  EXPECT_DOUBLE_EQ(cfg.train.clip_grad_norm, 1.5);
+  EXPECT_EQ(cfg.train.seed, 7u);
+  EXPECT_EQ(cfg.pipeline.stages, 2);
+  EXPECT_TRUE(cfg.pipeline.partition.empty());  // partition_layers() fills it
+  EXPECT_EQ(cfg.pipeline.schedule, "gpipe");
+  EXPECT_EQ(cfg.pipeline.microbatches, 4);
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cpu", "cpu"}));
+  EXPECT_EQ(cfg.pipeline.intra_op_threads, 3);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.pace_ms, 2.5);
+  // Scalars are marked at their value, maps and lists at their key.
+  EXPECT_EQ(cfg.marks.at("pipeline.schedule").line, 25);
+  EXPECT_EQ(cfg.marks.at("pipeline.schedule").column, 13);
+  EXPECT_EQ(cfg.marks.at("model.layers[2].dim").line, 5);
+  EXPECT_EQ(cfg.marks.at("model.layers[2].dim").column, 30);
+  EXPECT_EQ(cfg.marks.at("train.optimizer").line, 19);
+  EXPECT_EQ(cfg.marks.at("train.optimizer").column, 3);
+  EXPECT_EQ(cfg.marks.at("train.optimizer.betas[1]").column, 50);
+}
+
+TEST(LoadConfig, MinimalConfigFillsDefaults) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", small_model));
+  const config defaults;
+  EXPECT_EQ(cfg.model.layers.size(), 3u);
+  EXPECT_EQ(cfg.model.init_from, "");
+  EXPECT_EQ(cfg.data.kind, "synthetic");
+  EXPECT_EQ(cfg.data.path, "");
+  EXPECT_EQ(cfg.data.samples, defaults.data.samples);
+  EXPECT_EQ(cfg.data.features, 64);  // model.layers[0].in
+  EXPECT_EQ(cfg.data.classes, 10);   // the last linear's out
+  EXPECT_DOUBLE_EQ(cfg.data.test_fraction, defaults.data.test_fraction);
+  EXPECT_EQ(cfg.data.normalize, "none");
+  EXPECT_EQ(cfg.train.steps, defaults.train.steps);
+  EXPECT_EQ(cfg.train.batch_size, defaults.train.batch_size);
+  EXPECT_EQ(cfg.train.optimizer.type, "adam");
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.lr, defaults.train.optimizer.lr);
+  EXPECT_EQ(cfg.train.lr_schedule.type, "none");
+  EXPECT_DOUBLE_EQ(cfg.train.clip_grad_norm, 0.0);
+  EXPECT_EQ(cfg.train.seed, 42u);
+  EXPECT_EQ(cfg.pipeline.stages, 1);
+  EXPECT_EQ(cfg.pipeline.schedule, "1f1b");
+  EXPECT_EQ(cfg.pipeline.microbatches, 1);
+  EXPECT_EQ(cfg.pipeline.devices, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(cfg.pipeline.intra_op_threads, 0);
+  EXPECT_FALSE(cfg.marks.count("train.steps"));
+  EXPECT_EQ(cfg.marks.at("model.layers[1]").line, 4);
+}
+
+TEST(LoadConfig, EmptySectionsMeanDefaults) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + "data:\ntrain:\n"));
+  EXPECT_EQ(cfg.data.kind, "synthetic");
+  EXPECT_EQ(cfg.train.steps, 50);
+}
+
+TEST(LoadConfig, SyntheticSizesDefaultFromTheFirstWidthAndLastLinear) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", R"(model:
+  layers:
+    - {type: layernorm, dim: 12}
+    - {type: linear, in: 12, out: 6}
+    - {type: linear, in: 6, out: 5}
+    - {type: relu}
+data:
+  synthetic: {samples: 100, classes: 3}
+)"));
+  EXPECT_EQ(cfg.data.samples, 100);
+  EXPECT_EQ(cfg.data.features, 12);
+  EXPECT_EQ(cfg.data.classes, 3);
+}
+
+TEST(LoadConfig, SgdOptimizer) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(train:
+  optimizer: {type: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.0001}
+)"));
+  EXPECT_EQ(cfg.train.optimizer.type, "sgd");
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.lr, 0.1);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(cfg.train.optimizer.weight_decay, 1e-4);
+}
+
+TEST(LoadConfig, RelativePathsResolveAgainstTheConfigDirectory) {
+  const fs::path dir = test_dir();
+  write(dir / "sub" / "rows.csv", "1,0\n");
+  write(dir / "sub" / "config.yaml", std::string(small_model) + "data: {kind: csv, path: rows.csv}\n");
+  const fs::path old = fs::current_path();
+  fs::current_path(dir);
+  config cfg;
+  EXPECT_NO_THROW(cfg = load_config("sub/config.yaml"));
+  fs::current_path(old);
+  EXPECT_EQ(cfg.path, "sub/config.yaml");
+  EXPECT_EQ(cfg.data.path, (dir / "sub" / "rows.csv").string());
+}
+
+TEST(LoadConfig, AbsolutePathsStayAsGiven) {
+  const fs::path dir = test_dir();
+  const std::string rows = write(dir / "elsewhere" / "rows.csv", "1,0\n");
+  const config cfg = load_config(
+      write(dir / "config.yaml", std::string(small_model) + "data: {kind: tensors, path: " + rows + "}\n"));
+  EXPECT_EQ(cfg.data.kind, "tensors");
+  EXPECT_EQ(cfg.data.path, rows);
+}
+
+TEST(LoadConfig, DevicesAutoIsCpuWithoutCuda) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 3}\n"));
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cpu", "cpu", "cpu"}));
+}
+
+TEST(LoadConfig, DevicesAutoRoundRobinsOverCudaDevices) {
+  const config cfg = load_config(
+      write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 3, devices: auto}\n"),
+      load_env{2});
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0"}));
+}
+
+TEST(LoadConfig, ExplicitCudaDevicesWithinTheMachine) {
+  const config cfg = load_config(
+      write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 2, devices: [cuda:1, cpu]}\n"),
+      load_env{2});
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cuda:1", "cpu"}));
+}
+
+TEST(LoadConfig, NaiveForcesOneMicrobatch) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+pipeline: {schedule: naive, microbatches: 32}
+)"));
+  EXPECT_EQ(cfg.pipeline.schedule, "naive");
+  EXPECT_EQ(cfg.pipeline.microbatches, 1);
+}
+
+TEST(LoadConfig, MicrobatchesThatTorchChunkCanProduce) {
+  // 10 rows in 4 chunks of 3, 3, 3, 1: uneven but exactly 4.
+  const config cfg = load_config(
+      write(test_dir() / "config.yaml", std::string(small_model) + "train: {batch_size: 10}\npipeline: {microbatches: 4}\n"));
+  EXPECT_EQ(cfg.pipeline.microbatches, 4);
+}
+
+TEST(LoadConfig, PartitionIsParsedAndGivesTheStageCount) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  partition: [[0, 1], [2, 2]]
+)"));
+  EXPECT_EQ(cfg.pipeline.stages, 2);
+  EXPECT_EQ(cfg.pipeline.partition, (std::vector<std::pair<int, int>>{{0, 1}, {2, 2}}));
+  EXPECT_EQ(cfg.pipeline.devices.size(), 2u);
+  EXPECT_EQ(cfg.marks.at("pipeline.partition[1]").column, 23);
+}
+
+TEST(LoadConfig, PartitionWithAgreeingStages) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  stages: 3
+  partition: [[0, 0], [1, 1], [2, 2]]
+)"));
+  EXPECT_EQ(cfg.pipeline.stages, 3);
+  EXPECT_EQ(cfg.pipeline.partition.size(), 3u);
+}
+
+TEST(LoadConfig, MissingFileSaysSo) {
+  const std::string file = (test_dir() / "nope.yaml").string();
+  EXPECT_EQ(load_error(file), file + ": cannot read config file: No such file or directory");
+}
+
+TEST(LoadConfig, DirectoryIsNotAConfig) {
+  const std::string dir = test_dir().string();
+  EXPECT_EQ(load_error(dir), dir + ": cannot read config file: it is a directory");
+}
+
+TEST(LoadConfig, KnownSchedules) {
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b"}));
+}
+
+// -- where / error_at ----------------------------------------------------------
+
+TEST(ConfigWhere, PresentKeyHasLineAndColumn) {
+  const fs::path dir = test_dir();
+  write(dir / "rows.csv", "1,0\n");
+  const std::string file = write(dir / "config.yaml", std::string(small_model) + "data:\n  kind: csv\n  path: rows.csv\n");
+  const config cfg = load_config(file);
+  EXPECT_EQ(cfg.where("data.path"), file + ":8:9: data.path: ");
+  EXPECT_EQ(std::string(cfg.error_at("data.path", "row 3 has 2 columns, expected 65").what()),
+            file + ":8:9: data.path: row 3 has 2 columns, expected 65");
+}
+
+TEST(ConfigWhere, AbsentKeyNamesTheFileAlone) {
+  const std::string file = write(test_dir() / "config.yaml", small_model);
+  const config cfg = load_config(file);
+  EXPECT_EQ(cfg.where("train.batch_size"), file + ": train.batch_size: ");
+  EXPECT_EQ(std::string(cfg.error_at("train.batch_size", "exceeds the 100 training rows").what()),
+            file + ": train.batch_size: exceeds the 100 training rows");
+}
+
+// -- the bad-config table ------------------------------------------------------
+
+using tests::bad_config;
+using tests::bad_configs;
+
+class BadConfig : public ::testing::TestWithParam<bad_config> {};
+
+TEST_P(BadConfig, FailsWithTheExactMessage) {
+  const bad_config& c = GetParam();
+  const std::string file = write(test_dir() / "config.yaml", c.yaml);
+  const std::string what = load_error(file);
+  EXPECT_EQ(what, tests::expected_message(c, file));
+  EXPECT_EQ(what.find('\n'), std::string::npos) << "one line";
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadConfig, ::testing::ValuesIn(bad_configs()),
+                         [](const ::testing::TestParamInfo<bad_config>& info) { return info.param.name; });
+
+TEST(BadConfigTable, HasManyDistinctFailures) {
+  std::set<std::string> names, messages;
+  for (const auto& c : bad_configs()) {
+    names.insert(c.name);
+    messages.insert(c.message);
+  }
+  EXPECT_GE(bad_configs().size(), 18u);
+  EXPECT_EQ(names.size(), bad_configs().size());
+  EXPECT_EQ(messages.size(), bad_configs().size());
+}
+
+TEST(BadConfigTable, CudaCountMatters) {
+  // The one machine-dependent case loads once the machine has the device.
+  for (const auto& c : bad_configs()) {
+    if (!c.assumes_no_cuda) continue;
+    const std::string file = write(test_dir() / "config.yaml", c.yaml);
+    EXPECT_NO_THROW(load_config(file, load_env{2}));
+    EXPECT_EQ(load_error(file, load_env{1}),
+              file + ":8:18: pipeline.devices[1]: cuda:1 requested but this machine has 1 CUDA device");
+  }
+}
+
+// -- nearest -------------------------------------------------------------------
+
+TEST(Nearest, SuggestsAOneEditTypo) {
+  EXPECT_EQ(nearest("schedul", {"stages", "schedule", "microbatches"}), "schedule");
+  EXPECT_EQ(nearest("gpip", known_schedules()), "gpipe");
+  EXPECT_EQ(nearest("1f1", known_schedules()), "1f1b");
+}
+
+TEST(Nearest, IgnoresCase) { EXPECT_EQ(nearest("GPipe", known_schedules()), "gpipe"); }
+
+TEST(Nearest, AllowsMoreEditsForLongerWords) {
+  // 3 edits: too many for a short word, fine for a 13-letter one.
+  EXPECT_EQ(nearest("intra_threads", {"intra_op_threads", "pace_ms"}), "intra_op_threads");
+  EXPECT_EQ(nearest("lrx", {"steps"}), "");
+}
+
+TEST(Nearest, PicksTheClosestAndTheFirstOnATie) {
+  EXPECT_EQ(nearest("steps", {"step", "steps_"}), "step");
+  EXPECT_EQ(nearest("ab", {"ac", "ad"}), "ac");
+}
+
+TEST(Nearest, NothingCloseGivesEmpty) {
+  EXPECT_EQ(nearest("zb", known_schedules()), "");
+  EXPECT_EQ(nearest("warmup", {"steps", "batch_size", "optimizer", "lr_schedule", "clip_grad_norm", "seed"}), "");
+  EXPECT_EQ(nearest("x", {"lr"}), "");  // replacing every letter is no resemblance
+  EXPECT_EQ(nearest("anything", {}), "");
+}
+
+}  // namespace
+}  // namespace actorpipe
