@@ -193,7 +193,10 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error(path_ + ": unsupported pickle content: " + what);
+    // Names come from the file: keep the message one printable line.
+    std::string clean;
+    for (char ch : what) clean += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+    throw std::runtime_error(path_ + ": unsupported pickle content: " + clean);
   }
 
   const char* bytes(size_t n) {
@@ -347,12 +350,16 @@ private:
       for (size_t d = 0; d < size.size(); ++d) {
         if (size[d] < 0 || stride[d] < 0) fail("negative tensor size or stride");
         if (size[d] == 0) empty = true;
-        last += (size[d] - 1) * stride[d];
+        int64_t span = 0;
+        if (size[d] > 0 && (__builtin_mul_overflow(size[d] - 1, stride[d], &span) ||
+                            __builtin_add_overflow(last, span, &last)))
+          fail("tensor size and stride overflow");
       }
       if (offset < 0 || (!empty && last >= storage.numel()))
         fail("tensor view outside its storage of " + std::to_string(storage.numel()) + " elements");
       auto v = make(pvalue::kind::tensor);
-      v->t = empty ? at::empty(size, storage.options()) : storage.as_strided(size, stride, offset).clone();
+      v->t = empty ? at::empty(size, storage.options())
+                   : storage.as_strided(size, stride, offset).clone(at::MemoryFormat::Contiguous);
       return v;
     }
     if (fn == "torch._utils._rebuild_parameter") {  // nn.Parameter: (data, requires_grad, hooks)
@@ -379,7 +386,10 @@ private:
 
 /// Flattens nested dicts to dotted names, like a state_dict; skips non-tensors
 /// (a checkpoint's step counter, say).
-void collect(const std::string& path, const std::string& prefix, const pvalue& d, named_tensors& out) {
+void collect(const std::string& path, const std::string& prefix, const pvalue& d, named_tensors& out,
+             int depth = 0) {
+  // A pickle can make a dict contain itself; do not recurse forever.
+  if (depth > 32) throw std::runtime_error(path + ": unsupported pickle content: dicts nested deeper than 32");
   for (const auto& [k, v] : d.entries) {
     if (k->k != pvalue::kind::string)
       throw std::runtime_error(path + ": unsupported pickle content: dict key of type " + kind_name(k->k));
@@ -387,7 +397,7 @@ void collect(const std::string& path, const std::string& prefix, const pvalue& d
     if (v->k == pvalue::kind::tensor)
       out.emplace_back(name, v->t);
     else if (v->k == pvalue::kind::dict)
-      collect(path, name, *v, out);
+      collect(path, name, *v, out, depth + 1);
   }
 }
 

@@ -234,6 +234,8 @@ TEST(LoadTensors, MalformedPickleIsAnError) {
       {"no_stop", std::string("\x80\x02}q\x00", 5)},            // EMPTY_DICT, BINPUT, end
       {"bad_memo", std::string("\x80\x02h\x07.", 5)},           // BINGET of an unset key
       {"long_string", std::string("\x80\x02X\xff\xff\x00\x00" "ab", 10)},
+      // d = {}; d["a"] = d
+      {"self_containing", std::string("\x80\x02}q\x00X\x01\x00\x00\x00" "ah\x00s.", 15)},
   };
   for (const auto& [name, pickle] : cases) {
     SCOPED_TRACE(name);
