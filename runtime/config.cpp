@@ -452,7 +452,7 @@ void reader::check_layer_shapes() {
 void reader::read_data(const entry* e) {
   auto& d = cfg_.data;
   const section s =
-      read_map(e ? e->value : Node(), "data", {"kind", "path", "test_fraction", "shuffle", "normalize", "synthetic"});
+      read_map(e ? e->value : Node(), "data", {"kind", "path", "test_fraction", "split", "shuffle", "normalize", "synthetic"});
   read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic"}, d.kind);
   const bool from_file = d.kind != "synthetic";
   if (from_file) {
@@ -464,6 +464,7 @@ void reader::read_data(const entry* e) {
     fail_key("data.path", "only used when data.kind is csv or tensors, not synthetic");
   }
   if (read_number(s, "test_fraction", d.test_fraction)) unit_interval("data.test_fraction", d.test_fraction);
+  read_choice(s, "split", "split mode", {"tail", "random"}, d.split);
   read_bool(s, "shuffle", d.shuffle);
   read_choice(s, "normalize", "normalize mode", {"none", "standard"}, d.normalize);
   if (!from_file) {

@@ -60,6 +60,9 @@ struct data_config {
   std::string kind = "synthetic";  ///< csv | tensors | synthetic
   std::string path;                ///< resolved path (csv, tensors)
   double test_fraction = 0.2;
+  /// tail: the last test_fraction of the rows are held out (file order).
+  /// random: a seeded (train.seed) permutation of the rows is split instead.
+  std::string split = "tail";
   bool shuffle = false;
   std::string normalize = "none";  ///< none | standard (train-split mean/std)
   int64_t samples = 2048;          ///< synthetic

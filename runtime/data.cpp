@@ -163,9 +163,9 @@ table make_synthetic(const config& cfg) {
   const int64_t n = cfg.data.samples;
   const int64_t f = cfg.data.features > 0 ? cfg.data.features : model_inputs(cfg);
   const int64_t c = cfg.data.classes > 0 ? cfg.data.classes : model_classes(cfg);
-  if (n <= 0) throw cfg.error_at("data.samples", "must be positive, got " + std::to_string(n));
-  if (f <= 0) throw cfg.error_at("data.features", "cannot tell the feature count: set data.features");
-  if (c < 2) throw cfg.error_at("data.classes", "needs at least 2 classes, got " + std::to_string(c));
+  if (n <= 0) throw cfg.error_at("data.synthetic.samples", "must be positive, got " + std::to_string(n));
+  if (f <= 0) throw cfg.error_at("data.synthetic.features", "cannot tell the feature count: set data.features");
+  if (c < 2) throw cfg.error_at("data.synthetic.classes", "needs at least 2 classes, got " + std::to_string(c));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.train.seed);
   table t;
   t.x = at::randn({n, f}, gen, at::kFloat);
@@ -205,7 +205,7 @@ dataset load_dataset(const config& cfg) {
   if (expect_in > 0 && features != expect_in) {
     const std::string msg = source + " has " + std::to_string(features) +
                             " features but model.layers[0] expects " + std::to_string(expect_in);
-    throw cfg.error_at(synthetic ? "data.features" : "data.path", msg);
+    throw cfg.error_at(synthetic ? "data.synthetic.features" : "data.path", msg);
   }
 
   const int64_t out = model_classes(cfg);
@@ -215,12 +215,13 @@ dataset load_dataset(const config& cfg) {
     const int64_t bad_value = lo < 0 ? lo : hi;
     const int64_t bad_row = (t.y == bad_value).nonzero().select(1, 0)[0].item<int64_t>();
     const std::string range = out > 0 ? "[0, " + std::to_string(out) + ")" : "[0, inf)";
-    throw cfg.error_at(synthetic ? "data.classes" : "data.path",
+    throw cfg.error_at(synthetic ? "data.synthetic.classes" : "data.path",
                        source + ": row " + std::to_string(bad_row + 1) + ": label " + std::to_string(bad_value) +
                            " is outside " + range + ", the output size of the last linear layer");
   }
 
-  // The test set is the file's tail, before any shuffling.
+  // The test set is the tail: of the file (split: tail) or of one seeded
+  // permutation (split: random); epoch shuffling never touches it.
   const auto n_test = static_cast<int64_t>(std::llround(dc.test_fraction * static_cast<double>(n)));
   if (dc.test_fraction < 0 || n_test >= n)
     throw cfg.error_at("data.test_fraction", std::to_string(dc.test_fraction) + " of " + std::to_string(n) +
@@ -229,6 +230,14 @@ dataset load_dataset(const config& cfg) {
   if (n_train < cfg.train.batch_size)
     throw cfg.error_at("train.batch_size", std::to_string(cfg.train.batch_size) + " exceeds the " +
                                                std::to_string(n_train) + " training rows of " + source);
+
+  if (dc.split == "random") {
+    // One seeded permutation of all rows; the tail of it is held out.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.train.seed);
+    const at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
+    t.x = t.x.index_select(0, perm);
+    t.y = t.y.index_select(0, perm);
+  }
 
   dataset d;
   d.features = features;
