@@ -1,0 +1,412 @@
+// apps/actorpipe: the real binary as a child process. Exit codes, the exact
+// config-error line on stderr, help texts, the bubble table, and a small
+// training run whose --save and --trace files Python's torch/json read back.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/runtime/bad_configs.hpp"
+
+extern char** environ;
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory per test.
+fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  for (auto& c : name)
+    if (c == '/') c = '_';
+  fs::path dir = fs::path(::testing::TempDir()) / ("actorpipe_cli_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write(const fs::path& file, const std::string& text) {
+  std::ofstream(file) << text;
+  return file.string();
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+/// Runs `program args...` with stdout and stderr captured to files (no pipe
+/// can fill up), and waits for it.
+run_result run_program(const std::string& program, const std::vector<std::string>& args) {
+  static int counter = 0;
+  const fs::path base = fs::path(::testing::TempDir()) /
+                        ("actorpipe_cli_test_io_" + std::to_string(getpid()) + "_" +
+                         std::to_string(counter++));
+  const std::string out_file = base.string() + ".out", err_file = base.string() + ".err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> all = {program};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  run_result r;
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot spawn " << program << ": " << std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out_file);
+  r.err = slurp(err_file);
+  fs::remove(out_file);
+  fs::remove(err_file);
+  return r;
+}
+
+run_result actorpipe(const std::vector<std::string>& args) { return run_program(ACTORPIPE_BIN, args); }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string l; std::getline(is, l);) out.push_back(l);
+  return out;
+}
+
+/// The cells of a box-table row "| a | b |", trimmed; empty if not a row.
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  if (line.size() < 2 || line[0] != '|') return out;
+  std::string cell;
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '|') {
+      auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      out.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+      cell.clear();
+    } else {
+      cell += line[i];
+    }
+  }
+  return out;
+}
+
+/// Table rows (header included) of the first box table in `text`.
+std::vector<std::vector<std::string>> table_rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& l : lines(text))
+    if (auto c = cells(l); !c.empty()) rows.push_back(c);
+  return rows;
+}
+
+std::string describe(const run_result& r) {
+  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out + "--- stderr:\n" + r.err;
+}
+
+// -- bad configs ----------------------------------------------------------------
+
+class BadConfigCli : public ::testing::TestWithParam<tests::bad_config> {};
+
+TEST_P(BadConfigCli, ExitsTwoWithTheExactMessageOnStderr) {
+  const auto& c = GetParam();
+  if (c.assumes_no_cuda && torch::cuda::is_available())
+    GTEST_SKIP() << "the expected message assumes a machine without CUDA";
+  const fs::path dir = test_dir();
+  const std::string file = write(dir / "config.yaml", c.yaml);
+  auto r = actorpipe({"train", file});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err), tests::expected_message(c, file)) << describe(r);
+  EXPECT_EQ(r.out, "") << "nothing should run before the config is valid";
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadConfigCli, ::testing::ValuesIn(tests::bad_configs()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// -- usage ----------------------------------------------------------------------
+
+TEST(CliUsage, HelpForEveryCommandExitsZeroAndPrintsUsage) {
+  // Each help names what only that command has.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--help"}, "train CONFIG"},
+      {{"-h"}, "train CONFIG"},
+      {{"train", "--help"}, "--schedule"},
+      {{"train", "-h"}, "--schedule"},
+      {{"compare", "--help"}, "--schedules"},
+      {{"bubble", "--help"}, "--stages"}};
+  for (const auto& [args, mention] : cases) {
+    auto r = actorpipe(args);
+    std::string what = args[0] + (args.size() > 1 ? " " + args[1] : "");
+    EXPECT_EQ(r.code, 0) << what << "\n" << describe(r);
+    EXPECT_EQ(r.out.rfind("usage: actorpipe", 0), 0u) << what << "\n" << describe(r);
+    EXPECT_NE(r.out.find(mention), std::string::npos) << what << "\n" << describe(r);
+    EXPECT_EQ(r.err, "") << what;
+  }
+}
+
+TEST(CliUsage, NoArgumentsExitsTwoWithUsageOnStderr) {
+  auto r = actorpipe({});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("usage: actorpipe"), std::string::npos) << describe(r);
+}
+
+TEST(CliUsage, UnknownCommandExitsTwoAndNamesIt) {
+  auto r = actorpipe({"trian"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("unknown command 'trian'"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CliUsage, UnknownOptionExitsTwoAndNamesIt) {
+  for (const char* cmd : {"train", "compare", "bubble"}) {
+    auto r = actorpipe({cmd, "--frobnicate"});
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << describe(r);
+    EXPECT_NE(first_line(r.err).find("unknown option --frobnicate"), std::string::npos)
+        << cmd << "\n" << describe(r);
+  }
+}
+
+TEST(CliUsage, MissingConfigFileExitsTwo) {
+  const fs::path dir = test_dir();
+  auto r = actorpipe({"train", (dir / "nope.yaml").string()});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("nope.yaml"), std::string::npos) << describe(r);
+}
+
+// -- bubble ---------------------------------------------------------------------
+
+std::string three_decimals(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+TEST(CliBubble, GPipeColumnIsStagesMinusOneOverMicrobatchesPlusStagesMinusOne) {
+  auto r = actorpipe({"bubble"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  auto rows = table_rows(r.out);
+  ASSERT_FALSE(rows.empty()) << r.out;
+  const auto& header = rows[0];
+  auto col = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << "no column " << name;
+    return static_cast<size_t>(it - header.begin());
+  };
+  const size_t s_col = col("S"), m_col = col("M"), gpipe_col = col("gpipe"),
+               one_col = col("1f1b"), naive_col = col("naive");
+  std::map<std::pair<int, int>, std::vector<std::string>> by_case;
+  for (size_t i = 1; i < rows.size(); ++i)
+    by_case[{std::stoi(rows[i][s_col]), std::stoi(rows[i][m_col])}] = rows[i];
+
+  // The reference notebook's table.
+  const std::vector<std::tuple<int, int, const char*>> reference = {
+      {4, 4, "0.429"},  {4, 8, "0.273"},   {4, 16, "0.158"},  {4, 32, "0.086"},
+      {4, 64, "0.045"}, {4, 100, "0.029"}, {8, 16, "0.304"},  {16, 32, "0.319"},
+      {32, 64, "0.326"}, {8, 32, "0.179"}, {16, 64, "0.190"}};
+  EXPECT_EQ(by_case.size(), reference.size());
+  for (auto [s, m, text] : reference) {
+    const std::string formula = three_decimals(static_cast<double>(s - 1) / (m + s - 1));
+    EXPECT_EQ(formula, text) << "S=" << s << " M=" << m;
+    auto it = by_case.find({s, m});
+    ASSERT_NE(it, by_case.end()) << "no row for S=" << s << " M=" << m << "\n" << r.out;
+    EXPECT_EQ(it->second[gpipe_col], formula) << "S=" << s << " M=" << m;
+    EXPECT_EQ(it->second[one_col], formula) << "S=" << s << " M=" << m;
+    EXPECT_EQ(it->second[naive_col], three_decimals(static_cast<double>(s - 1) / s));
+  }
+}
+
+TEST(CliBubble, OneGivenPair) {
+  auto r = actorpipe({"bubble", "--stages", "5", "--microbatches", "7"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  auto rows = table_rows(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[1][0], "5");
+  EXPECT_EQ(rows[1][1], "7");
+  EXPECT_EQ(rows[1][3], three_decimals(4.0 / 11.0));
+  auto half = actorpipe({"bubble", "--stages", "5"});
+  EXPECT_EQ(half.code, 2) << describe(half);
+  auto bad = actorpipe({"bubble", "--stages", "0", "--microbatches", "4"});
+  EXPECT_EQ(bad.code, 2) << describe(bad);
+}
+
+// -- training runs --------------------------------------------------------------
+
+const char* const small_config = R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 256}
+train:
+  steps: 3
+  batch_size: 32
+pipeline:
+  stages: 2
+  microbatches: 4
+)";
+
+bool python_has_torch() {
+  if (access("/usr/bin/python3", X_OK) != 0) return false;
+  return run_program("/usr/bin/python3", {"-c", "import torch"}).code == 0;
+}
+
+TEST(CliTrain, RunsPrintsProgressAndTableAndWritesLoadableFiles) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  const std::string save = (dir / "out.pt").string(), trace = (dir / "trace.json").string();
+  auto r = actorpipe({"train", cfg, "--save", save, "--trace", trace});
+  ASSERT_EQ(r.code, 0) << describe(r);
+
+  const int steps = 3, stages = 2, microbatches = 4;
+  int progress = 0;
+  std::regex step_line(R"(^step\s+(\d+)/3\s.*loss\s+[0-9.]+)");
+  for (const auto& l : lines(r.out)) {
+    std::smatch m;
+    if (std::regex_search(l, m, step_line)) {
+      EXPECT_EQ(std::stoi(m[1]), ++progress) << l;
+    }
+  }
+  EXPECT_EQ(progress, steps) << r.out;
+  bool has_row = false;
+  for (const auto& row : table_rows(r.out))
+    if (row[0] == "1f1b") {
+      has_row = true;
+      EXPECT_EQ(row[1], "2");
+      EXPECT_EQ(row[2], "4");
+    }
+  EXPECT_TRUE(has_row) << r.out;
+  ASSERT_TRUE(fs::exists(save));
+  ASSERT_TRUE(fs::exists(trace));
+
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch; the saved files are not read back";
+  const std::string script = write(dir / "check.py", R"(import json, sys
+import torch
+from torch import nn
+sd = torch.load(sys.argv[1])
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+model.load_state_dict(sd, strict=True)
+assert all(torch.isfinite(p).all() for p in model.parameters())
+with open(sys.argv[2]) as f:
+    trace = json.load(f)
+print(sum(1 for e in trace["traceEvents"] if e.get("ph") == "X"))
+)");
+  auto py = run_program("/usr/bin/python3", {script, save, trace});
+  ASSERT_EQ(py.code, 0) << describe(py);
+  EXPECT_EQ(std::stoi(py.out), steps * stages * 2 * microbatches) << describe(py);
+}
+
+TEST(CliTrain, MisspelledScheduleExitsTwoAndSuggestsGPipe) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = actorpipe({"train", cfg, "--schedule", "gpip"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("did you mean 'gpipe'"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
+}
+
+TEST(CliTrain, BadStepsValueExitsTwo) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  for (const char* v : {"0", "-1", "two", "3x"}) {
+    auto r = actorpipe({"train", cfg, "--steps", v});
+    EXPECT_EQ(r.code, 2) << v << "\n" << describe(r);
+    EXPECT_NE(r.err.find("--steps"), std::string::npos) << describe(r);
+  }
+}
+
+TEST(CliCompare, PrintsOneRowPerSchedule) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = actorpipe({"compare", cfg, "--steps", "2"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  std::vector<std::string> names;
+  for (const auto& row : table_rows(r.out))
+    if (row[0] != "schedule") names.push_back(row[0]);
+  EXPECT_EQ(names, (std::vector<std::string>{"naive", "gpipe", "1f1b"})) << r.out;
+}
+
+TEST(CliCompare, UnknownScheduleInListExitsTwoBeforeAnyRun) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = actorpipe({"compare", cfg, "--schedules", "gpipe,1fb1"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("'1fb1'"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
+// -- init_from ------------------------------------------------------------------
+
+std::string init_config(const std::string& layers) {
+  return "model:\n  layers:\n" + layers + "  init_from: " + std::string(ACTORPIPE_TEST_DATA) +
+         "/state_dict_ordered.pt\n"
+         "data:\n  kind: synthetic\n  synthetic: {samples: 64}\n"
+         "train:\n  steps: 2\n  batch_size: 16\n"
+         "pipeline:\n  stages: 2\n  microbatches: 2\n";
+}
+
+TEST(CliInitFrom, PythonStateDictTrains) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "init.yaml", init_config(R"(    - {type: linear, in: 4, out: 3}
+    - {type: relu}
+    - {type: layernorm, dim: 3}
+    - {type: linear, in: 3, out: 2}
+)"));
+  const std::string save = (dir / "out.pt").string();
+  auto r = actorpipe({"train", cfg, "--save", save});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(fs::exists(save));
+}
+
+TEST(CliInitFrom, ShapeMismatchExitsTwoNamingKeyAndShape) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "init.yaml", init_config(R"(    - {type: linear, in: 4, out: 5}
+    - {type: relu}
+    - {type: layernorm, dim: 5}
+    - {type: linear, in: 5, out: 2}
+)"));
+  auto r = actorpipe({"train", cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  const std::string msg = first_line(r.err);
+  EXPECT_EQ(msg.rfind(cfg + ":", 0), 0u) << describe(r);
+  EXPECT_NE(msg.find("model.init_from: "), std::string::npos) << describe(r);
+  EXPECT_NE(msg.find("'0.weight'"), std::string::npos) << describe(r);
+  EXPECT_NE(msg.find("[3, 4]"), std::string::npos) << describe(r);
+  EXPECT_NE(msg.find("[5, 4]"), std::string::npos) << describe(r);
+}
+
+}  // namespace
+}  // namespace actorpipe
