@@ -26,6 +26,8 @@ struct driver_state {
   int eval_pending = 0;
   eval_result eval_total;
   bool finished = false;
+  int64_t round = 0;       // lock-step clock
+  int rounds_pending = 0;
 
   static inline const char* name = "driver";
 };
@@ -47,6 +49,16 @@ void finish(driver_ptr self, caf::error err = caf::error{}) {
   self->quit();
 }
 
+// Lock-step clock: every stage fires at most one op per round; what a
+// round sends is in the receivers' mailboxes before the next round starts
+// (it was enqueued before the round_done that closes the round).
+void start_round(driver_ptr self) {
+  auto& s = self->state;
+  ++s.round;
+  s.rounds_pending = static_cast<int>(s.setup.stages.size());
+  for (auto& st : s.setup.stages) self->send(st, round_atom::value, s.round);
+}
+
 void start_step(driver_ptr self) {
   auto& s = self->state;
   const auto& cfg = s.setup.cfg;
@@ -60,7 +72,8 @@ void start_step(driver_ptr self) {
   s.step_start = clock_type::now();
   for (size_t i = 0; i < mbs.size(); ++i)
     self->send(s.setup.stages.front(), fwd_atom::value,
-               activation_msg{{0, s.step, static_cast<int32_t>(i), 0}, mbs[i].x, mbs[i].y});
+               activation_msg{{0, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y});
+  if (cfg.pipeline.lockstep) start_round(self);
 }
 
 void start_eval(driver_ptr self) {
@@ -160,6 +173,11 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
       },
       [=](grads_atom, grads_report& r) { on_grads(self, r); },
       [=](applied_atom, int rank, int64_t step) { on_applied(self, step); },
+      [=](round_done_atom, int64_t round) {
+        auto& st = self->state;
+        if (round != st.round || --st.rounds_pending > 0) return;
+        if (st.reported < static_cast<int>(st.setup.stages.size())) start_round(self);
+      },
       [=](evaluated_atom, const eval_result& r) {
         auto& st = self->state;
         st.eval_total.correct += r.correct;

@@ -45,6 +45,9 @@ struct stage_state {
   double loss_sum = 0.0;
   stage_stats stats;
   bool tick_pending = false;
+  int64_t round = 0;                      // lock-step: the round being fired
+  std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
+  std::vector<gradient_msg> early_bwd;
 
   static inline const char* name = "stage";
 };
@@ -101,7 +104,7 @@ bool accept(stage_state& s, const msg_header& h, std::vector<char>& seen) {
 }
 
 void schedule_tick(stage_ptr self) {
-  if (self->state.tick_pending) return;
+  if (self->state.tick_pending || self->state.setup.lockstep) return;
   self->state.tick_pending = true;
   self->send(self, tick_atom::value);
 }
@@ -129,7 +132,7 @@ void fire_forward(stage_ptr self, int mb) {
     s.bwd_seen[mb] = 1;
   } else {
     e.output = out;
-    activation_msg down{{0, s.step, mb, 0}, out.detach(), msg.y};
+    activation_msg down{{0, s.step, mb, 0, s.round}, out.detach(), msg.y};
     if (s.setup.next_device != s.setup.device) down.x = down.x.to(torch::Device(s.setup.next_device));
     self->send(s.next, fwd_atom::value, std::move(down));
   }
@@ -150,7 +153,7 @@ void fire_backward(stage_ptr self, int mb) {
     torch::autograd::backward({e.output}, {s.grads_in[mb]});
   s.grads_in[mb] = at::Tensor();
   if (!s.first) {
-    gradient_msg up{{0, s.step, mb, 0}, e.input.grad()};
+    gradient_msg up{{0, s.step, mb, 0, s.round}, e.input.grad()};
     if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
     self->send(s.prev, bwd_atom::value, std::move(up));
   }
@@ -174,14 +177,14 @@ void report_grads(stage_ptr self) {
   self->send(s.driver, grads_atom::value, std::move(r));
 }
 
-void on_tick(stage_ptr self) {
+// Fires the policy's choice, if any. Returns whether an op ran.
+bool fire_one(stage_ptr self) {
   auto& s = self->state;
-  s.tick_pending = false;
-  if (s.step < 0) return;
+  if (s.step < 0 || s.bwd_done == s.setup.microbatches) return false;
   stage_view v{s.setup.rank, s.setup.stages, s.setup.microbatches, s.fwd_done,
                s.bwd_done, &s.fwd_ready, &s.bwd_ready};
   auto op = s.pol->next(v);
-  if (!op) return;
+  if (!op) return false;
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
@@ -197,10 +200,13 @@ void on_tick(stage_ptr self) {
   int64_t end_ns = now_ns(s);
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
-  if (s.bwd_done == s.setup.microbatches)
-    report_grads(self);
-  else
-    schedule_tick(self);
+  if (s.bwd_done == s.setup.microbatches) report_grads(self);
+  return true;
+}
+
+void on_tick(stage_ptr self) {
+  self->state.tick_pending = false;
+  if (fire_one(self)) schedule_tick(self);
 }
 
 void apply_update(stage_ptr self, const apply_msg& m) {
@@ -235,6 +241,22 @@ void evaluate(stage_ptr self, eval_msg m) {
   self->send(s.driver, evaluated_atom::value, r);
 }
 
+void on_activation(stage_ptr self, activation_msg& m) {
+  auto& s = self->state;
+  if (!accept(s, m.h, s.fwd_seen)) return;
+  s.fwd_ready.insert(m.h.mb);
+  s.inputs[m.h.mb] = std::move(m);
+  schedule_tick(self);
+}
+
+void on_gradient(stage_ptr self, gradient_msg& m) {
+  auto& s = self->state;
+  if (!accept(s, m.h, s.bwd_seen)) return;
+  s.bwd_ready.insert(m.h.mb);
+  s.grads_in[m.h.mb] = std::move(m.g);
+  schedule_tick(self);
+}
+
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
@@ -261,20 +283,32 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         st.driver = std::move(driver);
       },
       [=](fwd_atom, activation_msg& m) {
-        auto& st = self->state;
-        if (!accept(st, m.h, st.fwd_seen)) return;
-        st.fwd_ready.insert(m.h.mb);
-        st.inputs[m.h.mb] = std::move(m);
-        schedule_tick(self);
+        if (self->state.setup.lockstep && m.h.round >= self->state.round)
+          self->state.early_fwd.push_back(std::move(m));
+        else
+          on_activation(self, m);
       },
       [=](bwd_atom, gradient_msg& m) {
-        auto& st = self->state;
-        if (!accept(st, m.h, st.bwd_seen)) return;
-        st.bwd_ready.insert(m.h.mb);
-        st.grads_in[m.h.mb] = std::move(m.g);
-        schedule_tick(self);
+        if (self->state.setup.lockstep && m.h.round >= self->state.round)
+          self->state.early_bwd.push_back(std::move(m));
+        else
+          on_gradient(self, m);
       },
       [=](tick_atom) { on_tick(self); },
+      [=](round_atom, int64_t round) {
+        auto& st = self->state;
+        st.round = round;
+        // What a neighbour sent in an earlier round is visible now; what it
+        // sent in this round (it may already have fired) waits for the next.
+        auto fwd = std::move(st.early_fwd);
+        auto bwd = std::move(st.early_bwd);
+        st.early_fwd.clear();
+        st.early_bwd.clear();
+        for (auto& m : fwd) (m.h.round < round ? on_activation(self, m) : st.early_fwd.push_back(std::move(m)));
+        for (auto& m : bwd) (m.h.round < round ? on_gradient(self, m) : st.early_bwd.push_back(std::move(m)));
+        fire_one(self);
+        self->send(self->state.driver, round_done_atom::value, round);
+      },
       [=](apply_atom, const apply_msg& m) {
         apply_update(self, m);
         self->send(self->state.driver, applied_atom::value, self->state.setup.rank, m.step);

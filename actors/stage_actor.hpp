@@ -8,6 +8,8 @@
 //            the step's last B sends grads_report to the driver;
 //            apply clips and steps the optimizer; eval runs a no-grad F;
 //            weights hands CPU copies of the parameters to the asker.
+//   lockstep: no self-ticks; each round message fires at most one op and
+//            is answered with round_done.
 #include <caf/fwd.hpp>
 
 #include <chrono>
@@ -30,6 +32,7 @@ struct stage_setup {
   std::string next_device = "cpu";  ///< where activations for the next stage go
   int intra_op_threads = 1;
   double pace_ms = 0.0;
+  bool lockstep = false;  ///< fire only on the driver's round messages
   uint64_t seed = 0;
   std::string schedule = "1f1b";
   optimizer_config optimizer;

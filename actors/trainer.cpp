@@ -45,6 +45,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
     st.next_device = cfg.pipeline.devices[r + 1 < stages ? r + 1 : r];
     st.intra_op_threads = threads;
     st.pace_ms = cfg.pipeline.pace_ms;
+    st.lockstep = cfg.pipeline.lockstep;
     st.seed = cfg.train.seed;
     st.schedule = cfg.pipeline.schedule;
     st.optimizer = cfg.train.optimizer;

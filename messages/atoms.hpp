@@ -12,6 +12,9 @@ using fwd_atom = caf::atom_constant<caf::atom("fwd")>;
 using bwd_atom = caf::atom_constant<caf::atom("bwd")>;
 /// stage -> itself: fire the next ready op after the mailbox drained.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// lock-step clock (driver) -> stage: fire at most one op; and the reply.
+using round_atom = caf::atom_constant<caf::atom("round")>;
+using round_done_atom = caf::atom_constant<caf::atom("roundDone")>;
 /// stage -> driver: every backward of the step is done.
 using grads_atom = caf::atom_constant<caf::atom("grads")>;
 /// driver -> stage: clip and take the optimizer step.

@@ -19,6 +19,7 @@ struct msg_header {
   int64_t step = 0;
   int32_t mb = 0;
   int32_t chunk = 0;
+  int64_t round = 0;  ///< lock-step test device: the sender's round
 };
 
 /// Input of F(step, mb): the activation (or the microbatch for stage 0) and

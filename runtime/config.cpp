@@ -557,7 +557,7 @@ void reader::read_pipeline(const entry* e) {
   auto& p = cfg_.pipeline;
   const section s = read_map(e ? e->value : Node(), "pipeline",
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                              "pace_ms"});
+                              "pace_ms", "lockstep"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
 
   const int layers = static_cast<int>(cfg_.model.layers.size());
@@ -596,6 +596,7 @@ void reader::read_pipeline(const entry* e) {
   if (read_small_int(s, "intra_op_threads", p.intra_op_threads))
     at_least("pipeline.intra_op_threads", p.intra_op_threads, 0);
   if (read_number(s, "pace_ms", p.pace_ms)) non_negative("pipeline.pace_ms", p.pace_ms);
+  read_bool(s, "lockstep", p.lockstep);
 }
 
 void reader::read_partition(const entry& e) {

@@ -89,9 +89,14 @@ struct pipeline_config {
   /// One device per stage after loading: "cpu" or "cuda:N".
   std::vector<std::string> devices;
   int intra_op_threads = 0;  ///< per stage; 0 = cores / stages, at least 1
-  /// Deterministic test device: every op is padded to this wall time, so
-  /// the emergent order is the uniform-cost order. 0 = off.
+  /// Every op is padded to at least this wall time (a stand-in for a
+  /// slower device). 0 = off.
   double pace_ms = 0.0;
+  /// Deterministic test device: stages fire in lock-step rounds of one op
+  /// each on a virtual clock, messages of round t visible in round t + 1,
+  /// so the emergent order is the uniform-cost order whatever the machine's
+  /// load.
+  bool lockstep = false;
 };
 
 struct config {
