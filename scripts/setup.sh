@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Shared by scripts/demo and scripts/test: install what is missing (Debian,
+# as root or with sudo), then configure and build in Release.
+# Usage: source scripts/setup.sh; build_targets [TARGET...]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${ACTORPIPE_BUILD_DIR:-$ROOT/build}"
+PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+          libcaf-dev libtorch-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
+          zlib1g-dev python3-torch python3-sklearn)
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return; fi
+  echo "==> installing: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The digits set ships with python3-sklearn; the default app reads it from data/.
+fetch_digits() {
+  local src=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+  mkdir -p "$ROOT/data"
+  if [ ! -f "$ROOT/data/digits.csv.gz" ]; then cp "$src" "$ROOT/data/digits.csv.gz"; fi
+}
+
+build_targets() {
+  local launcher=()
+  if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >/dev/null
+  # LibTorch headers need about 1 GiB per compiler; two jobs fit small machines.
+  local jobs="${ACTORPIPE_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+  if [ $# -eq 0 ]; then
+    cmake --build "$BUILD_DIR" -j "$jobs"
+  else
+    cmake --build "$BUILD_DIR" -j "$jobs" --target "$@"
+  fi
+}
+
+install_missing
+fetch_digits
