@@ -232,7 +232,7 @@ TEST(LoadDataset, SyntheticExplicitFeaturesMustMatchTheModel) {
   auto cfg = make_config(6, 4);
   cfg.data.features = 5;
   const std::string msg = load_error(cfg);
-  EXPECT_TRUE(contains(msg, "data.features")) << msg;
+  EXPECT_TRUE(contains(msg, "data.synthetic.features")) << msg;
   EXPECT_TRUE(contains(msg, "5 features but model.layers[0] expects 6")) << msg;
 }
 
