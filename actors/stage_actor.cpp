@@ -109,7 +109,15 @@ void schedule_tick(stage_ptr self) {
   self->send(self, tick_atom::value);
 }
 
-void fire_forward(stage_ptr self, int mb) {
+// pace_ms: the op's results leave the stage only once its padded time is
+// over, as they would from a slower device.
+void pad(const stage_state& s, clock_type::time_point start) {
+  if (s.setup.pace_ms > 0)
+    std::this_thread::sleep_until(
+        start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
+}
+
+void fire_forward(stage_ptr self, int mb, clock_type::time_point start) {
   auto& s = self->state;
   auto msg = std::move(s.inputs[mb]);
   at::Tensor x = msg.x;
@@ -134,6 +142,7 @@ void fire_forward(stage_ptr self, int mb) {
     e.output = out;
     activation_msg down{{0, s.step, mb, 0, s.round}, out.detach(), msg.y};
     if (s.setup.next_device != s.setup.device) down.x = down.x.to(torch::Device(s.setup.next_device));
+    pad(s, start);
     self->send(s.next, fwd_atom::value, std::move(down));
   }
   s.stash[mb] = std::move(e);
@@ -144,7 +153,7 @@ void fire_forward(stage_ptr self, int mb) {
   ++s.fwd_done;
 }
 
-void fire_backward(stage_ptr self, int mb) {
+void fire_backward(stage_ptr self, int mb, clock_type::time_point start) {
   auto& s = self->state;
   auto e = std::move(s.stash[mb]);
   if (s.last)
@@ -155,6 +164,7 @@ void fire_backward(stage_ptr self, int mb) {
   if (!s.first) {
     gradient_msg up{{0, s.step, mb, 0, s.round}, e.input.grad()};
     if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
+    pad(s, start);
     self->send(s.prev, bwd_atom::value, std::move(up));
   }
   --s.stashed;
@@ -189,14 +199,12 @@ bool fire_one(stage_ptr self) {
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
     s.fwd_ready.erase(op->mb);
-    fire_forward(self, op->mb);
+    fire_forward(self, op->mb, start);
   } else {
     s.bwd_ready.erase(op->mb);
-    fire_backward(self, op->mb);
+    fire_backward(self, op->mb, start);
   }
-  if (s.setup.pace_ms > 0)
-    std::this_thread::sleep_until(start + std::chrono::microseconds(
-                                              static_cast<int64_t>(s.setup.pace_ms * 1000)));
+  pad(s, start);  // ops that send nothing
   int64_t end_ns = now_ns(s);
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
