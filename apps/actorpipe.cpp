@@ -2,6 +2,8 @@
 // lives in runtime/ and actors/.
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -107,7 +109,7 @@ args parse(int argc, char** argv, int first, const std::vector<std::string>& val
 int64_t parse_count(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1)
+  if (v.empty() || *end != '\0' || n < 1 || n > INT_MAX)
     throw usage_error(flag + " expects a positive integer, got '" + v + "'");
   return n;
 }
@@ -248,6 +250,7 @@ int cmd_bubble(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach pipes and logs at once
   std::string cmd = argc > 1 ? argv[1] : "";
   try {
     if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
