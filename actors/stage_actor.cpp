@@ -265,6 +265,19 @@ void on_gradient(stage_ptr self, gradient_msg& m) {
   schedule_tick(self);
 }
 
+// Lock-step: hands over what was sent before `round`, keeps the rest.
+template <class Msg, class Handler>
+void release(std::vector<Msg>& held, int64_t round, Handler handle) {
+  std::vector<Msg> keep;
+  for (auto& m : held) {
+    if (m.h.round < round)
+      handle(m);
+    else
+      keep.push_back(std::move(m));
+  }
+  held = std::move(keep);
+}
+
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
@@ -308,12 +321,8 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         st.round = round;
         // What a neighbour sent in an earlier round is visible now; what it
         // sent in this round (it may already have fired) waits for the next.
-        auto fwd = std::move(st.early_fwd);
-        auto bwd = std::move(st.early_bwd);
-        st.early_fwd.clear();
-        st.early_bwd.clear();
-        for (auto& m : fwd) (m.h.round < round ? on_activation(self, m) : st.early_fwd.push_back(std::move(m)));
-        for (auto& m : bwd) (m.h.round < round ? on_gradient(self, m) : st.early_bwd.push_back(std::move(m)));
+        release(st.early_fwd, round, [=](activation_msg& m) { on_activation(self, m); });
+        release(st.early_bwd, round, [=](gradient_msg& m) { on_gradient(self, m); });
         fire_one(self);
         self->send(self->state.driver, round_done_atom::value, round);
       },
