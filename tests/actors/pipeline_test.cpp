@@ -11,101 +11,10 @@
 #include "runtime/canonical.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {
 namespace {
-
-/// A small model with one linear per stage at S = 4, synthetic data.
-config small_config(const std::string& schedule, int stages, int microbatches,
-                    bool dropout = false) {
-  config c;
-  c.path = "test.yaml";
-  auto lin = [](int64_t in, int64_t out) {
-    layer_spec s;
-    s.type = "linear";
-    s.in = in;
-    s.out = out;
-    return s;
-  };
-  auto act = [](const char* t, double p = 0.0) {
-    layer_spec s;
-    s.type = t;
-    s.p = p;
-    return s;
-  };
-  c.model.layers = {lin(16, 32), act("relu"), lin(32, 32), act("tanh")};
-  if (dropout) c.model.layers.push_back(act("dropout", 0.25));
-  c.model.layers.push_back(lin(32, 32));
-  c.model.layers.push_back(act("gelu"));
-  c.model.layers.push_back(lin(32, 4));
-  c.data.kind = "synthetic";
-  c.data.samples = 256;
-  c.data.features = 16;
-  c.data.classes = 4;
-  c.data.test_fraction = 0.25;
-  c.train.steps = 5;
-  c.train.batch_size = 32;
-  c.train.optimizer.type = "adam";
-  c.train.optimizer.lr = 0.01;
-  c.train.lr_schedule.type = "step";
-  c.train.lr_schedule.step_size = 2;
-  c.train.lr_schedule.gamma = 0.5;
-  c.train.clip_grad_norm = 0.05;  // small enough that every step clips
-  c.train.seed = 7;
-  c.pipeline.stages = stages;
-  c.pipeline.schedule = schedule;
-  c.pipeline.microbatches = schedule == "naive" ? 1 : microbatches;
-  c.pipeline.devices.assign(stages, "cpu");
-  c.pipeline.intra_op_threads = 1;
-  return c;
-}
-
-/// The plain single-module loop: same init, same batches, gradient
-/// accumulation over the same torch.chunk microbatches, torch's own
-/// clip_grad_norm_, Adam and StepLR arithmetic.
-std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms) {
-  auto layers = build_layers(c);  // the seeded initial weights only
-  torch::nn::Sequential net;
-  for (const auto& l : layers) {
-    const auto& s = l.spec();
-    if (s.type == "linear") {
-      torch::nn::Linear m(s.in, s.out);
-      torch::NoGradGuard g;
-      for (auto& [name, t] : l.parameters()) m->named_parameters()[name].copy_(t);
-      net->push_back(m);
-    } else if (s.type == "relu") {
-      net->push_back(torch::nn::ReLU());
-    } else if (s.type == "tanh") {
-      net->push_back(torch::nn::Tanh());
-    } else if (s.type == "gelu") {
-      net->push_back(torch::nn::GELU());
-    } else {
-      ADD_FAILURE() << "reference loop has no " << s.type;
-    }
-  }
-  auto data = load_dataset(c);
-  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
-  double lr = c.train.optimizer.lr;
-  for (int64_t step = 0; step < c.train.steps; ++step) {
-    if (step > 0 && step % c.train.lr_schedule.step_size == 0) lr *= c.train.lr_schedule.gamma;
-    for (auto& g : opt.param_groups()) g.options().set_lr(lr);
-    opt.zero_grad();
-    auto b = batch_for_step(data, c, step);
-    int m = c.pipeline.microbatches;
-    auto xs = b.x.chunk(m);
-    auto ys = b.y.chunk(m);
-    for (size_t i = 0; i < xs.size(); ++i) {
-      auto loss = torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]) *
-                  (static_cast<double>(xs[i].size(0)) / static_cast<double>(b.x.size(0)));
-      loss.backward();
-    }
-    norms->push_back(torch::nn::utils::clip_grad_norm_(net->parameters(), c.train.clip_grad_norm));
-    opt.step();
-  }
-  std::map<std::string, at::Tensor> out;
-  for (auto& p : net->named_parameters()) out[p.key()] = p.value().detach().clone();
-  return out;
-}
 
 using case_t = std::tuple<std::string, int, int>;
 
