@@ -1,5 +1,6 @@
 // Data sets, the train/test split and per-step batch slicing.
 #include "runtime/data.hpp"
+#include "runtime/seed.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -175,14 +176,6 @@ table make_synthetic(const config& cfg) {
   return t;
 }
 
-/// splitmix64: decorrelates (seed, epoch) pairs that differ in one bit.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 dataset load_dataset(const config& cfg) {
@@ -273,7 +266,7 @@ batch batch_for_step(const dataset& data, const config& cfg, int64_t step) {
   if (!cfg.data.shuffle) return {data.train_x.slice(0, begin, begin + bs), data.train_y.slice(0, begin, begin + bs)};
 
   // A pure function of (seed, epoch): replays and restarts see the same rows.
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix(cfg.train.seed ^ mix(static_cast<uint64_t>(epoch))));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(derive_seed(cfg.train.seed, {static_cast<uint64_t>(epoch)}));
   const at::Tensor perm = at::randperm(rows, gen, at::kLong);
   const at::Tensor idx = perm.slice(0, begin, begin + bs);
   return {data.train_x.index_select(0, idx), data.train_y.index_select(0, idx)};

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/seed.hpp"
 #include "runtime/state_dict.hpp"
 
 namespace actorpipe {
@@ -26,18 +27,6 @@ layer::~layer() = default;
 layer::layer(layer&&) noexcept = default;
 layer& layer::operator=(layer&&) noexcept = default;
 
-namespace {
-
-// splitmix64: a well-mixed seed from (seed, step, mb, layer).
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx) const {
   const auto& t = spec_.type;
   if (t == "linear") return impl_->linear->forward(x);
@@ -47,9 +36,8 @@ at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx) const {
   if (t == "layernorm") return impl_->norm->forward(x);
   if (t == "dropout") {
     if (!ctx.training || spec_.p == 0.0) return x;
-    uint64_t s = mix(mix(mix(mix(ctx.seed) ^ static_cast<uint64_t>(ctx.step)) ^
-                         static_cast<uint64_t>(ctx.mb)) ^
-                     static_cast<uint64_t>(index_));
+    uint64_t s = derive_seed(ctx.seed, {static_cast<uint64_t>(ctx.step),
+                                        static_cast<uint64_t>(ctx.mb), static_cast<uint64_t>(index_)});
     auto gen = at::make_generator<at::CPUGeneratorImpl>(s);
     auto keep = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()))
                     .bernoulli_(1.0 - spec_.p, gen);

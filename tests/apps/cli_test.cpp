@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/test_util.hpp"
 #include "tests/runtime/bad_configs.hpp"
 
 extern char** environ;
@@ -29,22 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh directory per test.
-fs::path test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-  for (auto& c : name)
-    if (c == '/') c = '_';
-  fs::path dir = fs::path(::testing::TempDir()) / ("actorpipe_cli_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing_util::write;
 
-std::string write(const fs::path& file, const std::string& text) {
-  std::ofstream(file) << text;
-  return file.string();
-}
+fs::path test_dir() { return testing_util::test_dir("actorpipe_cli_test"); }
 
 std::string slurp(const fs::path& file) {
   std::ifstream f(file, std::ios::binary);

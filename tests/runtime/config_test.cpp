@@ -1,5 +1,6 @@
 // runtime/config: good configs load with the right values; every bad config
 // fails with one exact FILE:LINE:COL: KEY: message line.
+#include "tests/test_util.hpp"
 #include "runtime/config.hpp"
 
 #include <gtest/gtest.h>
@@ -17,23 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh directory per test, so relative paths and missing files are ours.
-fs::path test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
-  for (auto& c : name)
-    if (c == '/') c = '_';
-  fs::path dir = fs::path(::testing::TempDir()) / ("actorpipe_config_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing_util::write;
 
-std::string write(const fs::path& file, const std::string& text) {
-  fs::create_directories(file.parent_path());
-  std::ofstream(file) << text;
-  return file.string();
-}
+fs::path test_dir() { return testing_util::test_dir("actorpipe_config_test"); }
 
 /// Loads `yaml` and returns what() of the config_error it must throw.
 std::string load_error(const std::string& file, const load_env& env = {}) {

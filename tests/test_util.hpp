@@ -1,0 +1,32 @@
+#pragma once
+// Helpers shared by the test files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace actorpipe::testing_util {
+
+namespace fs = std::filesystem;
+
+/// A fresh, empty directory per test, named after it.
+inline fs::path test_dir(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  for (auto& c : name)
+    if (c == '/') c = '_';
+  fs::path dir = fs::path(::testing::TempDir()) / (prefix + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// Writes `text` to `file` (creating its directory); returns the path.
+inline std::string write(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << text;
+  return file.string();
+}
+
+}  // namespace actorpipe::testing_util
