@@ -278,6 +278,9 @@ void release(std::vector<Msg>& held, int64_t round, Handler handle) {
   held = std::move(keep);
 }
 
+caf::behavior running(stage_ptr self);
+
+/// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
@@ -302,7 +305,13 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         st.prev = std::move(prev);
         st.next = std::move(next);
         st.driver = std::move(driver);
+        self->become(running(self));
       },
+  };
+}
+
+caf::behavior running(stage_ptr self) {
+  return {
       [=](fwd_atom, activation_msg& m) {
         if (self->state.setup.lockstep && m.h.round >= self->state.round)
           self->state.early_fwd.push_back(std::move(m));

@@ -2,7 +2,7 @@
 // A pipeline stage: owns its layers, its optimizer and its stashed
 // activations, and fires ready ops under its policy.
 //
-//   spawned --(wire: prev, next, driver)--> running
+//   wiring --(wire: prev, next, driver)--> running
 //   running: fwd/bwd messages fill the ready set; a tick fires one op chosen
 //            by the policy, then ticks again after the mailbox drained;
 //            the step's last B sends grads_report to the driver;
