@@ -6,7 +6,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -15,7 +17,10 @@
 #include "actors/trainer.hpp"
 #include "runtime/canonical.hpp"
 #include "runtime/config.hpp"
+#include "runtime/policies/fixed_order.hpp"
 #include "runtime/report.hpp"
+#include "runtime/schedule_csv.hpp"
+#include "runtime/simulator.hpp"
 #include "runtime/state_dict.hpp"
 
 namespace {
@@ -25,6 +30,7 @@ using namespace actorpipe;
 constexpr int exit_ok = 0;
 constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
+constexpr int exit_stuck = 3;
 
 const char* main_help =
     "usage: actorpipe COMMAND [ARGS]\n"
@@ -36,6 +42,7 @@ const char* main_help =
     "  train CONFIG     train the model a YAML config describes\n"
     "  compare CONFIG   train it under naive, gpipe and 1f1b; print one table\n"
     "  bubble           print the analytic pipeline-bubble table\n"
+    "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
     "\n"
     "Run 'actorpipe COMMAND --help' for a command's options.\n";
 
@@ -69,6 +76,27 @@ const char* bubble_help =
     "\n"
     "Prints the analytic bubble (idle fraction) of each schedule for the\n"
     "reference (S, M) cases, or for one given pair.\n";
+
+const char* simulate_help =
+    "usage: actorpipe simulate [CONFIG] [options]\n"
+    "\n"
+    "Discrete-event simulation of one step under the same policy objects the\n"
+    "stage actors use. Stages, microbatches and schedule come from CONFIG when\n"
+    "given; the options override them.\n"
+    "\n"
+    "options:\n"
+    "  --stages S          pipeline stages (default 4)\n"
+    "  --microbatches M    microbatches per step (default 8)\n"
+    "  --schedule NAME     naive | gpipe | 1f1b (default 1f1b)\n"
+    "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
+    "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
+    "  --svg PATH          write the timeline as SVG\n"
+    "  --export PATH       write the emergent order as PyTorch pipelining CSV\n"
+    "  --import PATH       run the order in a CSV file instead of a schedule\n"
+    "  -h, --help          this help\n"
+    "\n"
+    "exit codes: 0 done, 2 bad arguments, 3 the schedule deadlocks (the op grid\n"
+    "is printed with the stuck stages marked)\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -247,6 +275,101 @@ int cmd_bubble(int argc, char** argv) {
   return exit_ok;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw usage_error("cannot read " + path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+int cmd_simulate(int argc, char** argv) {
+  auto a = parse(argc, argv, 2,
+                 {"--stages", "--microbatches", "--schedule", "--cost", "--stage-factors", "--svg",
+                  "--export", "--import"},
+                 {});
+  if (a.has("--help")) {
+    std::fputs(simulate_help, stdout);
+    return exit_ok;
+  }
+  if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
+  int stages = 4, microbatches = 8;
+  std::string schedule = "1f1b";
+  if (!a.positional.empty()) {
+    auto cfg = load(a.positional[0]);
+    stages = cfg.pipeline.stages;
+    microbatches = cfg.pipeline.microbatches;
+    schedule = cfg.pipeline.schedule;
+  }
+  if (a.has("--stages")) stages = static_cast<int>(parse_count("--stages", a.options["--stages"]));
+  if (a.has("--microbatches"))
+    microbatches = static_cast<int>(parse_count("--microbatches", a.options["--microbatches"]));
+  if (a.has("--schedule")) {
+    config probe;
+    set_schedule(probe, a.options["--schedule"]);
+    schedule = a.options["--schedule"];
+  }
+  if (schedule == "naive") microbatches = 1;
+  cost_model cost;
+  try {
+    if (a.has("--cost")) cost = parse_cost(a.options["--cost"]);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  if (a.has("--stage-factors")) {
+    std::stringstream ss(a.options["--stage-factors"]);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0' || !(v > 0))
+        throw usage_error("--stage-factors expects positive numbers, got '" + item + "'");
+      cost.stage_factor.push_back(v);
+    }
+    if (static_cast<int>(cost.stage_factor.size()) != stages)
+      throw usage_error("--stage-factors has " + std::to_string(cost.stage_factor.size()) +
+                        " values for " + std::to_string(stages) + " stages");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  sim_result r;
+  if (a.has("--import")) {
+    std::vector<std::vector<op_id>> order;
+    try {
+      order = parse_schedule_csv(read_file(a.options["--import"]), stages, microbatches,
+                                 a.options["--import"]);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
+    r = simulate(fixed_order_policy(std::move(order)), stages, microbatches, cost);
+  } else {
+    r = simulate(schedule, stages, microbatches, cost);
+  }
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.deadlock) {
+    std::fputs(r.diagnosis.c_str(), stderr);
+    return exit_stuck;
+  }
+  std::fputs(format_simulation(r, cost).c_str(), stdout);
+  size_t ops = 0;
+  for (const auto& lane : r.timeline) ops += lane.size();
+  std::printf("simulated %zu ops in %.3f s\n", ops, wall);
+  if (a.has("--svg")) {
+    write_file(a.options["--svg"], simulation_svg(r));
+    std::printf("timeline written to %s\n", a.options["--svg"].c_str());
+  }
+  if (a.has("--export")) {
+    write_file(a.options["--export"], to_schedule_csv(r.order(), stages));
+    std::printf("order written to %s\n", a.options["--export"].c_str());
+  }
+  return exit_ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,7 +383,8 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmd_train(argc, argv);
     if (cmd == "compare") return cmd_compare(argc, argv);
     if (cmd == "bubble") return cmd_bubble(argc, argv);
-    throw usage_error("unknown command '" + cmd + "' (train | compare | bubble; see --help)");
+    if (cmd == "simulate") return cmd_simulate(argc, argv);
+    throw usage_error("unknown command '" + cmd + "' (train | compare | bubble | simulate; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

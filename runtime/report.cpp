@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/canonical.hpp"
+#include "runtime/timeline_svg.hpp"
 
 namespace actorpipe {
 
@@ -113,6 +114,36 @@ std::string chrome_trace_json(const train_result& run) {
       }
   os << "\n]}\n";
   return os.str();
+}
+
+std::string format_simulation(const sim_result& r, const cost_model& cost) {
+  std::ostringstream os;
+  double work = 0.0;
+  for (double b : r.busy) work += b;
+  os << "schedule " << r.schedule << "  stages " << r.stages << "  microbatches " << r.microbatches
+     << "  cost F=" << cost.f << " B=" << cost.b << " W=" << cost.w << " comm=" << cost.comm << "\n";
+  os << "makespan " << fmt("%.3f", r.makespan) << "  (busiest stage " << fmt("%.3f", *std::max_element(r.busy.begin(), r.busy.end()))
+     << ")\n";
+  os << "bubble   simulated " << fmt("%.4f", r.bubble()) << "   analytic " << fmt("%.4f", analytic_bubble(r.schedule == "naive" ? "naive" : "gpipe", r.stages, r.microbatches))
+     << "  ((S-1)/(M+S-1): idle / total, equal stages, no comm)\n";
+  std::vector<std::vector<std::string>> rows = {{"stage", "busy", "bubble", "peak stash"}};
+  for (int s = 0; s < r.stages; ++s)
+    rows.push_back({std::to_string(s), fmt("%.3f", r.busy[s]), fmt("%.4f", r.stage_bubble(s)),
+                    std::to_string(r.peak_stash[s])});
+  os << box(rows);
+  return os.str();
+}
+
+std::string simulation_svg(const sim_result& r) {
+  std::vector<timeline_lane> lanes(r.stages);
+  for (int s = 0; s < r.stages; ++s) {
+    lanes[s].name = "stage " + std::to_string(s);
+    for (const auto& o : r.timeline[s]) lanes[s].blocks.push_back({o.op, o.start, o.end});
+  }
+  return timeline_svg("simulated " + r.schedule + ", S=" + std::to_string(r.stages) + ", M=" +
+                          std::to_string(r.microbatches) + ": makespan " + fmt("%.2f", r.makespan) +
+                          ", bubble " + fmt("%.3f", r.bubble()),
+                      lanes, r.makespan, "cost units");
 }
 
 }  // namespace actorpipe

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/metrics.hpp"
+#include "runtime/simulator.hpp"
 
 namespace actorpipe {
 
@@ -21,6 +22,13 @@ std::vector<std::pair<int, int>> reference_bubble_cases();
 /// Chrome-trace JSON (Perfetto and chrome://tracing open it): one track per
 /// stage, one complete event per fired op, the step and microbatch in args.
 std::string chrome_trace_json(const train_result& run);
+
+/// The simulator's summary: makespan, simulated and analytic bubble, and
+/// per stage busy time, bubble and peak stash.
+std::string format_simulation(const sim_result& r, const cost_model& cost);
+
+/// The simulated step as an SVG timeline.
+std::string simulation_svg(const sim_result& r);
 
 /// "12.3 KiB" style.
 std::string human_bytes(int64_t bytes);

@@ -1,0 +1,217 @@
+#include "runtime/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <sstream>
+#include <stdexcept>
+
+namespace actorpipe {
+
+cost_model parse_cost(const std::string& text) {
+  cost_model c;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--cost: expected NAME=VALUE, got '" + item + "'");
+    auto name = item.substr(0, eq);
+    auto value = item.substr(eq + 1);
+    char* end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
+      throw std::invalid_argument("--cost: " + name + " needs a non-negative number, got '" +
+                                  value + "'");
+    if (name == "F")
+      c.f = v;
+    else if (name == "B")
+      c.b = v;
+    else if (name == "W")
+      c.w = v;
+    else if (name == "comm")
+      c.comm = v;
+    else
+      throw std::invalid_argument("--cost: unknown cost '" + name + "' (F, B, W, comm)");
+  }
+  return c;
+}
+
+double sim_result::stage_bubble(int r) const {
+  return makespan > 0 ? 1.0 - busy[r] / makespan : 0.0;
+}
+
+double sim_result::bubble() const {
+  if (makespan <= 0 || busy.empty()) return 0.0;
+  double total = 0.0;
+  for (double b : busy) total += b;
+  return 1.0 - total / (makespan * static_cast<double>(busy.size()));
+}
+
+std::vector<std::vector<op_id>> sim_result::order() const {
+  std::vector<std::vector<op_id>> out(timeline.size());
+  for (size_t r = 0; r < timeline.size(); ++r)
+    for (const auto& o : timeline[r]) out[r].push_back(o.op);
+  return out;
+}
+
+namespace {
+
+struct sim_stage {
+  mb_set fwd_ready, bwd_ready;
+  std::vector<char> fwd_fired, bwd_fired;
+  int fwd_done = 0;
+  int bwd_done = 0;
+  bool busy = false;
+};
+
+enum class ev_kind : uint8_t { arrive_f, arrive_b, op_end };
+
+struct event {
+  double time;
+  uint64_t seq;  // ties resolve in creation order: deterministic
+  ev_kind kind;
+  int stage;
+  op_id op;
+};
+
+struct later {
+  bool operator()(const event& a, const event& b) const {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+
+// The per-stage op grid of a stuck step: what each stage fired, what is
+// ready but refused, and what each pending op waits for.
+std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int m) {
+  std::ostringstream os;
+  os << "deadlock: no op can fire and the step is not done\n";
+  for (size_t s = 0; s < st.size(); ++s) {
+    bool done = st[s].bwd_done == m;
+    os << (done ? "   " : ">> ") << "stage " << s << ": fired [";
+    std::vector<op_id> fired;
+    for (const auto& o : r.timeline[s]) fired.push_back(o.op);
+    os << to_string(fired) << "]";
+    if (!done) {
+      std::vector<std::string> ready, waits;
+      for (int i = 0; i < m; ++i) {
+        if (st[s].fwd_ready.contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, 0}));
+        if (st[s].bwd_ready.contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, 0}));
+      }
+      int next_f = -1, next_b = -1;
+      for (int i = 0; i < m && next_f < 0; ++i)
+        if (!st[s].fwd_fired[i] && !st[s].fwd_ready.contains(i)) next_f = i;
+      for (int i = 0; i < m && next_b < 0; ++i)
+        if (!st[s].bwd_fired[i] && !st[s].bwd_ready.contains(i)) next_b = i;
+      if (next_f >= 0) waits.push_back("F" + std::to_string(next_f) + " waits for its input from stage " + std::to_string(s - 1));
+      if (next_b >= 0)
+        waits.push_back("B" + std::to_string(next_b) +
+                        (s + 1 == st.size() ? " waits for its own F" + std::to_string(next_b)
+                                            : " waits for its gradient from stage " + std::to_string(s + 1)));
+      os << "  ready, not chosen: [";
+      for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
+      os << "]";
+      for (const auto& w : waits) os << "; " << w;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost) {
+  if (stages < 1 || microbatches < 1)
+    throw std::invalid_argument("simulate: stages and microbatches must be at least 1");
+  const int s_count = stages;
+  const int m = microbatches;
+  sim_result res;
+  res.stages = s_count;
+  res.microbatches = m;
+  res.schedule = pol.name();
+  res.timeline.assign(s_count, {});
+  res.busy.assign(s_count, 0.0);
+  res.peak_stash.assign(s_count, 0);
+
+  std::vector<sim_stage> st(s_count);
+  for (auto& s : st) {
+    s.fwd_ready.reset(m);
+    s.bwd_ready.reset(m);
+    s.fwd_fired.assign(m, 0);
+    s.bwd_fired.assign(m, 0);
+  }
+  for (int i = 0; i < m; ++i) st[0].fwd_ready.insert(i);
+  auto factor = [&](int r) {
+    return r < static_cast<int>(cost.stage_factor.size()) ? cost.stage_factor[r] : 1.0;
+  };
+
+  std::priority_queue<event, std::vector<event>, later> q;
+  uint64_t seq = 0;
+  double now = 0.0;
+  int done_stages = 0;
+  auto decide = [&](int r) {
+    auto& s = st[r];
+    if (s.busy) return;
+    stage_view v{r, s_count, m, s.fwd_done, s.bwd_done, &s.fwd_ready, &s.bwd_ready};
+    auto op = pol.next(v);
+    if (!op) return;
+    double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? cost.b : cost.w) * factor(r);
+    if (op->kind == op_kind::F) {
+      s.fwd_ready.erase(op->mb);
+      s.fwd_fired[op->mb] = 1;
+      ++s.fwd_done;
+    } else {
+      s.bwd_ready.erase(op->mb);
+      s.bwd_fired[op->mb] = 1;
+      ++s.bwd_done;
+    }
+    if (op->kind == op_kind::F) res.peak_stash[r] = std::max(res.peak_stash[r], s.fwd_done - s.bwd_done);
+    s.busy = true;
+    res.timeline[r].push_back({*op, now, now + d});
+    res.busy[r] += d;
+    q.push({now + d, seq++, ev_kind::op_end, r, *op});
+  };
+
+  for (int r = 0; r < s_count; ++r) decide(r);
+  while (!q.empty()) {
+    now = q.top().time;
+    // Everything that happens at `now` (arrivals, op ends and the arrivals
+    // they cause when comm is 0) is seen before any stage chooses.
+    while (!q.empty() && q.top().time <= now) {
+      event e = q.top();
+      q.pop();
+      auto& s = st[e.stage];
+      switch (e.kind) {
+        case ev_kind::arrive_f: s.fwd_ready.insert(e.op.mb); break;
+        case ev_kind::arrive_b: s.bwd_ready.insert(e.op.mb); break;
+        case ev_kind::op_end:
+          s.busy = false;
+          res.makespan = std::max(res.makespan, e.time);
+          if (e.op.kind == op_kind::F) {
+            if (e.stage + 1 < s_count)
+              q.push({e.time + cost.comm, seq++, ev_kind::arrive_f, e.stage + 1, e.op});
+            else
+              s.bwd_ready.insert(e.op.mb);  // the loss starts the backward
+          } else if (e.op.kind == op_kind::B) {
+            if (e.stage > 0) q.push({e.time + cost.comm, seq++, ev_kind::arrive_b, e.stage - 1, e.op});
+            if (s.bwd_done == m) ++done_stages;
+          }
+          break;
+      }
+    }
+    for (int r = 0; r < s_count; ++r) decide(r);
+  }
+  if (done_stages < s_count) {
+    res.deadlock = true;
+    res.diagnosis = diagnose(st, res, m);
+  }
+  return res;
+}
+
+sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost) {
+  auto pol = make_policy(schedule);
+  if (!pol) throw std::invalid_argument("simulate: unknown schedule '" + schedule + "'");
+  return simulate(*pol, stages, microbatches, cost);
+}
+
+}  // namespace actorpipe

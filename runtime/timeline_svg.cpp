@@ -1,0 +1,92 @@
+#include "runtime/timeline_svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace actorpipe {
+
+namespace {
+
+const char* colour(op_kind k) {
+  switch (k) {
+    case op_kind::F: return "#4C78A8";
+    case op_kind::B: return "#54A24B";
+    case op_kind::W: return "#F58518";
+  }
+  return "#999999";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string timeline_svg(const std::string& title, const std::vector<timeline_lane>& lanes,
+                         double span, const std::string& unit) {
+  const double left = 80, right = 90, top = 34, lane_h = 26, gap = 6, plot_w = 960;
+  const double height = top + lanes.size() * (lane_h + gap) + 40;
+  const double width = left + plot_w + right;
+  const double scale = span > 0 ? plot_w / span : 0.0;
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
+     << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
+     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  os << "<text x=\"" << num(left) << "\" y=\"20\" font-size=\"14\">" << escape(title) << "</text>\n";
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const double y = top + i * (lane_h + gap);
+    double busy = 0.0;
+    os << "<g class=\"lane\" data-lane=\"" << i << "\">\n";
+    os << "<text x=\"" << num(left - 8) << "\" y=\"" << num(y + lane_h * 0.65)
+       << "\" text-anchor=\"end\">" << escape(lanes[i].name) << "</text>\n";
+    os << "<rect x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\"" << num(plot_w)
+       << "\" height=\"" << num(lane_h) << "\" fill=\"#f4f4f4\"/>\n";
+    for (const auto& b : lanes[i].blocks) {
+      busy += b.end - b.start;
+      const double x = left + b.start * scale;
+      const double w = std::max(0.5, (b.end - b.start) * scale);
+      os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
+         << "\" height=\"" << num(lane_h) << "\" fill=\"" << colour(b.op.kind)
+         << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << to_string(b.op) << " ["
+         << num(b.start) << ", " << num(b.end) << "] " << unit << "</title></rect>\n";
+      if (w >= 12)
+        os << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + lane_h * 0.65)
+           << "\" text-anchor=\"middle\" fill=\"white\">" << b.op.mb << "</text>\n";
+    }
+    const double bubble = span > 0 ? 1.0 - busy / span : 0.0;
+    os << "<text x=\"" << num(left + plot_w + 6) << "\" y=\"" << num(y + lane_h * 0.65)
+       << "\">bubble " << num(bubble * 100) << "%</text>\n</g>\n";
+  }
+  const double axis_y = top + lanes.size() * (lane_h + gap) + 4;
+  os << "<line x1=\"" << num(left) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(left + plot_w)
+     << "\" y2=\"" << num(axis_y) << "\" stroke=\"#333\"/>\n";
+  for (int k = 0; k <= 10; ++k) {
+    const double t = span * k / 10.0;
+    const double x = left + t * scale;
+    os << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x) << "\" y2=\""
+       << num(axis_y + 4) << "\" stroke=\"#333\"/><text x=\"" << num(x) << "\" y=\""
+       << num(axis_y + 16) << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+  }
+  os << "<text x=\"" << num(left + plot_w) << "\" y=\"" << num(axis_y + 30)
+     << "\" text-anchor=\"end\">time (" << escape(unit) << ")  F blue, B green, W orange; numbers are microbatches</text>\n";
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace actorpipe

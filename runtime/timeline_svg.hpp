@@ -1,0 +1,28 @@
+#pragma once
+// An SVG timeline: one lane per stage, one block per op (F, B, W in
+// distinct colours, the microbatch on the block), idle time left empty and
+// each lane's bubble written at its end. Self-contained: no scripts, no
+// fonts or styles from elsewhere.
+#include <string>
+#include <vector>
+
+#include "messages/ops.hpp"
+
+namespace actorpipe {
+
+struct timeline_block {
+  op_id op;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+struct timeline_lane {
+  std::string name;  ///< "stage 0"
+  std::vector<timeline_block> blocks;
+};
+
+/// Renders lanes over [0, span]; `unit` names the time unit on the axis.
+std::string timeline_svg(const std::string& title, const std::vector<timeline_lane>& lanes,
+                         double span, const std::string& unit);
+
+}  // namespace actorpipe
