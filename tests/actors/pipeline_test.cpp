@@ -11,6 +11,7 @@
 #include "runtime/canonical.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/simulator.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {
@@ -101,6 +102,8 @@ TEST_P(EmergentOrder, EqualsTheCanonicalOrderOnEveryStageAndStep) {
   c.pipeline.lockstep = true;
   auto out = run_training(c);
   auto canon = canonical_order(schedule, s, c.pipeline.microbatches);
+  auto simulated = simulate(schedule, s, c.pipeline.microbatches).order();
+  ASSERT_EQ(simulated, canon);  // the three views agree: simulator = canonical = actors
   for (const auto& step : out.result.steps) {
     ASSERT_EQ(step.stages.size(), static_cast<size_t>(s));
     for (int r = 0; r < s; ++r) {

@@ -1,0 +1,168 @@
+// The simulator against the canonical orders and the analytic bubble, its
+// deadlock report, the CSV round trip and the SVG lanes.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "runtime/canonical.hpp"
+#include "runtime/policies/fixed_order.hpp"
+#include "runtime/report.hpp"
+#include "runtime/schedule_csv.hpp"
+#include "runtime/simulator.hpp"
+
+namespace actorpipe {
+namespace {
+
+using shape = std::tuple<std::string, int, int>;
+
+class SimulatedSchedule : public ::testing::TestWithParam<shape> {};
+
+TEST_P(SimulatedSchedule, OrderEqualsTheCanonicalOrder) {
+  auto [schedule, s, m] = GetParam();
+  auto r = simulate(schedule, s, m);
+  ASSERT_FALSE(r.deadlock) << r.diagnosis;
+  auto canon = canonical_order(schedule, s, m);
+  for (int rank = 0; rank < s; ++rank)
+    EXPECT_EQ(to_string(r.order()[rank]), to_string(canon[rank])) << "stage " << rank;
+}
+
+TEST_P(SimulatedSchedule, UniformCostBubbleEqualsTheAnalyticFormula) {
+  auto [schedule, s, m] = GetParam();
+  auto r = simulate(schedule, s, m);
+  int mm = schedule == "naive" ? 1 : m;
+  double expect = static_cast<double>(s - 1) / static_cast<double>(mm + s - 1);
+  EXPECT_NEAR(r.bubble(), expect, 1e-9);
+  for (int rank = 0; rank < s; ++rank) EXPECT_NEAR(r.stage_bubble(rank), expect, 1e-9);
+}
+
+TEST_P(SimulatedSchedule, MakespanIsMPlusSMinusOneTimesFPlusBWhenBackwardCostsTwice) {
+  auto [schedule, s, m] = GetParam();
+  cost_model c;
+  c.f = 1.0;
+  c.b = 2.0;
+  auto r = simulate(schedule, s, m, c);
+  int mm = schedule == "naive" ? 1 : m;
+  EXPECT_NEAR(r.makespan, (mm + s - 1) * 3.0, 1e-9);
+}
+
+TEST_P(SimulatedSchedule, PeakStashIsTheScheduleMemoryBound) {
+  auto [schedule, s, m] = GetParam();
+  auto r = simulate(schedule, s, m);
+  int mm = schedule == "naive" ? 1 : m;
+  for (int rank = 0; rank < s; ++rank)
+    EXPECT_EQ(r.peak_stash[rank], schedule == "1f1b" ? std::min(s - rank, mm) : mm) << rank;
+}
+
+TEST_P(SimulatedSchedule, CsvExportThenImportReplaysTheSameOrder) {
+  auto [schedule, s, m] = GetParam();
+  auto r = simulate(schedule, s, m);
+  int mm = schedule == "naive" ? 1 : m;
+  auto csv = to_schedule_csv(r.order(), s);
+  auto replay = simulate(fixed_order_policy(parse_schedule_csv(csv, s, mm)), s, mm);
+  ASSERT_FALSE(replay.deadlock) << replay.diagnosis;
+  EXPECT_EQ(replay.order(), r.order());
+  EXPECT_DOUBLE_EQ(replay.makespan, r.makespan);
+}
+
+std::string shape_name(const ::testing::TestParamInfo<shape>& info) {
+  const auto& schedule = std::get<0>(info.param);
+  return (schedule == "1f1b" ? std::string("OneFOneB") : schedule) + "_S" +
+         std::to_string(std::get<1>(info.param)) + "M" + std::to_string(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SimulatedSchedule,
+    ::testing::Values(shape{"naive", 4, 1}, shape{"gpipe", 1, 1}, shape{"gpipe", 2, 4},
+                      shape{"gpipe", 4, 8}, shape{"gpipe", 4, 3}, shape{"gpipe", 8, 32},
+                      shape{"1f1b", 1, 1}, shape{"1f1b", 2, 4}, shape{"1f1b", 4, 8},
+                      shape{"1f1b", 4, 3}, shape{"1f1b", 8, 32}, shape{"1f1b", 5, 7}),
+    shape_name);
+
+TEST(Simulator, UnevenStagesStretchTheMakespanToTheSlowestStage) {
+  cost_model c;
+  c.stage_factor = {1, 1, 3, 1};
+  auto r = simulate("1f1b", 4, 16, c);
+  // The slow stage is busy 3 * 2 * M units and bounds the step from below.
+  EXPECT_GE(r.makespan, 3.0 * 2 * 16);
+  EXPECT_NEAR(r.busy[2], 3.0 * 2 * 16, 1e-9);
+}
+
+TEST(Simulator, CommLatencyAddsToTheFillAndDrain) {
+  cost_model c;
+  c.comm = 0.5;
+  auto r = simulate("gpipe", 4, 8, c);
+  // Forward fill and backward drain each cross S-1 links.
+  EXPECT_NEAR(r.makespan, (8 + 4 - 1) * 2.0 + 2 * 3 * 0.5, 1e-9);
+}
+
+/// Test-only: forwards only, never a backward.
+class never_backward : public policy {
+public:
+  std::string name() const override { return "never-b"; }
+  std::optional<op_id> next(const stage_view& v) const override {
+    if (!v.fwd_ready->empty()) return op_id{op_kind::F, v.fwd_ready->lowest(), 0};
+    return std::nullopt;
+  }
+};
+
+TEST(Simulator, DeadlockIsReportedWithTheStuckOpsMarked) {
+  auto r = simulate(never_backward{}, 3, 2);
+  ASSERT_TRUE(r.deadlock);
+  EXPECT_NE(r.diagnosis.find(">> stage 2: fired [F0 F1]"), std::string::npos) << r.diagnosis;
+  EXPECT_NE(r.diagnosis.find("ready, not chosen: [B0 B1]"), std::string::npos) << r.diagnosis;
+  EXPECT_NE(r.diagnosis.find("B0 waits for its gradient from stage 1"), std::string::npos)
+      << r.diagnosis;
+}
+
+TEST(Simulator, LargePipelineRunsEveryOp) {
+  auto r = simulate("1f1b", 64, 512);
+  ASSERT_FALSE(r.deadlock);
+  for (const auto& lane : r.timeline) EXPECT_EQ(lane.size(), 1024u);
+  EXPECT_NEAR(r.bubble(), 63.0 / (512 + 63), 1e-9);
+}
+
+TEST(Simulator, UnknownScheduleAndBadSizesAreErrors) {
+  EXPECT_THROW(simulate("gpip", 4, 8), std::invalid_argument);
+  EXPECT_THROW(simulate("gpipe", 0, 8), std::invalid_argument);
+}
+
+TEST(CostModel, ParsesAnySubsetAndRejectsNonsense) {
+  auto c = parse_cost("F=1.5,B=3,comm=0.05");
+  EXPECT_DOUBLE_EQ(c.f, 1.5);
+  EXPECT_DOUBLE_EQ(c.b, 3.0);
+  EXPECT_DOUBLE_EQ(c.w, 1.0);
+  EXPECT_DOUBLE_EQ(c.comm, 0.05);
+  EXPECT_THROW(parse_cost("F=-1"), std::invalid_argument);
+  EXPECT_THROW(parse_cost("X=1"), std::invalid_argument);
+  EXPECT_THROW(parse_cost("F"), std::invalid_argument);
+}
+
+TEST(ScheduleCsv, BadCellsNameRowAndColumn) {
+  auto err = [](const std::string& text) {
+    try {
+      parse_schedule_csv(text, 2, 1, "s.csv");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"), "s.csv:2:2: '1X0': expected {stage}{F|B|W}{microbatch}, e.g. 0F3");
+  EXPECT_EQ(err("0F0,0B0\n0F0,1B0\n"), "s.csv:2:1: '0F0': stage 0 does not live on rank 1");
+  EXPECT_EQ(err("0F0\n1F0,1B0\n"), "s.csv:1: rank 0 never runs B0");
+  EXPECT_EQ(err("0F0,0B0,0F0\n1F0,1B0\n"), "s.csv:1:3: '0F0': appears twice in the row");
+  EXPECT_EQ(err("0F0,0B0\n"), "s.csv: 1 rows, expected one per stage (2)");
+}
+
+TEST(TimelineSvg, HasOneLanePerStageAndABlockPerOp) {
+  auto r = simulate("1f1b", 4, 8);
+  auto svg = simulation_svg(r);
+  std::regex lane("class=\"lane\"");
+  EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), lane), std::sregex_iterator()), 4);
+  std::regex block("<title>[FB][0-9]+ ");
+  EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), block), std::sregex_iterator()),
+            4 * 16);
+  EXPECT_EQ(svg.rfind("</svg>"), svg.size() - 7);
+}
+
+}  // namespace
+}  // namespace actorpipe
