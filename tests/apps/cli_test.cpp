@@ -151,7 +151,8 @@ TEST(CliUsage, HelpForEveryCommandExitsZeroAndPrintsUsage) {
       {{"train", "--help"}, "--schedule"},
       {{"train", "-h"}, "--schedule"},
       {{"compare", "--help"}, "--schedules"},
-      {{"bubble", "--help"}, "--stages"}};
+      {{"bubble", "--help"}, "--stages"},
+      {{"simulate", "--help"}, "--cost"}};
   for (const auto& [args, mention] : cases) {
     auto r = actorpipe(args);
     std::string what = args[0] + (args.size() > 1 ? " " + args[1] : "");
@@ -177,7 +178,7 @@ TEST(CliUsage, UnknownCommandExitsTwoAndNamesIt) {
 }
 
 TEST(CliUsage, UnknownOptionExitsTwoAndNamesIt) {
-  for (const char* cmd : {"train", "compare", "bubble"}) {
+  for (const char* cmd : {"train", "compare", "bubble", "simulate"}) {
     auto r = actorpipe({cmd, "--frobnicate"});
     EXPECT_EQ(r.code, 2) << cmd << "\n" << describe(r);
     EXPECT_NE(first_line(r.err).find("unknown option --frobnicate"), std::string::npos)
@@ -190,6 +191,42 @@ TEST(CliUsage, MissingConfigFileExitsTwo) {
   auto r = actorpipe({"train", (dir / "nope.yaml").string()});
   EXPECT_EQ(r.code, 2) << describe(r);
   EXPECT_NE(first_line(r.err).find("nope.yaml"), std::string::npos) << describe(r);
+}
+
+// -- simulate -------------------------------------------------------------------
+
+TEST(CliSimulate, PrintsBubbleAndWritesSvgAndCsv) {
+  const fs::path dir = test_dir();
+  auto svg = (dir / "t.svg").string(), csv = (dir / "s.csv").string();
+  auto r = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--schedule", "gpipe",
+                      "--svg", svg, "--export", csv});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  // (S-1)/(M+S-1) = 3/11
+  EXPECT_NE(r.out.find("bubble   simulated 0.2727   analytic 0.2727"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
+  auto rows = slurp(csv);
+  EXPECT_EQ(rows.substr(0, rows.find('\n')), "0F0,0F1,0F2,0F3,0F4,0F5,0F6,0F7,0B0,0B1,0B2,0B3,0B4,0B5,0B6,0B7");
+  // The exported order replays as a fixed policy to the same makespan.
+  auto replay = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--import", csv});
+  ASSERT_EQ(replay.code, 0) << describe(replay);
+  EXPECT_NE(replay.out.find("makespan 22.000"), std::string::npos) << replay.out;
+}
+
+TEST(CliSimulate, DeadlockingOrderExitsThreeWithTheOpGrid) {
+  const fs::path dir = test_dir();
+  // Rank 0 insists on B0 before F0: nothing can ever unblock it.
+  auto csv = write(dir / "stuck.csv", "0B0,0F0\n1F0,1B0\n");
+  auto r = actorpipe({"simulate", "--stages", "2", "--microbatches", "1", "--import", csv});
+  EXPECT_EQ(r.code, 3) << describe(r);
+  EXPECT_NE(r.err.find(">> stage 0: fired []"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(">> stage 1: fired []"), std::string::npos) << r.err;
+}
+
+TEST(CliSimulate, BadCostExitsTwo) {
+  auto r = actorpipe({"simulate", "--cost", "F=x"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("--cost: F needs a non-negative number, got 'x'"), std::string::npos)
+      << describe(r);
 }
 
 // -- bubble ---------------------------------------------------------------------
