@@ -77,15 +77,27 @@ std::vector<std::pair<int, int>> reference_bubble_cases() {
 }
 
 std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
+  // Two conventions, side by side: idle / total step time (the first four
+  // columns; the notebook's GPipe formula) and idle / useful time (the
+  // notebook's 1F1B (S-1)/M and interleaved (S-1)/(vM)). Same idle time,
+  // different denominators.
+  const int v = 2;
   std::vector<std::vector<std::string>> rows = {
-      {"S", "M", "naive", "gpipe", "1f1b"}};
-  for (auto [s, m] : cases)
+      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "gpipe idle/useful",
+       "1f1b idle/useful", "interleaved v=2 idle/useful"}};
+  for (auto [s, m] : cases) {
+    const double idle = s - 1;
     rows.push_back({std::to_string(s), std::to_string(m),
                     fmt("%.3f", analytic_bubble("naive", s, m)),
                     fmt("%.3f", analytic_bubble("gpipe", s, m)),
-                    fmt("%.3f", analytic_bubble("1f1b", s, m))});
+                    fmt("%.3f", analytic_bubble("1f1b", s, m)),
+                    fmt("%.3f", idle / (v * m + idle)), fmt("%.3f", idle / m),
+                    fmt("%.3f", idle / m), fmt("%.3f", idle / (v * m))});
+  }
   return box(rows) +
-         "bubble = idle time / step time = (S-1)/(M+S-1), equal F and B costs; naive runs M = 1.\n";
+         "columns naive..interleaved: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1)\n"
+         "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), the notebook's 1F1B and\n"
+         "interleaved convention. Equal F and B costs; naive runs one microbatch.\n";
 }
 
 std::string chrome_trace_json(const train_result& run) {

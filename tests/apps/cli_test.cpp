@@ -249,7 +249,9 @@ TEST(CliBubble, GPipeColumnIsStagesMinusOneOverMicrobatchesPlusStagesMinusOne) {
     return static_cast<size_t>(it - header.begin());
   };
   const size_t s_col = col("S"), m_col = col("M"), gpipe_col = col("gpipe"),
-               one_col = col("1f1b"), naive_col = col("naive");
+               one_col = col("1f1b"), naive_col = col("naive"),
+               useful_col = col("1f1b idle/useful"), inter_col = col("interleaved v=2"),
+               inter_useful_col = col("interleaved v=2 idle/useful");
   std::map<std::pair<int, int>, std::vector<std::string>> by_case;
   for (size_t i = 1; i < rows.size(); ++i)
     by_case[{std::stoi(rows[i][s_col]), std::stoi(rows[i][m_col])}] = rows[i];
@@ -268,6 +270,11 @@ TEST(CliBubble, GPipeColumnIsStagesMinusOneOverMicrobatchesPlusStagesMinusOne) {
     EXPECT_EQ(it->second[gpipe_col], formula) << "S=" << s << " M=" << m;
     EXPECT_EQ(it->second[one_col], formula) << "S=" << s << " M=" << m;
     EXPECT_EQ(it->second[naive_col], three_decimals(static_cast<double>(s - 1) / s));
+    // The other convention: idle over useful time, the notebook's 1F1B
+    // (S-1)/M and interleaved (S-1)/(vM), beside idle over total.
+    EXPECT_EQ(it->second[useful_col], three_decimals(static_cast<double>(s - 1) / m));
+    EXPECT_EQ(it->second[inter_useful_col], three_decimals(static_cast<double>(s - 1) / (2 * m)));
+    EXPECT_EQ(it->second[inter_col], three_decimals(static_cast<double>(s - 1) / (2 * m + s - 1)));
   }
 }
 
