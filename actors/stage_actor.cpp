@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
+#include <sys/prctl.h>
+
 #include <thread>
 
 #include "messages/atoms.hpp"
@@ -302,6 +304,9 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         auto& st = self->state;
         // Runs on this stage's own thread: the intra-op pool size is per thread.
         at::set_num_threads(std::max(1, st.setup.intra_op_threads));
+        // A paced op should end on time: the default 50 us timer slack would
+        // add to every op on the critical path.
+        if (st.setup.pace_ms > 0) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
         st.prev = std::move(prev);
         st.next = std::move(next);
         st.driver = std::move(driver);
