@@ -87,7 +87,8 @@ const char* simulate_help =
     "options:\n"
     "  --stages S          pipeline stages (default 4)\n"
     "  --microbatches M    microbatches per step (default 8)\n"
-    "  --schedule NAME     naive | gpipe | 1f1b (default 1f1b)\n"
+    "  --schedule NAME     naive | gpipe | 1f1b | interleaved (default 1f1b)\n"
+    "  --virtual-stages V  chunks per stage for interleaved (default 2)\n"
     "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
     "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
     "  --svg PATH          write the timeline as SVG\n"
@@ -292,7 +293,7 @@ void write_file(const std::string& path, const std::string& text) {
 int cmd_simulate(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
                  {"--stages", "--microbatches", "--schedule", "--cost", "--stage-factors", "--svg",
-                  "--export", "--import"},
+                  "--export", "--import", "--virtual-stages"},
                  {});
   if (a.has("--help")) {
     std::fputs(simulate_help, stdout);
@@ -310,11 +311,17 @@ int cmd_simulate(int argc, char** argv) {
   if (a.has("--stages")) stages = static_cast<int>(parse_count("--stages", a.options["--stages"]));
   if (a.has("--microbatches"))
     microbatches = static_cast<int>(parse_count("--microbatches", a.options["--microbatches"]));
+  int chunks = 1;
+  if (a.has("--virtual-stages"))
+    chunks = static_cast<int>(parse_count("--virtual-stages", a.options["--virtual-stages"]));
   if (a.has("--schedule")) {
-    config probe;
-    set_schedule(probe, a.options["--schedule"]);
     schedule = a.options["--schedule"];
+    if (schedule.rfind("interleaved", 0) != 0) {  // simulated before the runtime runs it
+      config probe;
+      set_schedule(probe, schedule);
+    }
   }
+  if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages")) chunks = 2;
   if (schedule == "naive") microbatches = 1;
   cost_model cost;
   try {
@@ -348,7 +355,11 @@ int cmd_simulate(int argc, char** argv) {
     }
     r = simulate(fixed_order_policy(std::move(order)), stages, microbatches, cost);
   } else {
-    r = simulate(schedule, stages, microbatches, cost);
+    try {
+      r = simulate(schedule, stages, microbatches, cost, chunks);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
   }
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.deadlock) {

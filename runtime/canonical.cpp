@@ -31,10 +31,34 @@ std::vector<op_id> one_f_one_b_stage(int s, int rank, int m) {
   return ops;
 }
 
+// Megatron-LM's interleaved schedule, written as its three loops: the
+// chunk of the k-th forward cycles every S microbatches, backwards walk the
+// chunks in reverse.
+std::vector<op_id> interleaved_stage(int s, int rank, int m, int v) {
+  const int total = m * v;
+  const int warmup = std::min((s - rank - 1) * 2 + (v - 1) * s, total);
+  auto at = [&](int k, bool forward) {
+    int in_group = k % (s * v);
+    int chunk = in_group / s;
+    if (!forward) chunk = v - 1 - chunk;
+    return op_id{forward ? op_kind::F : op_kind::B, (k / (s * v)) * s + k % s, chunk};
+  };
+  std::vector<op_id> ops;
+  for (int k = 0; k < warmup; ++k) ops.push_back(at(k, true));
+  for (int i = 0; i < total - warmup; ++i) {
+    ops.push_back(at(warmup + i, true));
+    ops.push_back(at(i, false));
+  }
+  for (int i = total - warmup; i < total; ++i) ops.push_back(at(i, false));
+  return ops;
+}
+
 }  // namespace
 
 std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
-                                                int microbatches) {
+                                                int microbatches, int chunks) {
+  if (schedule == "interleaved" && microbatches % stages != 0)
+    throw std::invalid_argument("interleaved needs microbatches to be a multiple of stages");
   std::vector<std::vector<op_id>> order;
   for (int r = 0; r < stages; ++r) {
     if (schedule == "naive")
@@ -43,14 +67,16 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
       order.push_back(gpipe_stage(microbatches));
     else if (schedule == "1f1b")
       order.push_back(one_f_one_b_stage(stages, r, microbatches));
+    else if (schedule == "interleaved")
+      order.push_back(interleaved_stage(stages, r, microbatches, chunks));
     else
       throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
   }
   return order;
 }
 
-double analytic_bubble(const std::string& schedule, int stages, int microbatches) {
-  int m = schedule == "naive" ? 1 : microbatches;
+double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks) {
+  int m = schedule == "naive" ? 1 : schedule == "interleaved" ? microbatches * chunks : microbatches;
   return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
 }
 

@@ -9,13 +9,15 @@
 
 namespace actorpipe {
 
-/// Per-stage order of one step. Throws std::invalid_argument for an unknown
-/// schedule.
+/// Per-stage order of one step; `chunks` is the interleaved schedule's v.
+/// Throws std::invalid_argument for an unknown schedule or an interleaved
+/// shape Megatron does not define (M not a multiple of S).
 std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
-                                                int microbatches);
+                                                int microbatches, int chunks = 1);
 
 /// Analytic bubble: idle time as a fraction of the step, (S-1)/(M+S-1), for
-/// gpipe and 1f1b with equal F and B costs; naive is that with M = 1.
-double analytic_bubble(const std::string& schedule, int stages, int microbatches);
+/// gpipe and 1f1b with equal F and B costs; naive is that with M = 1;
+/// interleaved (S-1)/(vM+S-1).
+double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks = 1);
 
 }  // namespace actorpipe

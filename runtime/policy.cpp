@@ -11,18 +11,22 @@ namespace {
 /// The registry: adding a policy is one line here plus its own file.
 const std::vector<std::pair<std::string, policy_factory>>& registry() {
   static const std::vector<std::pair<std::string, policy_factory>> r = {
-      {"naive", [] { return std::make_unique<gpipe_policy>("naive"); }},
-      {"gpipe", [] { return std::make_unique<gpipe_policy>(); }},
-      {"1f1b", [] { return std::make_unique<one_f_one_b_policy>(); }},
+      {"naive", [](const policy_options&) { return std::make_unique<gpipe_policy>("naive"); }},
+      {"gpipe", [](const policy_options&) { return std::make_unique<gpipe_policy>(); }},
+      {"1f1b", [](const policy_options&) { return std::make_unique<one_f_one_b_policy>(); }},
+      {"interleaved",
+       [](const policy_options& o) { return std::make_unique<interleaved_policy>(o.virtual_stages); }},
+      {"interleaved-greedy",
+       [](const policy_options& o) { return std::make_unique<interleaved_greedy_policy>(o.virtual_stages); }},
   };
   return r;
 }
 
 }  // namespace
 
-std::unique_ptr<policy> make_policy(const std::string& name) {
+std::unique_ptr<policy> make_policy(const std::string& name, const policy_options& opts) {
   for (const auto& [n, make] : registry())
-    if (n == name) return make();
+    if (n == name) return make(opts);
   return nullptr;
 }
 

@@ -47,12 +47,19 @@ struct stage_view {
   int rank = 0;
   int stages = 1;
   int microbatches = 1;
-  int fwd_done = 0;  ///< forwards fired this step
-  int bwd_done = 0;  ///< backwards fired this step
+  int fwd_done = 0;  ///< forwards fired this step, over all chunks
+  int bwd_done = 0;  ///< backwards fired this step, over all chunks
+  /// Ready sets, one per chunk (fwd_ready[c]); chunk 0 is *fwd_ready.
   mb_set const* fwd_ready = nullptr;
   mb_set const* bwd_ready = nullptr;
+  int chunks = 1;  ///< model chunks (virtual stages) on this stage
 
   int in_flight() const { return fwd_done - bwd_done; }
+};
+
+/// Knobs a policy may take from the config.
+struct policy_options {
+  int virtual_stages = 1;  ///< chunks per stage (interleaved)
 };
 
 /// Picks the next op of one stage.
@@ -63,12 +70,15 @@ public:
   virtual std::string name() const = 0;
   /// The op to fire now, or nullopt to wait for more input.
   virtual std::optional<op_id> next(const stage_view& v) const = 0;
+  /// Model chunks per stage; virtual stage c * S + r lives on rank r as
+  /// chunk c (round-robin placement).
+  virtual int chunks() const { return 1; }
 };
 
-using policy_factory = std::function<std::unique_ptr<policy>()>;
+using policy_factory = std::function<std::unique_ptr<policy>(const policy_options&)>;
 
 /// Policy by name; nullptr if unknown.
-std::unique_ptr<policy> make_policy(const std::string& name);
+std::unique_ptr<policy> make_policy(const std::string& name, const policy_options& opts = {});
 /// Names of all registered policies, in registry order.
 std::vector<std::string> policy_names();
 

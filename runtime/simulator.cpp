@@ -58,8 +58,8 @@ std::vector<std::vector<op_id>> sim_result::order() const {
 namespace {
 
 struct sim_stage {
-  mb_set fwd_ready, bwd_ready;
-  std::vector<char> fwd_fired, bwd_fired;
+  std::vector<mb_set> fwd_ready, bwd_ready;         // per chunk
+  std::vector<std::vector<char>> fwd_fired, bwd_fired;  // per chunk, per mb
   int fwd_done = 0;
   int bwd_done = 0;
   bool busy = false;
@@ -84,30 +84,40 @@ struct later {
 // The per-stage op grid of a stuck step: what each stage fired, what is
 // ready but refused, and what each pending op waits for.
 std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int m) {
+  const int s_count = static_cast<int>(st.size());
+  const int chunks = static_cast<int>(st.front().fwd_ready.size());
   std::ostringstream os;
   os << "deadlock: no op can fire and the step is not done\n";
-  for (size_t s = 0; s < st.size(); ++s) {
-    bool done = st[s].bwd_done == m;
+  for (int s = 0; s < s_count; ++s) {
+    bool done = st[s].bwd_done == m * chunks;
     os << (done ? "   " : ">> ") << "stage " << s << ": fired [";
     std::vector<op_id> fired;
     for (const auto& o : r.timeline[s]) fired.push_back(o.op);
     os << to_string(fired) << "]";
     if (!done) {
       std::vector<std::string> ready, waits;
-      for (int i = 0; i < m; ++i) {
-        if (st[s].fwd_ready.contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, 0}));
-        if (st[s].bwd_ready.contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, 0}));
+      for (int c = 0; c < chunks; ++c)
+        for (int i = 0; i < m; ++i) {
+          if (st[s].fwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, c}));
+          if (st[s].bwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, c}));
+        }
+      for (int c = 0; c < chunks; ++c) {
+        const int k = c * s_count + s;  // virtual stage
+        int next_f = -1, next_b = -1;
+        for (int i = 0; i < m && next_f < 0; ++i)
+          if (!st[s].fwd_fired[c][i] && !st[s].fwd_ready[c].contains(i)) next_f = i;
+        for (int i = 0; i < m && next_b < 0; ++i)
+          if (!st[s].bwd_fired[c][i] && !st[s].bwd_ready[c].contains(i)) next_b = i;
+        auto name = [&](op_kind kind, int mb) { return to_string(op_id{kind, mb, c}); };
+        if (next_f >= 0)
+          waits.push_back(name(op_kind::F, next_f) + " waits for its input from stage " +
+                          std::to_string((k - 1) % s_count));
+        if (next_b >= 0)
+          waits.push_back(name(op_kind::B, next_b) +
+                          (k + 1 == s_count * chunks
+                               ? " waits for its own " + name(op_kind::F, next_b)
+                               : " waits for its gradient from stage " + std::to_string((k + 1) % s_count)));
       }
-      int next_f = -1, next_b = -1;
-      for (int i = 0; i < m && next_f < 0; ++i)
-        if (!st[s].fwd_fired[i] && !st[s].fwd_ready.contains(i)) next_f = i;
-      for (int i = 0; i < m && next_b < 0; ++i)
-        if (!st[s].bwd_fired[i] && !st[s].bwd_ready.contains(i)) next_b = i;
-      if (next_f >= 0) waits.push_back("F" + std::to_string(next_f) + " waits for its input from stage " + std::to_string(s - 1));
-      if (next_b >= 0)
-        waits.push_back("B" + std::to_string(next_b) +
-                        (s + 1 == st.size() ? " waits for its own F" + std::to_string(next_b)
-                                            : " waits for its gradient from stage " + std::to_string(s + 1)));
       os << "  ready, not chosen: [";
       for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
       os << "]";
@@ -129,18 +139,23 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   res.stages = s_count;
   res.microbatches = m;
   res.schedule = pol.name();
+  res.chunks = pol.chunks();
   res.timeline.assign(s_count, {});
   res.busy.assign(s_count, 0.0);
   res.peak_stash.assign(s_count, 0);
 
+  const int chunks = pol.chunks();
+  const int last_k = s_count * chunks - 1;  // the last virtual stage computes the loss
   std::vector<sim_stage> st(s_count);
   for (auto& s : st) {
-    s.fwd_ready.reset(m);
-    s.bwd_ready.reset(m);
-    s.fwd_fired.assign(m, 0);
-    s.bwd_fired.assign(m, 0);
+    s.fwd_ready.assign(chunks, mb_set{});
+    s.bwd_ready.assign(chunks, mb_set{});
+    for (auto& set : s.fwd_ready) set.reset(m);
+    for (auto& set : s.bwd_ready) set.reset(m);
+    s.fwd_fired.assign(chunks, std::vector<char>(m, 0));
+    s.bwd_fired.assign(chunks, std::vector<char>(m, 0));
   }
-  for (int i = 0; i < m; ++i) st[0].fwd_ready.insert(i);
+  for (int i = 0; i < m; ++i) st[0].fwd_ready[0].insert(i);
   auto factor = [&](int r) {
     return r < static_cast<int>(cost.stage_factor.size()) ? cost.stage_factor[r] : 1.0;
   };
@@ -152,17 +167,17 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   auto decide = [&](int r) {
     auto& s = st[r];
     if (s.busy) return;
-    stage_view v{r, s_count, m, s.fwd_done, s.bwd_done, &s.fwd_ready, &s.bwd_ready};
+    stage_view v{r, s_count, m, s.fwd_done, s.bwd_done, s.fwd_ready.data(), s.bwd_ready.data(), chunks};
     auto op = pol.next(v);
     if (!op) return;
     double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? cost.b : cost.w) * factor(r);
     if (op->kind == op_kind::F) {
-      s.fwd_ready.erase(op->mb);
-      s.fwd_fired[op->mb] = 1;
+      s.fwd_ready[op->chunk].erase(op->mb);
+      s.fwd_fired[op->chunk][op->mb] = 1;
       ++s.fwd_done;
     } else {
-      s.bwd_ready.erase(op->mb);
-      s.bwd_fired[op->mb] = 1;
+      s.bwd_ready[op->chunk].erase(op->mb);
+      s.bwd_fired[op->chunk][op->mb] = 1;
       ++s.bwd_done;
     }
     if (op->kind == op_kind::F) res.peak_stash[r] = std::max(res.peak_stash[r], s.fwd_done - s.bwd_done);
@@ -182,21 +197,28 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
       q.pop();
       auto& s = st[e.stage];
       switch (e.kind) {
-        case ev_kind::arrive_f: s.fwd_ready.insert(e.op.mb); break;
-        case ev_kind::arrive_b: s.bwd_ready.insert(e.op.mb); break;
-        case ev_kind::op_end:
+        case ev_kind::arrive_f: s.fwd_ready[e.op.chunk].insert(e.op.mb); break;
+        case ev_kind::arrive_b: s.bwd_ready[e.op.chunk].insert(e.op.mb); break;
+        case ev_kind::op_end: {
           s.busy = false;
           res.makespan = std::max(res.makespan, e.time);
+          const int k = e.op.chunk * s_count + e.stage;  // virtual stage
           if (e.op.kind == op_kind::F) {
-            if (e.stage + 1 < s_count)
-              q.push({e.time + cost.comm, seq++, ev_kind::arrive_f, e.stage + 1, e.op});
-            else
-              s.bwd_ready.insert(e.op.mb);  // the loss starts the backward
+            if (k < last_k) {
+              op_id next{op_kind::F, e.op.mb, (k + 1) / s_count};
+              q.push({e.time + cost.comm, seq++, ev_kind::arrive_f, (k + 1) % s_count, next});
+            } else {
+              s.bwd_ready[e.op.chunk].insert(e.op.mb);  // the loss starts the backward
+            }
           } else if (e.op.kind == op_kind::B) {
-            if (e.stage > 0) q.push({e.time + cost.comm, seq++, ev_kind::arrive_b, e.stage - 1, e.op});
-            if (s.bwd_done == m) ++done_stages;
+            if (k > 0) {
+              op_id prev{op_kind::B, e.op.mb, (k - 1) / s_count};
+              q.push({e.time + cost.comm, seq++, ev_kind::arrive_b, (k - 1) % s_count, prev});
+            }
+            if (s.bwd_done == m * chunks) ++done_stages;
           }
           break;
+        }
       }
     }
     for (int r = 0; r < s_count; ++r) decide(r);
@@ -208,8 +230,12 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   return res;
 }
 
-sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost) {
-  auto pol = make_policy(schedule);
+sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost,
+                    int chunks) {
+  if (schedule.rfind("interleaved", 0) == 0 && microbatches % stages != 0)
+    throw std::invalid_argument("simulate: interleaved needs microbatches (" + std::to_string(microbatches) +
+                                ") to be a multiple of stages (" + std::to_string(stages) + ")");
+  auto pol = make_policy(schedule, policy_options{chunks});
   if (!pol) throw std::invalid_argument("simulate: unknown schedule '" + schedule + "'");
   return simulate(*pol, stages, microbatches, cost);
 }

@@ -38,7 +38,8 @@ struct sim_result {
   double makespan = 0.0;
   std::vector<std::vector<sim_op>> timeline;  ///< per stage, in firing order
   std::vector<double> busy;                   ///< per stage
-  std::vector<int> peak_stash;                ///< most microbatches in flight per stage
+  std::vector<int> peak_stash;                ///< most microbatch-chunks in flight per stage
+  int chunks = 1;                             ///< virtual stages per stage
   bool deadlock = false;
   /// On deadlock: the per-stage op grid with the stuck ops marked.
   std::string diagnosis;
@@ -53,7 +54,7 @@ struct sim_result {
 /// Simulates one step of `schedule` (a registered policy). Throws
 /// std::invalid_argument for an unknown schedule or bad sizes.
 sim_result simulate(const std::string& schedule, int stages, int microbatches,
-                    const cost_model& cost = {});
+                    const cost_model& cost = {}, int chunks = 1);
 /// The same for a policy object (one instance serves every stage).
 sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost = {});
 

@@ -23,4 +23,35 @@ public:
   std::optional<op_id> next(const stage_view& v) const override;
 };
 
+/// Interleaved 1F1B (Megatron's order): v chunks per stage, microbatches in
+/// groups of S. Forwards go strictly in (group, chunk, microbatch) order,
+/// backwards likewise with the chunks reversed; after a warm-up of
+/// 2(S - rank - 1) + (v - 1)S forwards, one forward then one backward.
+/// Requires M to be a multiple of S.
+class interleaved_policy : public policy {
+public:
+  explicit interleaved_policy(int chunks) : chunks_(chunks < 1 ? 1 : chunks) {}
+  std::string name() const override { return "interleaved"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  int chunks() const override { return chunks_; }
+
+private:
+  int chunks_;
+};
+
+/// The dynamic variant of interleaved: same priorities (a backward before a
+/// forward, each kind in Megatron's order) but it fires whichever op of
+/// them is ready, within the same in-flight bound, instead of waiting for
+/// the one Megatron's order names next.
+class interleaved_greedy_policy : public policy {
+public:
+  explicit interleaved_greedy_policy(int chunks) : chunks_(chunks < 1 ? 1 : chunks) {}
+  std::string name() const override { return "interleaved-greedy"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  int chunks() const override { return chunks_; }
+
+private:
+  int chunks_;
+};
+
 }  // namespace actorpipe

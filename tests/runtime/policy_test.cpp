@@ -63,14 +63,21 @@ TEST(MbSet, TracksMembershipCountAndLowest) {
 
 // -- registry -------------------------------------------------------------------
 
-TEST(PolicyRegistry, ListsNaiveGpipeAndOneFOneB) {
+TEST(PolicyRegistry, ListsEveryBuiltInPolicyInOrder) {
   auto names = policy_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"naive", "gpipe", "1f1b"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved",
+                                             "interleaved-greedy"}));
   for (const auto& n : names) {
     auto p = make_policy(n);
     ASSERT_NE(p, nullptr) << n;
     EXPECT_EQ(p->name(), n);
   }
+}
+
+TEST(PolicyRegistry, InterleavedTakesItsChunkCountFromTheOptions) {
+  EXPECT_EQ(make_policy("interleaved", policy_options{3})->chunks(), 3);
+  EXPECT_EQ(make_policy("interleaved")->chunks(), 1);
+  EXPECT_EQ(make_policy("1f1b", policy_options{3})->chunks(), 1);
 }
 
 TEST(PolicyRegistry, UnknownNameIsNull) {
