@@ -31,15 +31,14 @@ struct stage_state {
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<at::Tensor> params;
   caf::actor prev, next, driver;
-  bool first = true;
-  bool last = true;
 
   int64_t step = -1;
-  mb_set fwd_ready, bwd_ready;
+  std::vector<mb_set> fwd_ready, bwd_ready;  // by chunk
+  // The rest is indexed by slot = chunk * M + mb.
   std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
-  std::vector<activation_msg> inputs;    // by mb
-  std::vector<at::Tensor> grads_in;      // by mb
-  std::vector<stash_entry> stash;        // by mb
+  std::vector<activation_msg> inputs;
+  std::vector<at::Tensor> grads_in;
+  std::vector<stash_entry> stash;
   int fwd_done = 0;
   int bwd_done = 0;
   int stashed = 0;
@@ -73,16 +72,26 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& 
                   .weight_decay(o.weight_decay));
 }
 
+// Edge stages are flags: the first virtual stage takes the microbatch, the
+// last one computes the loss.
+bool first_virtual(const stage_state& s, int chunk) { return s.setup.rank == 0 && chunk == 0; }
+bool last_virtual(const stage_state& s, int chunk) {
+  return s.setup.rank == s.setup.stages - 1 && chunk == s.setup.chunks - 1;
+}
+int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
+
 void begin_step(stage_state& s, int64_t step) {
-  int m = s.setup.microbatches;
+  const int m = s.setup.microbatches, slots = m * s.setup.chunks;
   s.step = step;
-  s.fwd_ready.reset(m);
-  s.bwd_ready.reset(m);
-  s.fwd_seen.assign(m, 0);
-  s.bwd_seen.assign(m, 0);
-  s.inputs.assign(m, activation_msg{});
-  s.grads_in.assign(m, at::Tensor());
-  s.stash.assign(m, stash_entry{});
+  s.fwd_ready.assign(s.setup.chunks, mb_set{});
+  s.bwd_ready.assign(s.setup.chunks, mb_set{});
+  for (auto& r : s.fwd_ready) r.reset(m);
+  for (auto& r : s.bwd_ready) r.reset(m);
+  s.fwd_seen.assign(slots, 0);
+  s.bwd_seen.assign(slots, 0);
+  s.inputs.assign(slots, activation_msg{});
+  s.grads_in.assign(slots, at::Tensor());
+  s.stash.assign(slots, stash_entry{});
   s.fwd_done = s.bwd_done = s.stashed = 0;
   s.stash_bytes = 0;
   s.loss_sum = 0.0;
@@ -92,16 +101,18 @@ void begin_step(stage_state& s, int64_t step) {
 // Returns false (and counts it) for a message of an older step, or one
 // whose op input already arrived.
 bool accept(stage_state& s, const msg_header& h, std::vector<char>& seen) {
-  if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches) {
+  if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
+      h.chunk >= s.setup.chunks) {
     ++s.stats.duplicates;
     return false;
   }
   if (h.step > s.step) begin_step(s, h.step);
-  if (seen[h.mb]) {
+  auto& flag = seen[slot(s, h.chunk, h.mb)];
+  if (flag) {
     ++s.stats.duplicates;
     return false;
   }
-  seen[h.mb] = 1;
+  flag = 1;
   return true;
 }
 
@@ -119,52 +130,58 @@ void pad(const stage_state& s, clock_type::time_point start) {
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
 }
 
-void fire_forward(stage_ptr self, int mb, clock_type::time_point start) {
+void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
-  auto msg = std::move(s.inputs[mb]);
+  const int k = slot(s, chunk, mb);
+  const bool first = first_virtual(s, chunk);
+  auto msg = std::move(s.inputs[k]);
   at::Tensor x = msg.x;
-  if (s.first)
+  if (first)
     x = x.to(torch::Device(s.setup.device));
   else
     x = x.detach().requires_grad_(true);
   forward_ctx ctx{s.setup.seed, s.step, mb, true};
   stash_entry e;
   e.input = x;
-  at::Tensor out = s.setup.layers->forward(x, ctx, &e.bytes);
-  if (!s.first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
-  if (s.last) {
+  at::Tensor out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes);
+  if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
+  if (last_virtual(s, chunk)) {
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
     auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
     s.loss_sum += loss.item<double>();
     e.output = loss;
-    s.bwd_ready.insert(mb);  // the loss starts the backward right here
-    s.bwd_seen[mb] = 1;
+    s.bwd_ready[chunk].insert(mb);  // the loss starts the backward right here
+    s.bwd_seen[k] = 1;
   } else {
     e.output = out;
-    activation_msg down{{0, s.step, mb, 0, s.round}, out.detach(), msg.y};
+    // The next virtual stage: the next rank, or rank 0's next chunk.
+    const int next_chunk = s.setup.rank + 1 == s.setup.stages ? chunk + 1 : chunk;
+    activation_msg down{{0, s.step, mb, next_chunk, s.round}, out.detach(), msg.y};
     if (s.setup.next_device != s.setup.device) down.x = down.x.to(torch::Device(s.setup.next_device));
     pad(s, start);
     self->send(s.next, fwd_atom::value, std::move(down));
   }
-  s.stash[mb] = std::move(e);
+  s.stash[k] = std::move(e);
   ++s.stashed;
-  s.stash_bytes += s.stash[mb].bytes;
+  s.stash_bytes += s.stash[k].bytes;
   s.stats.peak_stash = std::max(s.stats.peak_stash, s.stashed);
   s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
   ++s.fwd_done;
 }
 
-void fire_backward(stage_ptr self, int mb, clock_type::time_point start) {
+void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
-  auto e = std::move(s.stash[mb]);
-  if (s.last)
+  const int k = slot(s, chunk, mb);
+  auto e = std::move(s.stash[k]);
+  if (last_virtual(s, chunk))
     e.output.backward();
   else
-    torch::autograd::backward({e.output}, {s.grads_in[mb]});
-  s.grads_in[mb] = at::Tensor();
-  if (!s.first) {
-    gradient_msg up{{0, s.step, mb, 0, s.round}, e.input.grad()};
+    torch::autograd::backward({e.output}, {s.grads_in[k]});
+  s.grads_in[k] = at::Tensor();
+  if (!first_virtual(s, chunk)) {
+    const int prev_chunk = s.setup.rank == 0 ? chunk - 1 : chunk;
+    gradient_msg up{{0, s.step, mb, prev_chunk, s.round}, e.input.grad()};
     if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
     pad(s, start);
     self->send(s.prev, bwd_atom::value, std::move(up));
@@ -176,13 +193,15 @@ void fire_backward(stage_ptr self, int mb, clock_type::time_point start) {
 
 void report_grads(stage_ptr self) {
   auto& s = self->state;
-  std::vector<at::Tensor> norms;
-  for (const auto& p : s.params)
-    if (p.grad().defined()) norms.push_back(p.grad().norm(2));
   grads_report r;
   r.rank = s.setup.rank;
   r.step = s.step;
-  r.grad_norms = norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU);
+  for (const auto& chunk : s.setup.layers) {
+    std::vector<at::Tensor> norms;
+    for (const auto& p : chunk->parameters())
+      if (p.grad().defined()) norms.push_back(p.grad().norm(2));
+    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
+  }
   r.loss_sum = s.loss_sum;
   r.stats = std::move(s.stats);
   s.stats = stage_stats{};
@@ -192,25 +211,25 @@ void report_grads(stage_ptr self) {
 // Fires the policy's choice, if any. Returns whether an op ran.
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
-  if (s.step < 0 || s.bwd_done == s.setup.microbatches) return false;
-  stage_view v{s.setup.rank, s.setup.stages, s.setup.microbatches, s.fwd_done,
-               s.bwd_done, &s.fwd_ready, &s.bwd_ready};
+  if (s.step < 0 || s.bwd_done == s.setup.microbatches * s.setup.chunks) return false;
+  stage_view v{s.setup.rank, s.setup.stages,        s.setup.microbatches, s.fwd_done,
+               s.bwd_done,   s.fwd_ready.data(),    s.bwd_ready.data(),   s.setup.chunks};
   auto op = s.pol->next(v);
   if (!op) return false;
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
-    s.fwd_ready.erase(op->mb);
-    fire_forward(self, op->mb, start);
+    s.fwd_ready[op->chunk].erase(op->mb);
+    fire_forward(self, op->chunk, op->mb, start);
   } else {
-    s.bwd_ready.erase(op->mb);
-    fire_backward(self, op->mb, start);
+    s.bwd_ready[op->chunk].erase(op->mb);
+    fire_backward(self, op->chunk, op->mb, start);
   }
   pad(s, start);  // ops that send nothing
   int64_t end_ns = now_ns(s);
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
-  if (s.bwd_done == s.setup.microbatches) report_grads(self);
+  if (s.bwd_done == s.setup.microbatches * s.setup.chunks) report_grads(self);
   return true;
 }
 
@@ -236,9 +255,10 @@ void evaluate(stage_ptr self, eval_msg m) {
   auto& s = self->state;
   torch::NoGradGuard no_grad;
   forward_ctx ctx{s.setup.seed, -1, 0, false};
-  auto out = s.setup.layers->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
-  if (!s.last) {
-    self->send(s.next, eval_atom::value, eval_msg{out, m.y});
+  auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
+  if (!last_virtual(s, m.chunk)) {
+    const int next_chunk = s.setup.rank + 1 == s.setup.stages ? m.chunk + 1 : m.chunk;
+    self->send(s.next, eval_atom::value, eval_msg{out, m.y, next_chunk});
     return;
   }
   auto y = m.y.to(out.device());
@@ -254,16 +274,16 @@ void evaluate(stage_ptr self, eval_msg m) {
 void on_activation(stage_ptr self, activation_msg& m) {
   auto& s = self->state;
   if (!accept(s, m.h, s.fwd_seen)) return;
-  s.fwd_ready.insert(m.h.mb);
-  s.inputs[m.h.mb] = std::move(m);
+  s.fwd_ready[m.h.chunk].insert(m.h.mb);
+  s.inputs[slot(s, m.h.chunk, m.h.mb)] = std::move(m);
   schedule_tick(self);
 }
 
 void on_gradient(stage_ptr self, gradient_msg& m) {
   auto& s = self->state;
   if (!accept(s, m.h, s.bwd_seen)) return;
-  s.bwd_ready.insert(m.h.mb);
-  s.grads_in[m.h.mb] = std::move(m.g);
+  s.bwd_ready[m.h.chunk].insert(m.h.mb);
+  s.grads_in[slot(s, m.h.chunk, m.h.mb)] = std::move(m.g);
   schedule_tick(self);
 }
 
@@ -286,12 +306,11 @@ caf::behavior running(stage_ptr self);
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
-  s.pol = make_policy(s.setup.schedule);
+  s.pol = make_policy(s.setup.schedule, policy_options{s.setup.chunks});
   if (!s.pol) throw std::invalid_argument("unknown schedule " + s.setup.schedule);
-  s.params = s.setup.layers->parameters();
+  for (const auto& chunk : s.setup.layers)
+    for (auto& p : chunk->parameters()) s.params.push_back(p);
   s.opt = make_optimizer(s.setup.optimizer, s.params);
-  s.first = s.setup.rank == 0;
-  s.last = s.setup.rank == s.setup.stages - 1;
   self->set_exception_handler([](caf::scheduled_actor* a, std::exception_ptr& eptr) -> caf::error {
     try {
       std::rethrow_exception(eptr);
@@ -347,8 +366,9 @@ caf::behavior running(stage_ptr self) {
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](weights_atom) -> named_params {
         named_params out;
-        for (auto& [name, t] : self->state.setup.layers->named_parameters())
-          out.emplace_back(name, t.detach().to(torch::kCPU).clone());
+        for (const auto& chunk : self->state.setup.layers)
+          for (auto& [name, t] : chunk->named_parameters())
+            out.emplace_back(name, t.detach().to(torch::kCPU).clone());
         return out;
       },
   };

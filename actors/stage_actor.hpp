@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/config.hpp"
 #include "runtime/model.hpp"
@@ -35,8 +36,9 @@ struct stage_setup {
   bool lockstep = false;  ///< fire only on the driver's round messages
   uint64_t seed = 0;
   std::string schedule = "1f1b";
+  int chunks = 1;  ///< model chunks: chunk c is virtual stage c * stages + rank
   optimizer_config optimizer;
-  std::shared_ptr<layer_stack> layers;
+  std::vector<std::shared_ptr<layer_stack>> layers;  ///< one per chunk
   std::chrono::steady_clock::time_point origin;  ///< trace time zero
 };
 

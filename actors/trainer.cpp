@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "actors/driver_actor.hpp"
@@ -19,9 +20,10 @@ train_output run_training(const config& cfg, const train_options& opts) {
   const int microbatches =
       static_cast<int>(chunk_count(cfg.train.batch_size, cfg.pipeline.microbatches));
 
-  auto parts = cfg.pipeline.partition;
+  const int chunks = cfg.pipeline.virtual_stages;
+  auto parts = cfg.pipeline.partition;  // one range per virtual stage
   if (parts.empty())
-    parts = balanced_partition(layer_parameter_counts(cfg.model.layers), stages);
+    parts = balanced_partition(layer_parameter_counts(cfg.model.layers), stages * chunks);
   auto layers = build_layers(cfg);
 
   int threads = cfg.pipeline.intra_op_threads;
@@ -41,18 +43,22 @@ train_output run_training(const config& cfg, const train_options& opts) {
     st.microbatches = microbatches;
     st.batch_size = cfg.train.batch_size;
     st.device = cfg.pipeline.devices[r];
-    st.prev_device = cfg.pipeline.devices[r > 0 ? r - 1 : r];
-    st.next_device = cfg.pipeline.devices[r + 1 < stages ? r + 1 : r];
+    st.prev_device = cfg.pipeline.devices[(r + stages - 1) % stages];
+    st.next_device = cfg.pipeline.devices[(r + 1) % stages];
     st.intra_op_threads = threads;
     st.pace_ms = cfg.pipeline.pace_ms;
     st.lockstep = cfg.pipeline.lockstep;
     st.seed = cfg.train.seed;
     st.schedule = cfg.pipeline.schedule;
+    st.chunks = chunks;
     st.optimizer = cfg.train.optimizer;
-    std::vector<layer> mine;
-    for (int i = parts[r].first; i <= parts[r].second; ++i) mine.push_back(std::move(layers[i]));
-    st.layers = std::make_shared<layer_stack>(std::move(mine));
-    st.layers->to(st.device);
+    for (int c = 0; c < chunks; ++c) {  // round-robin: virtual stage c * S + r
+      const auto& range = parts[c * stages + r];
+      std::vector<layer> mine;
+      for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
+      st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
+      st.layers.back()->to(st.device);
+    }
     st.origin = origin;
     stage_actors.push_back(spawn_stage(sys, std::move(st)));
   }
@@ -68,8 +74,11 @@ train_output run_training(const config& cfg, const train_options& opts) {
     if (failure.empty()) failure = sys.render(err);
   };
   for (int r = 0; r < stages; ++r) {
-    auto prev = r > 0 ? stage_actors[r - 1] : caf::actor{};
-    auto next = r + 1 < stages ? stage_actors[r + 1] : caf::actor{};
+    // Neighbours wrap around: chunk c of the last stage feeds chunk c + 1
+    // of stage 0 (interleaved); edge stages of a plain pipeline never use
+    // the wrapped link.
+    auto prev = stage_actors[(r + stages - 1) % stages];
+    auto next = stage_actors[(r + 1) % stages];
     self->request(stage_actors[r], caf::infinite, wire_atom::value, prev, next, driver)
         .receive([] {}, on_error);
   }
@@ -86,6 +95,10 @@ train_output run_training(const config& cfg, const train_options& opts) {
                 for (auto& p : w) out.weights.push_back(std::move(p));
               },
               on_error);
+  // Model order (layer index), whatever stage or chunk held a layer.
+  std::stable_sort(out.weights.begin(), out.weights.end(), [](const auto& a, const auto& b) {
+    return std::stoi(a.first) < std::stoi(b.first);
+  });
   for (auto& st : stage_actors) self->send_exit(st, caf::exit_reason::user_shutdown);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   if (!failure.empty()) throw std::runtime_error(failure);

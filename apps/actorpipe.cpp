@@ -171,9 +171,15 @@ void print_plan(const config& cfg) {
 }
 
 void print_placement(const train_result& r) {
-  for (int s = 0; s < r.stages; ++s)
-    std::printf("  stage %d: layers %d..%d on %s\n", s, r.partition[s].first,
-                r.partition[s].second, r.devices[s].c_str());
+  const int chunks = static_cast<int>(r.partition.size()) / std::max(1, r.stages);
+  for (int s = 0; s < r.stages; ++s) {
+    std::printf("  stage %d on %s: layers", s, r.devices[s].c_str());
+    for (int c = 0; c < chunks; ++c) {
+      const auto& range = r.partition[c * r.stages + s];
+      std::printf("%s %d..%d", c ? "," : "", range.first, range.second);
+    }
+    std::printf("\n");
+  }
 }
 
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps) {

@@ -49,7 +49,8 @@ struct stage_stats {
 struct grads_report {
   int rank = 0;
   int64_t step = 0;
-  at::Tensor grad_norms;  ///< per-parameter 2-norms (float32, CPU), layer order
+  /// Per chunk: per-parameter 2-norms (float32, CPU) in layer order.
+  std::vector<at::Tensor> grad_norms;
   double loss_sum = 0.0;  ///< last stage: sum of weighted microbatch losses
   stage_stats stats;
 };
@@ -65,6 +66,7 @@ struct apply_msg {
 struct eval_msg {
   at::Tensor x;
   at::Tensor y;
+  int32_t chunk = 0;  ///< the receiver's chunk
 };
 
 struct eval_result {

@@ -41,7 +41,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved"};
   return names;
 }
 
@@ -557,8 +557,17 @@ void reader::read_pipeline(const entry* e) {
   auto& p = cfg_.pipeline;
   const section s = read_map(e ? e->value : Node(), "pipeline",
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                              "pace_ms", "lockstep"});
+                              "pace_ms", "lockstep", "virtual_stages"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
+  const bool interleaved = p.schedule == "interleaved";
+  p.virtual_stages = interleaved ? 2 : 1;
+  if (read_small_int(s, "virtual_stages", p.virtual_stages)) {
+    at_least("pipeline.virtual_stages", p.virtual_stages, 1);
+    if (!interleaved && p.virtual_stages != 1)
+      fail_key("pipeline.virtual_stages", "only the interleaved schedule runs several chunks per stage, not " +
+                                              p.schedule);
+  }
+  const int v = p.virtual_stages;
 
   const int layers = static_cast<int>(cfg_.model.layers.size());
   const bool has_stages = read_small_int(s, "stages", p.stages);
@@ -566,13 +575,22 @@ void reader::read_pipeline(const entry* e) {
   if (const entry* pe = s.find("partition")) {
     read_partition(*pe);
     const int ranges = static_cast<int>(p.partition.size());
-    if (has_stages && p.stages != ranges)
+    if (v == 1 && has_stages && p.stages != ranges)
       fail_key("pipeline.stages", std::to_string(p.stages) + " does not match the " + std::to_string(ranges) +
                                       " ranges of pipeline.partition");
-    p.stages = ranges;
-  } else if (p.stages > layers) {
-    fail_key("pipeline.stages", std::to_string(p.stages) + " exceeds the " + std::to_string(layers) +
-                                    " layers of model.layers");
+    if (ranges % v != 0 || (has_stages && p.stages * v != ranges))
+      fail_key("pipeline.partition", std::to_string(ranges) + " ranges, but " +
+                                         (has_stages ? std::to_string(p.stages) : std::string("the")) +
+                                         " stages x " + std::to_string(v) +
+                                         " virtual stages need one range per virtual stage");
+    p.stages = ranges / v;
+  } else if (p.stages * v > layers) {
+    if (v == 1)
+      fail_key("pipeline.stages", std::to_string(p.stages) + " exceeds the " + std::to_string(layers) +
+                                      " layers of model.layers");
+    fail_key("pipeline.virtual_stages", std::to_string(p.stages) + " stages x " + std::to_string(v) +
+                                            " virtual stages exceed the " + std::to_string(layers) +
+                                            " layers of model.layers");
   }
 
   if (read_small_int(s, "microbatches", p.microbatches)) at_least("pipeline.microbatches", p.microbatches, 1);
@@ -585,6 +603,10 @@ void reader::read_pipeline(const entry* e) {
   } else if (int64_t n = torch_chunk_count(batch, p.microbatches); n != p.microbatches) {
     fail_key("pipeline.microbatches", "torch.chunk splits train.batch_size " + std::to_string(batch) + " into " +
                                           std::to_string(n) + " chunks, not " + std::to_string(p.microbatches));
+  } else if (interleaved && p.microbatches % p.stages != 0) {
+    fail_key("pipeline.microbatches", "interleaved runs microbatches in groups of pipeline.stages (" +
+                                          std::to_string(p.stages) + "); " + std::to_string(p.microbatches) +
+                                          " is not a multiple");
   }
 
   if (const entry* de = s.find("devices")) read_devices(*de);

@@ -81,10 +81,13 @@ struct train_config {
 
 struct pipeline_config {
   int stages = 1;
-  /// Inclusive layer ranges, one per stage, filled in by partition_layers()
-  /// when the YAML gives none.
+  /// Inclusive layer ranges, one per virtual stage (stages x
+  /// virtual_stages); empty = balanced by parameter count.
   std::vector<std::pair<int, int>> partition;
-  std::string schedule = "1f1b";  ///< naive | gpipe | 1f1b
+  std::string schedule = "1f1b";  ///< naive | gpipe | 1f1b | interleaved
+  /// Model chunks per stage (interleaved; default 2 there, 1 otherwise).
+  /// Virtual stage c * stages + r is chunk c of stage r.
+  int virtual_stages = 1;
   int microbatches = 1;
   /// One device per stage after loading: "cpu" or "cuda:N".
   std::vector<std::string> devices;

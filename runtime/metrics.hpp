@@ -26,8 +26,9 @@ struct train_result {
   std::string schedule;
   int stages = 0;
   int microbatches = 0;
+  int chunks = 1;  ///< virtual stages per stage
   std::vector<std::string> devices;
-  std::vector<std::pair<int, int>> partition;
+  std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;
   double test_accuracy = -1.0;  ///< -1 when there is no test split
   double test_loss = 0.0;

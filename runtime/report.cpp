@@ -64,7 +64,7 @@ std::string format_comparison(const std::vector<train_result>& runs) {
     rows.push_back({r.schedule, std::to_string(r.stages), std::to_string(r.microbatches),
                     fmt("%.2f ms", mean_step_seconds(r) * 1e3),
                     r.steps.empty() ? "-" : fmt("%.4f", r.steps.back().loss),
-                    fmt("%.3f", analytic_bubble(r.schedule, r.stages, r.microbatches)),
+                    fmt("%.3f", analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks)),
                     fmt("%.3f", mean_bubble(r)), mem,
                     r.test_accuracy < 0 ? "-" : fmt("%.2f%%", r.test_accuracy * 100.0)});
   }

@@ -37,6 +37,8 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   if (dropout) c.model.layers.push_back(act("dropout", 0.25));
   c.model.layers.push_back(lin(32, 32));
   c.model.layers.push_back(act("gelu"));
+  c.model.layers.push_back(lin(32, 32));  // enough layers for 4 x 2 virtual stages
+  c.model.layers.push_back(act("relu"));
   c.model.layers.push_back(lin(32, 4));
   c.data.kind = "synthetic";
   c.data.samples = 256;
@@ -55,6 +57,7 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   c.pipeline.stages = stages;
   c.pipeline.schedule = schedule;
   c.pipeline.microbatches = schedule == "naive" ? 1 : microbatches;
+  c.pipeline.virtual_stages = schedule == "interleaved" ? 2 : 1;
   c.pipeline.devices.assign(stages, "cpu");
   c.pipeline.intra_op_threads = 1;
   return c;

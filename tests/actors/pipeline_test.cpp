@@ -57,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(case_t{"naive", 1, 1}, case_t{"naive", 2, 1}, case_t{"naive", 4, 1},
                       case_t{"gpipe", 1, 1}, case_t{"gpipe", 2, 4}, case_t{"gpipe", 4, 8},
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 1, 1}, case_t{"1f1b", 2, 4},
-                      case_t{"1f1b", 4, 8}, case_t{"1f1b", 4, 3}),
+                      case_t{"1f1b", 4, 8}, case_t{"1f1b", 4, 3}, case_t{"interleaved", 1, 2},
+                      case_t{"interleaved", 2, 4}, case_t{"interleaved", 4, 8}),
     case_name);
 
 bool bitwise_equal(const named_params& a, const named_params& b) {
@@ -101,8 +102,9 @@ TEST_P(EmergentOrder, EqualsTheCanonicalOrderOnEveryStageAndStep) {
   c.train.steps = 2;
   c.pipeline.lockstep = true;
   auto out = run_training(c);
-  auto canon = canonical_order(schedule, s, c.pipeline.microbatches);
-  auto simulated = simulate(schedule, s, c.pipeline.microbatches).order();
+  const int v = c.pipeline.virtual_stages;
+  auto canon = canonical_order(schedule, s, c.pipeline.microbatches, v);
+  auto simulated = simulate(schedule, s, c.pipeline.microbatches, {}, v).order();
   ASSERT_EQ(simulated, canon);  // the three views agree: simulator = canonical = actors
   for (const auto& step : out.result.steps) {
     ASSERT_EQ(step.stages.size(), static_cast<size_t>(s));
@@ -119,8 +121,15 @@ INSTANTIATE_TEST_SUITE_P(
     SchedulesAndShapes, EmergentOrder,
     ::testing::Values(case_t{"naive", 4, 1}, case_t{"gpipe", 2, 4}, case_t{"gpipe", 4, 8},
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 2, 4}, case_t{"1f1b", 4, 8},
-                      case_t{"1f1b", 4, 3}),
+                      case_t{"1f1b", 4, 3}, case_t{"interleaved", 2, 4},
+                      case_t{"interleaved", 4, 8}),
     case_name);
+
+TEST(Schedules, InterleavedGivesWeightsBitwiseIdenticalToOneFOneB) {
+  auto f = run_training(small_config("1f1b", 4, 8, true));
+  auto i = run_training(small_config("interleaved", 4, 8, true));
+  EXPECT_TRUE(bitwise_equal(f.weights, i.weights));
+}
 
 TEST(ActivationMemory, StageZeroStashesSUnderOneFOneBAndMUnderGpipe) {
   const int s = 4, m = 8;

@@ -162,7 +162,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -394,6 +394,45 @@ pipeline:
   partition: [[0, 1], [2, 2]]
 )yaml",
        "{FILE}:7:11: pipeline.stages: 3 does not match the 2 ranges of pipeline.partition"},
+      {"InterleavedMicrobatchesNotAMultipleOfStages",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 12
+pipeline:
+  stages: 2
+  schedule: interleaved
+  microbatches: 3
+)yaml",
+       "{FILE}:13:17: pipeline.microbatches: interleaved runs microbatches in groups of pipeline.stages (2); 3 is not a multiple"},
+      {"VirtualStagesExceedLayers",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  schedule: interleaved
+  virtual_stages: 2
+)yaml",
+       "{FILE}:9:19: pipeline.virtual_stages: 2 stages x 2 virtual stages exceed the 3 layers of model.layers"},
+      {"VirtualStagesWithoutInterleaved",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  schedule: 1f1b
+  virtual_stages: 2
+)yaml",
+       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved schedule runs several chunks per stage, not 1f1b"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:
