@@ -50,7 +50,7 @@ const char* train_help =
     "usage: actorpipe train CONFIG [options]\n"
     "\n"
     "options:\n"
-    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b)\n"
+    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved)\n"
     "  --steps N         override train.steps\n"
     "  --save PATH       write the final state dict (torch.load reads it)\n"
     "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
@@ -159,8 +159,34 @@ void set_schedule(config& cfg, const std::string& name) {
                       (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " +
                       list + ")");
   }
-  cfg.pipeline.schedule = name;
-  if (name == "naive") cfg.pipeline.microbatches = 1;
+  auto& p = cfg.pipeline;
+  p.schedule = name;
+  if (name == "naive") p.microbatches = 1;
+  if (name != "interleaved") {
+    if (p.virtual_stages != 1) {
+      // One range per stage again: regroup chunks only when none were given.
+      if (!p.partition.empty())
+        throw usage_error("--schedule " + name + ": pipeline.partition lists virtual stages; "
+                          "give one range per stage for " + name);
+      p.virtual_stages = 1;
+    }
+    return;
+  }
+  if (p.virtual_stages < 2 && p.partition.empty()) p.virtual_stages = 2;
+  const int layers = static_cast<int>(cfg.model.layers.size());
+  if (p.microbatches % p.stages != 0)
+    throw usage_error("--schedule interleaved runs microbatches in groups of pipeline.stages (" +
+                      std::to_string(p.stages) + "); pipeline.microbatches " +
+                      std::to_string(p.microbatches) + " is not a multiple");
+  if (p.partition.empty() && p.stages * p.virtual_stages > layers)
+    throw usage_error("--schedule interleaved: " + std::to_string(p.stages) + " stages x " +
+                      std::to_string(p.virtual_stages) + " virtual stages exceed the " +
+                      std::to_string(layers) + " layers of model.layers");
+  if (!p.partition.empty() &&
+      static_cast<int>(p.partition.size()) != p.stages * p.virtual_stages)
+    throw usage_error("--schedule interleaved: pipeline.partition has " +
+                      std::to_string(p.partition.size()) + " ranges; interleaved needs one per virtual stage (" +
+                      std::to_string(p.stages) + " stages x " + std::to_string(p.virtual_stages) + ")");
 }
 
 void print_plan(const config& cfg) {
