@@ -9,11 +9,16 @@ namespace actorpipe {
 
 namespace {
 
-const char* colour(op_kind k) {
+// Dark for chunk 0, lighter for later chunks (interleaved schedules).
+const char* colour(op_kind k, int chunk) {
+  static const char* f[] = {"#4C78A8", "#7FA7D0", "#A9C6E6", "#CFE0F2"};
+  static const char* b[] = {"#3B7D34", "#54A24B", "#88C97E", "#B8E0B0"};
+  static const char* w[] = {"#C4640A", "#F58518", "#F8A95A", "#FBCB96"};
+  const int c = chunk < 0 ? 0 : chunk > 3 ? 3 : chunk;
   switch (k) {
-    case op_kind::F: return "#4C78A8";
-    case op_kind::B: return "#54A24B";
-    case op_kind::W: return "#F58518";
+    case op_kind::F: return f[c];
+    case op_kind::B: return b[c];
+    case op_kind::W: return w[c];
   }
   return "#999999";
 }
@@ -62,7 +67,7 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
       const double x = left + b.start * scale;
       const double w = std::max(0.5, (b.end - b.start) * scale);
       os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
-         << "\" height=\"" << num(lane_h) << "\" fill=\"" << colour(b.op.kind)
+         << "\" height=\"" << num(lane_h) << "\" fill=\"" << colour(b.op.kind, b.op.chunk)
          << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << to_string(b.op) << " ["
          << num(b.start) << ", " << num(b.end) << "] " << unit << "</title></rect>\n";
       if (w >= 12)
@@ -84,7 +89,8 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
        << num(axis_y + 16) << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
   }
   os << "<text x=\"" << num(left + plot_w) << "\" y=\"" << num(axis_y + 30)
-     << "\" text-anchor=\"end\">time (" << escape(unit) << ")  F blue, B green, W orange; numbers are microbatches</text>\n";
+     << "\" text-anchor=\"end\">time (" << escape(unit)
+     << ")  F blue, B green, W orange, lighter for later chunks; numbers are microbatches</text>\n";
   os << "</svg>\n";
   return os.str();
 }
