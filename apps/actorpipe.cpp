@@ -18,6 +18,7 @@
 #include "runtime/canonical.hpp"
 #include "runtime/config.hpp"
 #include "runtime/policies/fixed_order.hpp"
+#include "runtime/policy.hpp"
 #include "runtime/report.hpp"
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
@@ -87,7 +88,8 @@ const char* simulate_help =
     "options:\n"
     "  --stages S          pipeline stages (default 4)\n"
     "  --microbatches M    microbatches per step (default 8)\n"
-    "  --schedule NAME     naive | gpipe | 1f1b | interleaved (default 1f1b)\n"
+    "  --schedule NAME     any registered policy: naive | gpipe | 1f1b | interleaved |\n"
+    "                      interleaved-greedy (default 1f1b)\n"
     "  --virtual-stages V  chunks per stage for interleaved (default 2)\n"
     "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
     "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
@@ -347,10 +349,15 @@ int cmd_simulate(int argc, char** argv) {
   if (a.has("--virtual-stages"))
     chunks = static_cast<int>(parse_count("--virtual-stages", a.options["--virtual-stages"]));
   if (a.has("--schedule")) {
+    // Any registered policy simulates, also one the runtime does not train with.
     schedule = a.options["--schedule"];
-    if (schedule.rfind("interleaved", 0) != 0) {  // simulated before the runtime runs it
-      config probe;
-      set_schedule(probe, schedule);
+    if (!make_policy(schedule)) {
+      auto names = policy_names();
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      auto near = nearest(schedule, names);
+      throw usage_error("unknown schedule '" + schedule + "'" +
+                        (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
   if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages")) chunks = 2;
