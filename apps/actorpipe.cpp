@@ -67,7 +67,8 @@ const char* compare_help =
     "Trains CONFIG once per schedule and prints one comparison table.\n"
     "\n"
     "options:\n"
-    "  --schedules LIST  comma-separated (default naive,gpipe,1f1b)\n"
+    "  --schedules LIST  comma-separated (default: the config's compare.schedules,\n"
+    "                    else naive,gpipe,1f1b)\n"
     "  --steps N         override train.steps\n"
     "  --log-every N     progress line every N steps (default: quiet)\n"
     "  -h, --help        this help\n";
@@ -263,6 +264,7 @@ int cmd_compare(int argc, char** argv) {
   auto base = load(a.positional[0]);
   if (a.has("--steps")) base.train.steps = parse_count("--steps", a.options["--steps"]);
   std::vector<std::string> names = {"naive", "gpipe", "1f1b"};
+  if (!base.compare_schedules.empty()) names = base.compare_schedules;
   if (a.has("--schedules")) {
     names.clear();
     std::string list = a.options["--schedules"];

@@ -352,6 +352,7 @@ private:
   void read_data(const entry* e);
   void read_train(const entry* e);
   void read_pipeline(const entry* e);
+  void read_compare(const entry* e);
   void read_partition(const entry& e);
   void read_devices(const entry& e);
   void resolve_synthetic(const section& synthetic);
@@ -370,11 +371,35 @@ const std::vector<std::string> layer_types{"linear", "relu", "gelu", "tanh", "dr
 void reader::load(const Node& root) {
   if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
-  const section top = read_map(root, "", {"model", "data", "train", "pipeline"});
+  const section top = read_map(root, "", {"model", "data", "train", "pipeline", "compare"});
   read_model(top.find("model"));
   read_data(top.find("data"));
   read_train(top.find("train"));
   read_pipeline(top.find("pipeline"));
+  read_compare(top.find("compare"));
+}
+
+// -- compare -----------------------------------------------------------------
+
+void reader::read_compare(const entry* e) {
+  if (!e) return;
+  const section s = read_map(e->value, "compare", {"schedules"});
+  const entry* se = s.find("schedules");
+  if (!se) return;
+  const std::string path = "compare.schedules";
+  if (!se->value.IsSequence() || se->value.size() == 0)
+    fail(value_mark(*se), path, "expected a non-empty list of schedules, found " + describe(se->value));
+  for (size_t i = 0; i < se->value.size(); ++i) {
+    const Node n = se->value[i];
+    const std::string key = item(path, i);
+    cfg_.marks[key] = to_mark(n.Mark());
+    if (!n.IsScalar()) fail(n, key, "expected a schedule name, found " + describe(n));
+    const std::string name = n.Scalar();
+    const auto& known = known_schedules();
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      fail(n, key, "unknown schedule '" + name + "'" + did_you_mean(name, known) + " (known: " + join(known) + ")");
+    cfg_.compare_schedules.push_back(name);
+  }
 }
 
 // -- model -------------------------------------------------------------------

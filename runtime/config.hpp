@@ -108,6 +108,8 @@ struct config {
   data_config data;
   train_config train;
   pipeline_config pipeline;
+  /// compare.schedules: what `actorpipe compare` runs; empty = its default.
+  std::vector<std::string> compare_schedules;
   /// Position of every key that was present, by dotted path
   /// ("pipeline.microbatches", "model.layers[2].in").
   std::map<std::string, source_mark> marks;

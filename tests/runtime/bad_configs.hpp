@@ -433,6 +433,16 @@ pipeline:
   virtual_stages: 2
 )yaml",
        "{FILE}:8:19: pipeline.virtual_stages: only the interleaved schedule runs several chunks per stage, not 1f1b"},
+      {"CompareUnknownSchedule",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+compare:
+  schedules: [gpipe, 1f1d]
+)yaml",
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:
