@@ -416,7 +416,7 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("timeline written to %s\n", a.options["--svg"].c_str());
   }
   if (a.has("--export")) {
-    write_file(a.options["--export"], to_schedule_csv(r.order(), stages));
+    write_file(a.options["--export"], to_schedule_csv(r.order(), stages, r.split_backward));
     std::printf("order written to %s\n", a.options["--export"].c_str());
   }
   return exit_ok;

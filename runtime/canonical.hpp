@@ -17,7 +17,8 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
 
 /// Analytic bubble: idle time as a fraction of the step, (S-1)/(M+S-1), for
 /// gpipe and 1f1b with equal F and B costs; naive is that with M = 1;
-/// interleaved (S-1)/(vM+S-1).
+/// interleaved (S-1)/(vM+S-1); zb-h1 (S-1)/(3M+S-1), its idle time being a
+/// third of 1F1B's when F = B = W.
 double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks = 1);
 
 }  // namespace actorpipe

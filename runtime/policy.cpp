@@ -16,6 +16,7 @@ const std::vector<std::pair<std::string, policy_factory>>& registry() {
       {"1f1b", [](const policy_options&) { return std::make_unique<one_f_one_b_policy>(); }},
       {"interleaved",
        [](const policy_options& o) { return std::make_unique<interleaved_policy>(o.virtual_stages); }},
+      {"zb-h1", [](const policy_options&) { return std::make_unique<zb_h1_policy>(); }},
       {"interleaved-greedy",
        [](const policy_options& o) { return std::make_unique<interleaved_greedy_policy>(o.virtual_stages); }},
   };

@@ -53,6 +53,10 @@ struct stage_view {
   mb_set const* fwd_ready = nullptr;
   mb_set const* bwd_ready = nullptr;
   int chunks = 1;  ///< model chunks (virtual stages) on this stage
+  /// Split-backward policies only: weight-gradient ops ready (per chunk)
+  /// and fired. A W(mb) becomes ready when B(mb) has run.
+  mb_set const* w_ready = nullptr;
+  int w_done = 0;
 
   int in_flight() const { return fwd_done - bwd_done; }
 };
@@ -73,6 +77,9 @@ public:
   /// Model chunks per stage; virtual stage c * S + r lives on rank r as
   /// chunk c (round-robin placement).
   virtual int chunks() const { return 1; }
+  /// True when B computes only the input gradient and a separate W the
+  /// weight gradient (zero-bubble schedules). Activations live until W.
+  virtual bool splits_backward() const { return false; }
 };
 
 using policy_factory = std::function<std::unique_ptr<policy>(const policy_options&)>;

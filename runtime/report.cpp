@@ -137,10 +137,12 @@ std::string format_simulation(const sim_result& r, const cost_model& cost) {
   os << "makespan " << fmt("%.3f", r.makespan) << "  (busiest stage " << fmt("%.3f", *std::max_element(r.busy.begin(), r.busy.end()))
      << ")\n";
   const bool inter = r.schedule.rfind("interleaved", 0) == 0;
+  const bool zb = r.schedule == "zb-h1";
+  const std::string formula = zb ? "(S-1)/(3M+S-1), F = B = W" : inter ? "(S-1)/(vM+S-1)" : "(S-1)/(M+S-1)";
   os << "bubble   simulated " << fmt("%.4f", r.bubble()) << "   analytic "
-     << fmt("%.4f", analytic_bubble(inter ? "interleaved" : r.schedule == "naive" ? "naive" : "gpipe",
+     << fmt("%.4f", analytic_bubble(inter ? "interleaved" : zb ? "zb-h1" : r.schedule == "naive" ? "naive" : "gpipe",
                                     r.stages, r.microbatches, r.chunks))
-     << (inter ? "  ((S-1)/(vM+S-1)" : "  ((S-1)/(M+S-1)") << ": idle / total, equal stages, no comm)\n";
+     << "  (" << formula << ": idle / total, equal stages, no comm)\n";
   std::vector<std::vector<std::string>> rows = {{"stage", "busy", "bubble", "peak stash"}};
   for (int s = 0; s < r.stages; ++s)
     rows.push_back({std::to_string(s), fmt("%.3f", r.busy[s]), fmt("%.4f", r.stage_bubble(s)),

@@ -5,14 +5,18 @@
 
 namespace actorpipe {
 
-std::string to_schedule_csv(const std::vector<std::vector<op_id>>& order, int stages) {
+std::string to_schedule_csv(const std::vector<std::vector<op_id>>& order, int stages,
+                            bool split_backward) {
   std::ostringstream os;
   for (size_t r = 0; r < order.size(); ++r) {
     for (size_t i = 0; i < order[r].size(); ++i) {
       const auto& op = order[r][i];
       if (i) os << ',';
       os << (static_cast<int>(r) + op.chunk * stages)
-         << (op.kind == op_kind::F ? 'F' : op.kind == op_kind::B ? 'B' : 'W') << op.mb;
+         << (op.kind == op_kind::F   ? 'F'
+             : op.kind == op_kind::B ? (split_backward ? 'I' : 'B')
+                                     : 'W')
+         << op.mb;
     }
     os << '\n';
   }
@@ -22,6 +26,7 @@ std::string to_schedule_csv(const std::vector<std::vector<op_id>>& order, int st
 std::vector<std::vector<op_id>> parse_schedule_csv(const std::string& text, int stages,
                                                    int microbatches, const std::string& source) {
   std::vector<std::vector<op_id>> order;
+  int split = -1;  // unknown until the first backward cell: 1 for I, 0 for B
   std::istringstream lines(text);
   std::string line;
   int row = 0;
@@ -34,7 +39,7 @@ std::vector<std::vector<op_id>> parse_schedule_csv(const std::string& text, int 
                                   std::to_string(stages) + " stages");
     const int rank = static_cast<int>(order.size());
     std::vector<op_id> ops;
-    std::vector<int> seen_f(microbatches, 0), seen_b(microbatches, 0);
+    std::vector<int> seen_f(microbatches, 0), seen_b(microbatches, 0), seen_w(microbatches, 0);
     std::istringstream cells(line);
     std::string cell;
     int col = 0;
@@ -47,13 +52,19 @@ std::vector<std::vector<op_id>> parse_schedule_csv(const std::string& text, int 
       size_t k = 0;
       while (k < cell.size() && std::isdigit(static_cast<unsigned char>(cell[k]))) ++k;
       if (k == 0 || k >= cell.size() || k > 6)
-        throw std::invalid_argument(where + "expected {stage}{F|B|W}{microbatch}, e.g. 0F3");
+        throw std::invalid_argument(where + "expected {stage}{F|B|I|W}{microbatch}, e.g. 0F3");
       int stage_index = std::stoi(cell.substr(0, k));
-      auto op = parse_op(cell.substr(k));
-      if (!op) throw std::invalid_argument(where + "expected {stage}{F|B|W}{microbatch}, e.g. 0F3");
-      if (op->kind == op_kind::W)
-        throw std::invalid_argument(where + "W ops need a split-backward schedule; this runtime's "
-                                    "stages run full backwards (B) only");
+      std::string rest = cell.substr(k);
+      const bool input_grad = rest[0] == 'I';
+      if (input_grad) rest[0] = 'B';
+      auto op = parse_op(rest);
+      if (!op) throw std::invalid_argument(where + "expected {stage}{F|B|I|W}{microbatch}, e.g. 0F3");
+      if (op->kind == op_kind::B || op->kind == op_kind::W) {
+        const int this_split = (input_grad || op->kind == op_kind::W) ? 1 : 0;
+        if (op->kind == op_kind::B && split >= 0 && split != this_split)
+          throw std::invalid_argument(where + "mixes full backwards (B) with split ones (I and W)");
+        if (op->kind == op_kind::B) split = this_split;
+      }
       if (stage_index % stages != rank)
         throw std::invalid_argument(where + "stage " + std::to_string(stage_index) +
                                     " does not live on rank " + std::to_string(rank));
@@ -62,16 +73,21 @@ std::vector<std::vector<op_id>> parse_schedule_csv(const std::string& text, int 
       if (op->mb >= microbatches)
         throw std::invalid_argument(where + "microbatch " + std::to_string(op->mb) +
                                     " out of range (" + std::to_string(microbatches) + ")");
-      auto& seen = op->kind == op_kind::F ? seen_f : seen_b;
+      auto& seen = op->kind == op_kind::F ? seen_f : op->kind == op_kind::B ? seen_b : seen_w;
       if (seen[op->mb]++)
         throw std::invalid_argument(where + "appears twice in the row");
       ops.push_back(*op);
     }
-    for (int i = 0; i < microbatches; ++i)
-      if (!seen_f[i] || !seen_b[i])
+    for (int i = 0; i < microbatches; ++i) {
+      const char* missing = !seen_f[i]                 ? "F"
+                            : !seen_b[i]               ? (split == 1 ? "I" : "B")
+                            : split == 1 && !seen_w[i] ? "W"
+                                                       : nullptr;
+      if (split != 1 && seen_w[i]) missing = nullptr;
+      if (missing)
         throw std::invalid_argument(source + ":" + std::to_string(row) + ": rank " +
-                                    std::to_string(rank) + " never runs " +
-                                    (!seen_f[i] ? "F" : "B") + std::to_string(i));
+                                    std::to_string(rank) + " never runs " + missing + std::to_string(i));
+    }
     order.push_back(std::move(ops));
   }
   if (static_cast<int>(order.size()) != stages)

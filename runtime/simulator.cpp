@@ -58,10 +58,12 @@ std::vector<std::vector<op_id>> sim_result::order() const {
 namespace {
 
 struct sim_stage {
-  std::vector<mb_set> fwd_ready, bwd_ready;         // per chunk
+  std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // per chunk
   std::vector<std::vector<char>> fwd_fired, bwd_fired;  // per chunk, per mb
   int fwd_done = 0;
   int bwd_done = 0;
+  int w_done = 0;
+  int w_expected = 0;  // W ops in a step: M x chunks when split, else 0
   bool busy = false;
 };
 
@@ -89,7 +91,7 @@ std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int 
   std::ostringstream os;
   os << "deadlock: no op can fire and the step is not done\n";
   for (int s = 0; s < s_count; ++s) {
-    bool done = st[s].bwd_done == m * chunks;
+    bool done = st[s].bwd_done == m * chunks && st[s].w_done == st[s].w_expected;
     os << (done ? "   " : ">> ") << "stage " << s << ": fired [";
     std::vector<op_id> fired;
     for (const auto& o : r.timeline[s]) fired.push_back(o.op);
@@ -100,6 +102,7 @@ std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int 
         for (int i = 0; i < m; ++i) {
           if (st[s].fwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, c}));
           if (st[s].bwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, c}));
+          if (st[s].w_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::W, i, c}));
         }
       for (int c = 0; c < chunks; ++c) {
         const int k = c * s_count + s;  // virtual stage
@@ -140,16 +143,21 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   res.microbatches = m;
   res.schedule = pol.name();
   res.chunks = pol.chunks();
+  res.split_backward = pol.splits_backward();
   res.timeline.assign(s_count, {});
   res.busy.assign(s_count, 0.0);
   res.peak_stash.assign(s_count, 0);
 
   const int chunks = pol.chunks();
+  const bool split = pol.splits_backward();
   const int last_k = s_count * chunks - 1;  // the last virtual stage computes the loss
   std::vector<sim_stage> st(s_count);
   for (auto& s : st) {
     s.fwd_ready.assign(chunks, mb_set{});
     s.bwd_ready.assign(chunks, mb_set{});
+    s.w_ready.assign(chunks, mb_set{});
+    for (auto& set : s.w_ready) set.reset(m);
+    s.w_expected = split ? m * chunks : 0;
     for (auto& set : s.fwd_ready) set.reset(m);
     for (auto& set : s.bwd_ready) set.reset(m);
     s.fwd_fired.assign(chunks, std::vector<char>(m, 0));
@@ -167,20 +175,27 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   auto decide = [&](int r) {
     auto& s = st[r];
     if (s.busy) return;
-    stage_view v{r, s_count, m, s.fwd_done, s.bwd_done, s.fwd_ready.data(), s.bwd_ready.data(), chunks};
+    stage_view v{r,      s_count,          m,      s.fwd_done, s.bwd_done, s.fwd_ready.data(),
+                 s.bwd_ready.data(), chunks, s.w_ready.data(), s.w_done};
     auto op = pol.next(v);
     if (!op) return;
-    double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? cost.b : cost.w) * factor(r);
+    const double full_b = split ? cost.b : cost.b + cost.w;
+    double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? full_b : cost.w) * factor(r);
     if (op->kind == op_kind::F) {
       s.fwd_ready[op->chunk].erase(op->mb);
       s.fwd_fired[op->chunk][op->mb] = 1;
       ++s.fwd_done;
-    } else {
+    } else if (op->kind == op_kind::B) {
       s.bwd_ready[op->chunk].erase(op->mb);
       s.bwd_fired[op->chunk][op->mb] = 1;
       ++s.bwd_done;
+    } else {
+      s.w_ready[op->chunk].erase(op->mb);
+      ++s.w_done;
     }
-    if (op->kind == op_kind::F) res.peak_stash[r] = std::max(res.peak_stash[r], s.fwd_done - s.bwd_done);
+    // Activations live until the op that consumes them last: B, or W.
+    if (op->kind == op_kind::F)
+      res.peak_stash[r] = std::max(res.peak_stash[r], s.fwd_done - (split ? s.w_done : s.bwd_done));
     s.busy = true;
     res.timeline[r].push_back({*op, now, now + d});
     res.busy[r] += d;
@@ -215,7 +230,10 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
               op_id prev{op_kind::B, e.op.mb, (k - 1) / s_count};
               q.push({e.time + cost.comm, seq++, ev_kind::arrive_b, (k - 1) % s_count, prev});
             }
-            if (s.bwd_done == m * chunks) ++done_stages;
+            if (split) s.w_ready[e.op.chunk].insert(e.op.mb);
+            if (s.bwd_done == m * chunks && s.w_done == s.w_expected) ++done_stages;
+          } else if (s.bwd_done == m * chunks && s.w_done == s.w_expected) {
+            ++done_stages;  // the stage's last W
           }
           break;
         }

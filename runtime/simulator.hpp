@@ -12,11 +12,13 @@
 
 namespace actorpipe {
 
-/// Op durations in arbitrary units.
+/// Op durations in arbitrary units. A full backward (policies that do not
+/// split it) costs b + w; split-backward policies run b (input gradient)
+/// and w (weight gradient) as two ops.
 struct cost_model {
   double f = 1.0;     ///< forward
-  double b = 1.0;     ///< backward
-  double w = 1.0;     ///< weight gradient (split-backward policies)
+  double b = 1.0;     ///< backward, input-gradient part
+  double w = 0.0;     ///< backward, weight-gradient part
   double comm = 0.0;  ///< latency of an activation or gradient hop
   /// Multiplies every op of stage r (uneven stages); empty = all 1.
   std::vector<double> stage_factor;
@@ -40,6 +42,7 @@ struct sim_result {
   std::vector<double> busy;                   ///< per stage
   std::vector<int> peak_stash;                ///< most microbatch-chunks in flight per stage
   int chunks = 1;                             ///< virtual stages per stage
+  bool split_backward = false;                ///< B and W are separate ops
   bool deadlock = false;
   /// On deadlock: the per-stage op grid with the stuck ops marked.
   std::string diagnosis;

@@ -23,6 +23,18 @@ public:
   std::optional<op_id> next(const stage_view& v) const override;
 };
 
+/// ZB-H1 (Qi et al., 2024): the backward split into B (input gradient,
+/// which unblocks the stage before) and W (weight gradient). 1F1B's
+/// warm-up and F-B alternation, with each W deferred while stage r holds at
+/// most r pending ones; the rest run at the end, filling the cool-down.
+/// Activations peak at S microbatches on every stage, 1F1B's stage-0 peak.
+class zb_h1_policy : public policy {
+public:
+  std::string name() const override { return "zb-h1"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  bool splits_backward() const override { return true; }
+};
+
 /// Interleaved 1F1B (Megatron's order): v chunks per stage, microbatches in
 /// groups of S. Forwards go strictly in (group, chunk, microbatch) order,
 /// backwards likewise with the chunks reversed; after a warm-up of

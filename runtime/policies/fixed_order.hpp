@@ -9,12 +9,15 @@ namespace actorpipe {
 
 class fixed_order_policy : public policy {
 public:
-  explicit fixed_order_policy(std::vector<std::vector<op_id>> order) : order_(std::move(order)) {}
+  explicit fixed_order_policy(std::vector<std::vector<op_id>> order);
   std::string name() const override { return "fixed"; }
   std::optional<op_id> next(const stage_view& v) const override;
+  /// True when the order holds W ops.
+  bool splits_backward() const override { return split_; }
 
 private:
   std::vector<std::vector<op_id>> order_;
+  bool split_ = false;
 };
 
 }  // namespace actorpipe

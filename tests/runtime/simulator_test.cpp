@@ -130,7 +130,7 @@ TEST(CostModel, ParsesAnySubsetAndRejectsNonsense) {
   auto c = parse_cost("F=1.5,B=3,comm=0.05");
   EXPECT_DOUBLE_EQ(c.f, 1.5);
   EXPECT_DOUBLE_EQ(c.b, 3.0);
-  EXPECT_DOUBLE_EQ(c.w, 1.0);
+  EXPECT_DOUBLE_EQ(c.w, 0.0);  // default: a full backward costs B
   EXPECT_DOUBLE_EQ(c.comm, 0.05);
   EXPECT_THROW(parse_cost("F=-1"), std::invalid_argument);
   EXPECT_THROW(parse_cost("X=1"), std::invalid_argument);
@@ -146,7 +146,7 @@ TEST(ScheduleCsv, BadCellsNameRowAndColumn) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"), "s.csv:2:2: '1X0': expected {stage}{F|B|W}{microbatch}, e.g. 0F3");
+  EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"), "s.csv:2:2: '1X0': expected {stage}{F|B|I|W}{microbatch}, e.g. 0F3");
   EXPECT_EQ(err("0F0,0B0\n0F0,1B0\n"), "s.csv:2:1: '0F0': stage 0 does not live on rank 1");
   EXPECT_EQ(err("0F0\n1F0,1B0\n"), "s.csv:1: rank 0 never runs B0");
   EXPECT_EQ(err("0F0,0B0,0F0\n1F0,1B0\n"), "s.csv:1:3: '0F0': appears twice in the row");
@@ -224,6 +224,83 @@ TEST(SimulatedInterleavedBubble, GreedyVariantDeadlocksUnderTheSameBoundWithSeve
 TEST(SimulatedInterleavedBubble, MicrobatchesMustBeAMultipleOfStages) {
   EXPECT_THROW(simulate("interleaved", 4, 6, {}, 2), std::invalid_argument);
   EXPECT_THROW(canonical_order("interleaved", 4, 6, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+using zb_shape = std::tuple<int, int, double>;  // S, M, B cost (F = W = 1)
+
+class SimulatedZeroBubble : public ::testing::TestWithParam<zb_shape> {};
+
+TEST_P(SimulatedZeroBubble, OrderEqualsTheZbH1Construction) {
+  auto [s, m, b] = GetParam();
+  cost_model c;
+  c.b = b;
+  c.w = 1.0;
+  auto r = simulate("zb-h1", s, m, c);
+  ASSERT_FALSE(r.deadlock) << r.diagnosis;
+  auto canon = canonical_order("zb-h1", s, m);
+  for (int rank = 0; rank < s; ++rank)
+    EXPECT_EQ(to_string(r.order()[rank]), to_string(canon[rank])) << "stage " << rank;
+}
+
+TEST_P(SimulatedZeroBubble, ActivationsNeverExceedOneFOneBsPeak) {
+  auto [s, m, b] = GetParam();
+  cost_model c;
+  c.b = b;
+  c.w = 1.0;
+  auto zb = simulate("zb-h1", s, m, c);
+  auto one = simulate("1f1b", s, m, c);
+  const int one_peak = *std::max_element(one.peak_stash.begin(), one.peak_stash.end());
+  for (int rank = 0; rank < s; ++rank) EXPECT_LE(zb.peak_stash[rank], one_peak) << rank;
+}
+
+TEST_P(SimulatedZeroBubble, CsvWithInputAndWeightGradientsReplays) {
+  auto [s, m, b] = GetParam();
+  cost_model c;
+  c.b = b;
+  c.w = 1.0;
+  auto r = simulate("zb-h1", s, m, c);
+  auto csv = to_schedule_csv(r.order(), s, true);
+  EXPECT_NE(csv.find("0I0"), std::string::npos);
+  auto replay = simulate(fixed_order_policy(parse_schedule_csv(csv, s, m)), s, m, c);
+  EXPECT_EQ(replay.order(), r.order());
+  EXPECT_DOUBLE_EQ(replay.makespan, r.makespan);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SimulatedZeroBubble,
+                         ::testing::Values(zb_shape{4, 8, 1.0}, zb_shape{4, 12, 1.0}, zb_shape{8, 16, 1.0},
+                                           zb_shape{2, 4, 1.0}, zb_shape{4, 3, 1.0}, zb_shape{3, 5, 1.0},
+                                           zb_shape{1, 2, 1.0}, zb_shape{4, 8, 2.0}, zb_shape{8, 16, 2.0},
+                                           zb_shape{4, 3, 2.0}));
+
+TEST(SimulatedZeroBubbleIdle, IsAThirdOfOneFOneBsWhenFBAndWCostTheSame) {
+  cost_model c;
+  c.w = 1.0;  // 1F1B's full backward then costs B + W = 2
+  for (auto [s, m] : std::vector<std::pair<int, int>>{{4, 8}, {4, 12}, {8, 16}, {8, 32}, {2, 4}}) {
+    auto zb = simulate("zb-h1", s, m, c);
+    auto one = simulate("1f1b", s, m, c);
+    double zb_idle = 0, one_idle = 0;
+    for (int r = 0; r < s; ++r) {
+      zb_idle += zb.makespan - zb.busy[r];
+      one_idle += one.makespan - one.busy[r];
+    }
+    EXPECT_NEAR(3.0 * zb_idle, one_idle, 1e-9) << "S=" << s << " M=" << m;
+    EXPECT_NEAR(zb.bubble(), static_cast<double>(s - 1) / (3 * m + s - 1), 1e-9);
+  }
+}
+
+TEST(ScheduleCsvSplit, MixingFullAndSplitBackwardsIsAnError) {
+  try {
+    parse_schedule_csv("0F0,0B0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "s.csv:2:2: '1I0': mixes full backwards (B) with split ones (I and W)");
+  }
 }
 
 }  // namespace
