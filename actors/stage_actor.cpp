@@ -22,6 +22,7 @@ using clock_type = std::chrono::steady_clock;
 struct stash_entry {
   at::Tensor input;
   at::Tensor output;
+  at::Tensor grad_out;  // split backward: B keeps it for W
   int64_t bytes = 0;
 };
 
@@ -33,7 +34,8 @@ struct stage_state {
   caf::actor prev, next, driver;
 
   int64_t step = -1;
-  std::vector<mb_set> fwd_ready, bwd_ready;  // by chunk
+  std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // by chunk
+  bool split = false;  // the policy runs B and W as separate ops
   // The rest is indexed by slot = chunk * M + mb.
   std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
   std::vector<activation_msg> inputs;
@@ -41,6 +43,7 @@ struct stage_state {
   std::vector<stash_entry> stash;
   int fwd_done = 0;
   int bwd_done = 0;
+  int w_done = 0;
   int stashed = 0;
   int64_t stash_bytes = 0;
   double loss_sum = 0.0;
@@ -80,19 +83,27 @@ bool last_virtual(const stage_state& s, int chunk) {
 }
 int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
 
+// Every backward (and, split, every weight gradient) of the step has run.
+bool step_done(const stage_state& s) {
+  const int n = s.setup.microbatches * s.setup.chunks;
+  return s.bwd_done == n && (!s.split || s.w_done == n);
+}
+
 void begin_step(stage_state& s, int64_t step) {
   const int m = s.setup.microbatches, slots = m * s.setup.chunks;
   s.step = step;
   s.fwd_ready.assign(s.setup.chunks, mb_set{});
   s.bwd_ready.assign(s.setup.chunks, mb_set{});
+  s.w_ready.assign(s.setup.chunks, mb_set{});
   for (auto& r : s.fwd_ready) r.reset(m);
   for (auto& r : s.bwd_ready) r.reset(m);
+  for (auto& r : s.w_ready) r.reset(m);
   s.fwd_seen.assign(slots, 0);
   s.bwd_seen.assign(slots, 0);
   s.inputs.assign(slots, activation_msg{});
   s.grads_in.assign(slots, at::Tensor());
   s.stash.assign(slots, stash_entry{});
-  s.fwd_done = s.bwd_done = s.stashed = 0;
+  s.fwd_done = s.bwd_done = s.w_done = s.stashed = 0;
   s.stash_bytes = 0;
   s.loss_sum = 0.0;
   s.stats = stage_stats{};
@@ -173,22 +184,64 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
 void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
-  auto e = std::move(s.stash[k]);
-  if (last_virtual(s, chunk))
-    e.output.backward();
-  else
-    torch::autograd::backward({e.output}, {s.grads_in[k]});
+  const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
+  at::Tensor grad_in;
+  if (!s.split) {
+    auto e = std::move(s.stash[k]);
+    if (last)
+      e.output.backward();
+    else
+      torch::autograd::backward({e.output}, {s.grads_in[k]});
+    if (!first) grad_in = e.input.grad();
+    --s.stashed;
+    s.stash_bytes -= e.bytes;
+  } else {
+    // Input gradient only; the graph stays for W, which also needs the
+    // gradient of the output.
+    auto& e = s.stash[k];
+    e.grad_out = last ? at::Tensor() : s.grads_in[k];
+    if (!first) {
+      std::vector<at::Tensor> grad_outputs;
+      if (!last) grad_outputs.push_back(e.grad_out);
+      grad_in = torch::autograd::grad({e.output}, {e.input}, grad_outputs, /*retain_graph=*/true)[0];
+    }
+    s.w_ready[chunk].insert(mb);
+  }
   s.grads_in[k] = at::Tensor();
-  if (!first_virtual(s, chunk)) {
+  if (!first) {
     const int prev_chunk = s.setup.rank == 0 ? chunk - 1 : chunk;
-    gradient_msg up{{0, s.step, mb, prev_chunk, s.round}, e.input.grad()};
+    gradient_msg up{{0, s.step, mb, prev_chunk, s.round}, grad_in};
     if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
     pad(s, start);
     self->send(s.prev, bwd_atom::value, std::move(up));
   }
+  ++s.bwd_done;
+}
+
+// Weight gradient of a split backward: accumulated into .grad in the
+// order W fires, ascending microbatches per chunk, like autograd would.
+void fire_weight(stage_ptr self, int chunk, int mb) {
+  auto& s = self->state;
+  auto e = std::move(s.stash[slot(s, chunk, mb)]);
+  auto params = s.setup.layers[chunk]->parameters();
+  if (!params.empty()) {
+    std::vector<at::Tensor> grad_outputs;
+    if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
+    auto grads = torch::autograd::grad({e.output}, params, grad_outputs, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      auto& g = params[i].mutable_grad();
+      if (g.defined())
+        g.add_(grads[i]);
+      else
+        g = grads[i];
+    }
+  }
   --s.stashed;
   s.stash_bytes -= e.bytes;
-  ++s.bwd_done;
+  ++s.w_done;
 }
 
 void report_grads(stage_ptr self) {
@@ -211,9 +264,10 @@ void report_grads(stage_ptr self) {
 // Fires the policy's choice, if any. Returns whether an op ran.
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
-  if (s.step < 0 || s.bwd_done == s.setup.microbatches * s.setup.chunks) return false;
-  stage_view v{s.setup.rank, s.setup.stages,        s.setup.microbatches, s.fwd_done,
-               s.bwd_done,   s.fwd_ready.data(),    s.bwd_ready.data(),   s.setup.chunks};
+  if (s.step < 0 || step_done(s)) return false;
+  stage_view v{s.setup.rank,       s.setup.stages, s.setup.microbatches, s.fwd_done,
+               s.bwd_done,         s.fwd_ready.data(), s.bwd_ready.data(), s.setup.chunks,
+               s.w_ready.data(),   s.w_done};
   auto op = s.pol->next(v);
   if (!op) return false;
   auto start = clock_type::now();
@@ -221,15 +275,18 @@ bool fire_one(stage_ptr self) {
   if (op->kind == op_kind::F) {
     s.fwd_ready[op->chunk].erase(op->mb);
     fire_forward(self, op->chunk, op->mb, start);
-  } else {
+  } else if (op->kind == op_kind::B) {
     s.bwd_ready[op->chunk].erase(op->mb);
     fire_backward(self, op->chunk, op->mb, start);
+  } else {
+    s.w_ready[op->chunk].erase(op->mb);
+    fire_weight(self, op->chunk, op->mb);
   }
   pad(s, start);  // ops that send nothing
   int64_t end_ns = now_ns(s);
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
-  if (s.bwd_done == s.setup.microbatches * s.setup.chunks) report_grads(self);
+  if (step_done(s)) report_grads(self);
   return true;
 }
 
@@ -308,6 +365,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   s.setup = std::move(setup);
   s.pol = make_policy(s.setup.schedule, policy_options{s.setup.chunks});
   if (!s.pol) throw std::invalid_argument("unknown schedule " + s.setup.schedule);
+  s.split = s.pol->splits_backward();
   for (const auto& chunk : s.setup.layers)
     for (auto& p : chunk->parameters()) s.params.push_back(p);
   s.opt = make_optimizer(s.setup.optimizer, s.params);

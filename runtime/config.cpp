@@ -41,7 +41,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"};
   return names;
 }
 

@@ -23,7 +23,7 @@ std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
   const auto& schedule = std::get<0>(info.param);
   return "S" + std::to_string(std::get<1>(info.param)) + "M" +
          std::to_string(std::get<2>(info.param)) + "_" +
-         (schedule == "1f1b" ? std::string("OneFOneB") : schedule);
+         (schedule == "1f1b" ? std::string("OneFOneB") : schedule == "zb-h1" ? std::string("ZbH1") : schedule);
 }
 
 class PipelineMatchesPlainLoop : public ::testing::TestWithParam<case_t> {};
@@ -58,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(
                       case_t{"gpipe", 1, 1}, case_t{"gpipe", 2, 4}, case_t{"gpipe", 4, 8},
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 1, 1}, case_t{"1f1b", 2, 4},
                       case_t{"1f1b", 4, 8}, case_t{"1f1b", 4, 3}, case_t{"interleaved", 1, 2},
-                      case_t{"interleaved", 2, 4}, case_t{"interleaved", 4, 8}),
+                      case_t{"interleaved", 2, 4}, case_t{"interleaved", 4, 8}, case_t{"zb-h1", 1, 1},
+                      case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8}, case_t{"zb-h1", 4, 3}),
     case_name);
 
 bool bitwise_equal(const named_params& a, const named_params& b) {
@@ -122,8 +123,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(case_t{"naive", 4, 1}, case_t{"gpipe", 2, 4}, case_t{"gpipe", 4, 8},
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 2, 4}, case_t{"1f1b", 4, 8},
                       case_t{"1f1b", 4, 3}, case_t{"interleaved", 2, 4},
-                      case_t{"interleaved", 4, 8}),
+                      case_t{"interleaved", 4, 8}, case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8},
+                      case_t{"zb-h1", 4, 3}),
     case_name);
+
+TEST(Schedules, ZeroBubbleH1GivesWeightsBitwiseIdenticalToOneFOneB) {
+  auto f = run_training(small_config("1f1b", 4, 8, true));
+  auto z = run_training(small_config("zb-h1", 4, 8, true));
+  EXPECT_TRUE(bitwise_equal(f.weights, z.weights));
+}
 
 TEST(Schedules, InterleavedGivesWeightsBitwiseIdenticalToOneFOneB) {
   auto f = run_training(small_config("1f1b", 4, 8, true));

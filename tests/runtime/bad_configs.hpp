@@ -162,7 +162,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -442,7 +442,7 @@ pipeline:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:

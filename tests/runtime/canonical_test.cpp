@@ -129,8 +129,17 @@ TEST(CanonicalOrder, BackwardsRunInAscendingMicrobatchOrder) {
       }
 }
 
+TEST(CanonicalOrder, ZbH1ForFourStagesAndEightMicrobatchesByHand) {
+  // Stage r keeps at most r weight gradients pending; the rest close the step.
+  auto order = canonical_order("zb-h1", 4, 8);
+  EXPECT_EQ(to_string(order[0]),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(to_string(order[3]),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+}
+
 TEST(CanonicalOrder, UnknownScheduleThrows) {
-  EXPECT_THROW(canonical_order("zb-h1", 4, 8), std::invalid_argument);
+  EXPECT_THROW(canonical_order("zb-h2", 4, 8), std::invalid_argument);
   EXPECT_THROW(canonical_order("", 4, 8), std::invalid_argument);
 }
 

@@ -266,7 +266,7 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 }
 
 TEST(LoadConfig, KnownSchedules) {
-  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved"}));
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}));
 }
 
 // -- where / error_at ----------------------------------------------------------
