@@ -83,21 +83,23 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
   // different denominators.
   const int v = 2;
   std::vector<std::vector<std::string>> rows = {
-      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "gpipe idle/useful",
-       "1f1b idle/useful", "interleaved v=2 idle/useful"}};
+      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "zb-h1", "gpipe idle/useful",
+       "1f1b idle/useful", "interleaved v=2 idle/useful", "zb-h1 idle/useful"}};
   for (auto [s, m] : cases) {
     const double idle = s - 1;
     rows.push_back({std::to_string(s), std::to_string(m),
                     fmt("%.3f", analytic_bubble("naive", s, m)),
                     fmt("%.3f", analytic_bubble("gpipe", s, m)),
                     fmt("%.3f", analytic_bubble("1f1b", s, m)),
-                    fmt("%.3f", idle / (v * m + idle)), fmt("%.3f", idle / m),
-                    fmt("%.3f", idle / m), fmt("%.3f", idle / (v * m))});
+                    fmt("%.3f", idle / (v * m + idle)), fmt("%.3f", analytic_bubble("zb-h1", s, m)),
+                    fmt("%.3f", idle / m), fmt("%.3f", idle / m), fmt("%.3f", idle / (v * m)),
+                    fmt("%.3f", idle / (3.0 * m))});
   }
   return box(rows) +
-         "columns naive..interleaved: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1)\n"
-         "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), the notebook's 1F1B and\n"
-         "interleaved convention. Equal F and B costs; naive runs one microbatch.\n";
+         "columns naive..zb-h1: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1), (S-1)/(3M+S-1)\n"
+         "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), (S-1)/(3M), the notebook's\n"
+         "1F1B and interleaved convention. Equal F and B costs (zb-h1: F = B = W, 1F1B's backward\n"
+         "being B + W); naive runs one microbatch.\n";
 }
 
 std::string chrome_trace_json(const train_result& run) {

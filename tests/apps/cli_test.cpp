@@ -252,7 +252,8 @@ TEST(CliBubble, GPipeColumnIsStagesMinusOneOverMicrobatchesPlusStagesMinusOne) {
   const size_t s_col = col("S"), m_col = col("M"), gpipe_col = col("gpipe"),
                one_col = col("1f1b"), naive_col = col("naive"),
                useful_col = col("1f1b idle/useful"), inter_col = col("interleaved v=2"),
-               inter_useful_col = col("interleaved v=2 idle/useful");
+               inter_useful_col = col("interleaved v=2 idle/useful"), zb_col = col("zb-h1"),
+               zb_useful_col = col("zb-h1 idle/useful");
   std::map<std::pair<int, int>, std::vector<std::string>> by_case;
   for (size_t i = 1; i < rows.size(); ++i)
     by_case[{std::stoi(rows[i][s_col]), std::stoi(rows[i][m_col])}] = rows[i];
@@ -276,6 +277,8 @@ TEST(CliBubble, GPipeColumnIsStagesMinusOneOverMicrobatchesPlusStagesMinusOne) {
     EXPECT_EQ(it->second[useful_col], three_decimals(static_cast<double>(s - 1) / m));
     EXPECT_EQ(it->second[inter_useful_col], three_decimals(static_cast<double>(s - 1) / (2 * m)));
     EXPECT_EQ(it->second[inter_col], three_decimals(static_cast<double>(s - 1) / (2 * m + s - 1)));
+    EXPECT_EQ(it->second[zb_col], three_decimals(static_cast<double>(s - 1) / (3 * m + s - 1)));
+    EXPECT_EQ(it->second[zb_useful_col], three_decimals(static_cast<double>(s - 1) / (3 * m)));
   }
 }
 
