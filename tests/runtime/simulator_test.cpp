@@ -234,13 +234,20 @@ namespace {
 
 using zb_shape = std::tuple<int, int, double>;  // S, M, B cost (F = W = 1)
 
-class SimulatedZeroBubble : public ::testing::TestWithParam<zb_shape> {};
+class SimulatedZeroBubble : public ::testing::TestWithParam<zb_shape> {
+protected:
+  /// F = W = 1 and the shape's B.
+  cost_model cost() const {
+    cost_model c;
+    c.b = std::get<2>(GetParam());
+    c.w = 1.0;
+    return c;
+  }
+};
 
 TEST_P(SimulatedZeroBubble, OrderEqualsTheZbH1Construction) {
   auto [s, m, b] = GetParam();
-  cost_model c;
-  c.b = b;
-  c.w = 1.0;
+  const auto c = cost();
   auto r = simulate("zb-h1", s, m, c);
   ASSERT_FALSE(r.deadlock) << r.diagnosis;
   auto canon = canonical_order("zb-h1", s, m);
@@ -250,9 +257,7 @@ TEST_P(SimulatedZeroBubble, OrderEqualsTheZbH1Construction) {
 
 TEST_P(SimulatedZeroBubble, ActivationsNeverExceedOneFOneBsPeak) {
   auto [s, m, b] = GetParam();
-  cost_model c;
-  c.b = b;
-  c.w = 1.0;
+  const auto c = cost();
   auto zb = simulate("zb-h1", s, m, c);
   auto one = simulate("1f1b", s, m, c);
   const int one_peak = *std::max_element(one.peak_stash.begin(), one.peak_stash.end());
@@ -261,9 +266,7 @@ TEST_P(SimulatedZeroBubble, ActivationsNeverExceedOneFOneBsPeak) {
 
 TEST_P(SimulatedZeroBubble, CsvWithInputAndWeightGradientsReplays) {
   auto [s, m, b] = GetParam();
-  cost_model c;
-  c.b = b;
-  c.w = 1.0;
+  const auto c = cost();
   auto r = simulate("zb-h1", s, m, c);
   auto csv = to_schedule_csv(r.order(), s, true);
   EXPECT_NE(csv.find("0I0"), std::string::npos);
