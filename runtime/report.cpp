@@ -121,7 +121,8 @@ std::string chrome_trace_json(const train_result& run) {
       for (const auto& e : step.stages[r].events) {
         sep();
         os << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << r << ",\"name\":\"" << to_string(e.op)
-           << "\",\"cat\":\"" << (e.op.kind == op_kind::F ? "forward" : "backward")
+           << "\",\"cat\":\""
+           << (e.op.kind == op_kind::F ? "forward" : e.op.kind == op_kind::B ? "backward" : "weight-grad")
            << "\",\"ts\":" << fmt("%.3f", static_cast<double>(e.start_ns) / 1e3)
            << ",\"dur\":" << fmt("%.3f", static_cast<double>(e.end_ns - e.start_ns) / 1e3)
            << ",\"args\":{\"step\":" << step.step << ",\"microbatch\":" << e.op.mb << "}}";
