@@ -28,7 +28,7 @@ struct stash_entry {
 
 struct stage_state {
   stage_setup setup;
-  std::unique_ptr<policy> pol;
+  std::shared_ptr<const policy> pol;
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<at::Tensor> params;
   caf::actor prev, next, driver;
@@ -363,8 +363,8 @@ caf::behavior running(stage_ptr self);
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
-  s.pol = make_policy(s.setup.schedule, policy_options{s.setup.chunks});
-  if (!s.pol) throw std::invalid_argument("unknown schedule " + s.setup.schedule);
+  s.pol = s.setup.pol;
+  if (!s.pol) throw std::invalid_argument("stage spawned without a schedule policy");
   s.split = s.pol->splits_backward();
   for (const auto& chunk : s.setup.layers)
     for (auto& p : chunk->parameters()) s.params.push_back(p);

@@ -19,6 +19,7 @@
 
 #include "runtime/config.hpp"
 #include "runtime/model.hpp"
+#include "runtime/policy.hpp"
 
 namespace actorpipe {
 
@@ -35,7 +36,8 @@ struct stage_setup {
   double pace_ms = 0.0;
   bool lockstep = false;  ///< fire only on the driver's round messages
   uint64_t seed = 0;
-  std::string schedule = "1f1b";
+  /// The schedule. Policies are pure and const, so every stage shares one.
+  std::shared_ptr<const policy> pol;
   int chunks = 1;  ///< model chunks: chunk c is virtual stage c * stages + rank
   optimizer_config optimizer;
   std::vector<std::shared_ptr<layer_stack>> layers;  ///< one per chunk

@@ -11,6 +11,7 @@
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/partition.hpp"
+#include "runtime/policies/fixed_order.hpp"
 
 namespace actorpipe {
 
@@ -29,6 +30,13 @@ train_output run_training(const config& cfg, const train_options& opts) {
   int threads = cfg.pipeline.intra_op_threads;
   if (threads <= 0)
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / stages);
+
+  std::shared_ptr<const policy> pol;
+  if (!opts.fixed_order.empty())
+    pol = std::make_shared<fixed_order_policy>(opts.fixed_order);
+  else
+    pol = make_policy(cfg.pipeline.schedule, policy_options{chunks});
+  if (!pol) throw std::invalid_argument("unknown schedule " + cfg.pipeline.schedule);
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
@@ -49,7 +57,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
     st.pace_ms = cfg.pipeline.pace_ms;
     st.lockstep = cfg.pipeline.lockstep;
     st.seed = cfg.train.seed;
-    st.schedule = cfg.pipeline.schedule;
+    st.pol = pol;
     st.chunks = chunks;
     st.optimizer = cfg.train.optimizer;
     for (int c = 0; c < chunks; ++c) {  // round-robin: virtual stage c * S + r

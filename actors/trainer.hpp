@@ -2,6 +2,7 @@
 // One training run: build the model, place the stages, spawn the actors,
 // train, evaluate, collect the weights, shut everything down.
 #include <functional>
+#include <vector>
 
 #include "messages/payloads.hpp"
 #include "runtime/config.hpp"
@@ -12,6 +13,9 @@ namespace actorpipe {
 struct train_options {
   /// Called after every optimizer step, on the driver's thread.
   std::function<void(const step_record&)> on_step;
+  /// A given per-rank op order (e.g. from `simulate --export`) to run as a
+  /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
+  std::vector<std::vector<op_id>> fixed_order;
 };
 
 struct train_output {

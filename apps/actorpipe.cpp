@@ -55,6 +55,8 @@ const char* train_help =
     "  --steps N         override train.steps\n"
     "  --save PATH       write the final state dict (torch.load reads it)\n"
     "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
+    "  --import PATH     run the per-rank op order in a CSV file (as `simulate --export`\n"
+    "                    writes it) instead of the schedule; a deadlocking order exits 3\n"
     "  --log-every N     print a progress line every N steps (default 1)\n"
     "  --quiet           no per-step lines, only the final table\n"
     "  -h, --help        this help\n"
@@ -211,8 +213,10 @@ void print_placement(const train_result& r) {
   }
 }
 
-train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps) {
+train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
+                       std::vector<std::vector<op_id>> fixed_order = {}) {
   train_options opts;
+  opts.fixed_order = std::move(fixed_order);
   if (log_every > 0)
     opts.on_step = [log_every, total_steps](const step_record& s) {
       if ((s.step + 1) % log_every != 0 && s.step + 1 != total_steps) return;
@@ -224,8 +228,23 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
   return run_training(cfg, opts);
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw usage_error("cannot read " + path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
 int cmd_train(int argc, char** argv) {
-  auto a = parse(argc, argv, 2, {"--schedule", "--steps", "--save", "--trace", "--log-every"},
+  auto a = parse(argc, argv, 2,
+                 {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import"},
                  {"--quiet"});
   if (a.has("--help")) {
     std::fputs(train_help, stdout);
@@ -237,8 +256,27 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
+  std::vector<std::vector<op_id>> order;
+  if (a.has("--import")) {
+    if (cfg.pipeline.virtual_stages != 1)
+      throw usage_error("--import runs one chunk per stage; the config has virtual_stages " +
+                        std::to_string(cfg.pipeline.virtual_stages));
+    try {
+      order = parse_schedule_csv(read_file(a.options["--import"]), cfg.pipeline.stages,
+                                 cfg.pipeline.microbatches, a.options["--import"]);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
+    // A deadlocking order is found here, before any tensor moves.
+    auto dry = simulate(fixed_order_policy(order), cfg.pipeline.stages, cfg.pipeline.microbatches);
+    if (dry.deadlock) {
+      std::fputs(dry.diagnosis.c_str(), stderr);
+      return exit_stuck;
+    }
+    cfg.pipeline.schedule = "fixed";
+  }
   print_plan(cfg);
-  auto out = train_one(cfg, log_every, cfg.train.steps);
+  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order));
   print_placement(out.result);
   std::fputs(format_comparison({out.result}).c_str(), stdout);
   if (a.has("--save")) {
@@ -310,20 +348,6 @@ int cmd_bubble(int argc, char** argv) {
   }
   std::fputs(format_bubble_table(cases).c_str(), stdout);
   return exit_ok;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw usage_error("cannot read " + path);
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) throw std::runtime_error("cannot write " + path);
 }
 
 int cmd_simulate(int argc, char** argv) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "runtime/state_dict.hpp"
 #include "tests/test_util.hpp"
 #include "tests/runtime/bad_configs.hpp"
 
@@ -363,6 +364,37 @@ print(sum(1 for e in trace["traceEvents"] if e.get("ph") == "X"))
   auto py = run_program("/usr/bin/python3", {script, save, trace});
   ASSERT_EQ(py.code, 0) << describe(py);
   EXPECT_EQ(std::stoi(py.out), steps * stages * 2 * microbatches) << describe(py);
+}
+
+TEST(CliTrain, ImportedOneFOneBOrderTrainsTheSameWeightsAsTheSchedule) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  const std::string csv = (dir / "order.csv").string();
+  auto sim = actorpipe({"simulate", cfg, "--export", csv});  // S=2, M=4 from the config
+  ASSERT_EQ(sim.code, 0) << describe(sim);
+  const std::string a = (dir / "a.pt").string(), b = (dir / "b.pt").string();
+  auto plain = actorpipe({"train", cfg, "--quiet", "--save", a});
+  auto replay = actorpipe({"train", cfg, "--quiet", "--import", csv, "--save", b});
+  ASSERT_EQ(plain.code, 0) << describe(plain);
+  ASSERT_EQ(replay.code, 0) << describe(replay);
+  auto wa = load_tensors(a), wb = load_tensors(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    EXPECT_EQ(wa[i].first, wb[i].first);
+    EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
+  }
+}
+
+TEST(CliTrain, DeadlockingImportedOrderExitsThreeBeforeTraining) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  // Rank 0 wants B0 first: nothing can ever make it ready.
+  const std::string csv = write(dir / "stuck.csv",
+                                "0B0,0F0,0F1,0F2,0F3,0B1,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n");
+  auto r = actorpipe({"train", cfg, "--import", csv});
+  EXPECT_EQ(r.code, 3) << describe(r);
+  EXPECT_NE(r.err.find(">> stage 0: fired []"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step may run: " << r.out;
 }
 
 TEST(CliTrain, MisspelledScheduleExitsTwoAndSuggestsGPipe) {
