@@ -30,7 +30,8 @@ struct stage_state {
   stage_setup setup;
   std::shared_ptr<const policy> pol;
   std::unique_ptr<torch::optim::Optimizer> opt;
-  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> params;                     // every chunk's, for the optimizer
+  std::vector<std::vector<at::Tensor>> chunk_params;  // by chunk, layer order
   caf::actor prev, next, driver;
 
   int64_t step = -1;
@@ -223,7 +224,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
 void fire_weight(stage_ptr self, int chunk, int mb) {
   auto& s = self->state;
   auto e = std::move(s.stash[slot(s, chunk, mb)]);
-  auto params = s.setup.layers[chunk]->parameters();
+  auto& params = s.chunk_params[chunk];
   if (!params.empty()) {
     std::vector<at::Tensor> grad_outputs;
     if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
@@ -249,9 +250,9 @@ void report_grads(stage_ptr self) {
   grads_report r;
   r.rank = s.setup.rank;
   r.step = s.step;
-  for (const auto& chunk : s.setup.layers) {
+  for (const auto& chunk : s.chunk_params) {
     std::vector<at::Tensor> norms;
-    for (const auto& p : chunk->parameters())
+    for (const auto& p : chunk)
       if (p.grad().defined()) norms.push_back(p.grad().norm(2));
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
   }
@@ -366,8 +367,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   s.pol = s.setup.pol;
   if (!s.pol) throw std::invalid_argument("stage spawned without a schedule policy");
   s.split = s.pol->splits_backward();
-  for (const auto& chunk : s.setup.layers)
-    for (auto& p : chunk->parameters()) s.params.push_back(p);
+  for (const auto& chunk : s.setup.layers) {
+    s.chunk_params.push_back(chunk->parameters());
+    for (auto& p : s.chunk_params.back()) s.params.push_back(p);
+  }
   s.opt = make_optimizer(s.setup.optimizer, s.params);
   self->set_exception_handler([](caf::scheduled_actor* a, std::exception_ptr& eptr) -> caf::error {
     try {
