@@ -179,6 +179,13 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
                  s.bwd_ready.data(), chunks, s.w_ready.data(), s.w_done};
     auto op = pol.next(v);
     if (!op) return;
+    const auto& ready = op->kind == op_kind::F   ? s.fwd_ready
+                        : op->kind == op_kind::B ? s.bwd_ready
+                                                 : s.w_ready;
+    if (op->chunk < 0 || op->chunk >= chunks || op->mb < 0 || op->mb >= m ||
+        !ready[op->chunk].contains(op->mb))
+      throw std::logic_error("policy " + pol.name() + " chose " + to_string(*op) + " on stage " +
+                             std::to_string(r) + ", which is not ready");
     const double full_b = split ? cost.b : cost.b + cost.w;
     double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? full_b : cost.w) * factor(r);
     if (op->kind == op_kind::F) {

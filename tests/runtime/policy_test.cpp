@@ -1,7 +1,8 @@
 // runtime/policy + policies/*: the pure policies, driven by hand-built stage
-// views, and a uniform-cost lockstep simulation whose emergent per-stage
-// order must equal runtime/canonical's textbook order.
+// views, and through runtime/simulator with uniform costs, whose emergent
+// per-stage order must equal runtime/canonical's textbook order.
 #include "runtime/policy.hpp"
+#include "runtime/simulator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -210,121 +211,40 @@ TEST(NaivePolicy, DecidesExactlyLikeGPipe) {
         }
 }
 
-// -- uniform-cost lockstep simulation -------------------------------------------
-
-struct sim_result {
-  std::vector<std::vector<op_id>> order;  ///< per stage, as fired
-  std::vector<int> peak_in_flight;
-  int makespan = 0;
-};
-
-/// Every op takes one time unit; its output arrives at the receiver when it
-/// ends. At each time t, every stage first takes in what arrived at t, then
-/// (if idle) asks its policy. Stage 0 holds every microbatch from t = 0; the
-/// last stage's forward makes its own backward ready (the loss).
-sim_result simulate(const policy& pol, int stages, int microbatches) {
-  struct stage_state {
-    mb_set fwd, bwd;
-    int fwd_done = 0, bwd_done = 0;
-    bool busy = false;
-    op_id running;
-  };
-  std::vector<stage_state> st(stages);
-  for (auto& s : st) {
-    s.fwd.reset(microbatches);
-    s.bwd.reset(microbatches);
-  }
-  for (int i = 0; i < microbatches; ++i) st[0].fwd.insert(i);
-
-  sim_result out;
-  out.order.resize(stages);
-  out.peak_in_flight.assign(stages, 0);
-  const int total = 2 * microbatches * stages;
-  int fired = 0;
-  for (int t = 0;; ++t) {
-    // Ops that ran during [t-1, t) end now and deliver their output.
-    for (int r = 0; r < stages; ++r) {
-      auto& s = st[r];
-      if (!s.busy) continue;
-      s.busy = false;
-      if (s.running.kind == op_kind::F) {
-        if (r + 1 < stages)
-          st[r + 1].fwd.insert(s.running.mb);
-        else
-          s.bwd.insert(s.running.mb);
-      } else if (r > 0) {
-        st[r - 1].bwd.insert(s.running.mb);
-      }
-    }
-    if (fired == total) {
-      out.makespan = t;
-      return out;
-    }
-    bool any = false;
-    for (int r = 0; r < stages; ++r) {
-      auto& s = st[r];
-      stage_view v;
-      v.rank = r;
-      v.stages = stages;
-      v.microbatches = microbatches;
-      v.fwd_done = s.fwd_done;
-      v.bwd_done = s.bwd_done;
-      v.fwd_ready = &s.fwd;
-      v.bwd_ready = &s.bwd;
-      auto op = pol.next(v);
-      if (!op) continue;
-      any = true;
-      auto& set = op->kind == op_kind::F ? s.fwd : s.bwd;
-      EXPECT_TRUE(set.contains(op->mb)) << "policy fired an op that is not ready";
-      set.erase(op->mb);
-      (op->kind == op_kind::F ? s.fwd_done : s.bwd_done)++;
-      out.peak_in_flight[r] = std::max(out.peak_in_flight[r], s.fwd_done - s.bwd_done);
-      out.order[r].push_back(*op);
-      s.busy = true;
-      s.running = *op;
-      ++fired;
-    }
-    if (!any && fired < total) {
-      bool running = false;
-      for (auto& s : st) running = running || s.busy;
-      if (!running) {
-        ADD_FAILURE() << pol.name() << " deadlocks at t=" << t;
-        return out;
-      }
-    }
-  }
-}
+// -- the policies driven by the simulator (uniform costs) -------------------------
 
 class EmergentOrder : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(EmergentOrder, GPipeEqualsCanonicalOrder) {
   auto [s, m] = GetParam();
   auto r = simulate(*get("gpipe"), s, m);
+  ASSERT_FALSE(r.deadlock) << r.diagnosis;
   auto want = canonical_order("gpipe", s, m);
-  for (int i = 0; i < s; ++i) EXPECT_EQ(to_string(r.order[i]), to_string(want[i])) << "stage " << i;
+  for (int i = 0; i < s; ++i) EXPECT_EQ(to_string(r.order()[i]), to_string(want[i])) << "stage " << i;
   // Uniform costs: a step is 2(M + S - 1) units.
-  EXPECT_EQ(r.makespan, 2 * (m + s - 1));
+  EXPECT_DOUBLE_EQ(r.makespan, 2.0 * (m + s - 1));
 }
 
 TEST_P(EmergentOrder, OneFOneBEqualsCanonicalOrder) {
   auto [s, m] = GetParam();
   auto r = simulate(*get("1f1b"), s, m);
+  ASSERT_FALSE(r.deadlock) << r.diagnosis;
   auto want = canonical_order("1f1b", s, m);
-  for (int i = 0; i < s; ++i) EXPECT_EQ(to_string(r.order[i]), to_string(want[i])) << "stage " << i;
-  EXPECT_EQ(r.makespan, 2 * (m + s - 1));
+  for (int i = 0; i < s; ++i) EXPECT_EQ(to_string(r.order()[i]), to_string(want[i])) << "stage " << i;
+  EXPECT_DOUBLE_EQ(r.makespan, 2.0 * (m + s - 1));
 }
 
 TEST_P(EmergentOrder, PeakInFlightOnStageZeroIsMinOfStagesAndMicrobatchesFor1F1B) {
   auto [s, m] = GetParam();
   auto r = simulate(*get("1f1b"), s, m);
-  EXPECT_EQ(r.peak_in_flight[0], std::min(s, m));
-  for (int i = 0; i < s; ++i) EXPECT_LE(r.peak_in_flight[i], s - i) << "stage " << i;
+  EXPECT_EQ(r.peak_stash[0], std::min(s, m));
+  for (int i = 0; i < s; ++i) EXPECT_LE(r.peak_stash[i], s - i) << "stage " << i;
 }
 
 TEST_P(EmergentOrder, PeakInFlightOnStageZeroIsMicrobatchesForGPipe) {
   auto [s, m] = GetParam();
   auto r = simulate(*get("gpipe"), s, m);
-  EXPECT_EQ(r.peak_in_flight[0], m);
+  EXPECT_EQ(r.peak_stash[0], m);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EmergentOrder,

@@ -114,6 +114,22 @@ TEST(Simulator, DeadlockIsReportedWithTheStuckOpsMarked) {
       << r.diagnosis;
 }
 
+/// Test-only: claims a forward whose input never came.
+class fires_unready : public policy {
+public:
+  std::string name() const override { return "unready"; }
+  std::optional<op_id> next(const stage_view& v) const override { return op_id{op_kind::F, 0, 0}; }
+};
+
+TEST(Simulator, APolicyThatFiresAnUnreadyOpIsAnErrorNamingIt) {
+  try {
+    simulate(fires_unready{}, 2, 1);
+    FAIL() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_EQ(std::string(e.what()), "policy unready chose F0 on stage 1, which is not ready");
+  }
+}
+
 TEST(Simulator, LargePipelineRunsEveryOp) {
   auto r = simulate("1f1b", 64, 512);
   ASSERT_FALSE(r.deadlock);
