@@ -104,9 +104,8 @@ void on_grads(driver_ptr self, grads_report& r) {
   // Global norm over every parameter in model order (virtual stage by
   // virtual stage), as torch.nn.utils.clip_grad_norm_ computes it.
   std::vector<at::Tensor> norms;
-  const size_t chunks = s.reports.front().grad_norms.size();
-  for (size_t c = 0; c < chunks; ++c)
-    for (auto& rep : s.reports) norms.push_back(rep.grad_norms.at(c));
+  for (int k = 0; k < s.setup.plc.count(); ++k)
+    norms.push_back(s.reports[s.setup.plc.rank_of(k)].grad_norms.at(s.setup.plc.chunk_of(k)));
   auto total = torch::cat(norms).norm(2);
   apply_msg m;
   m.step = s.step;
@@ -152,6 +151,7 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   s.result.stages = static_cast<int>(s.setup.stages.size());
   s.result.microbatches = s.setup.microbatches;
   s.result.chunks = s.setup.cfg.pipeline.virtual_stages;
+  s.result.placement = s.setup.plc.kind;
   s.result.devices = s.setup.cfg.pipeline.devices;
   s.result.partition = s.setup.cfg.pipeline.partition;
   for (auto& st : s.setup.stages) self->monitor(st);

@@ -28,6 +28,8 @@ struct driver_setup {
   std::chrono::steady_clock::time_point origin;
   /// Called on the driver's thread after every step (progress output).
   std::function<void(const step_record&)> on_step;
+  /// Which chunk of which stage is which virtual stage (the norm's order).
+  placement plc;
 };
 
 /// Spawns the driver. Send it run_atom; it answers with a train_result.

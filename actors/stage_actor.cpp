@@ -9,6 +9,7 @@
 
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
 
 namespace actorpipe {
@@ -32,7 +33,9 @@ struct stage_state {
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<at::Tensor> params;                     // every chunk's, for the optimizer
   std::vector<std::vector<at::Tensor>> chunk_params;  // by chunk, layer order
-  caf::actor prev, next, driver;
+  placement plc;                  // chunk <-> virtual stage
+  std::vector<caf::actor> ranks;  // every stage, by rank (the V turns on one rank)
+  caf::actor driver;
 
   int64_t step = -1;
   std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // by chunk
@@ -78,10 +81,20 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& 
 
 // Edge stages are flags: the first virtual stage takes the microbatch, the
 // last one computes the loss.
-bool first_virtual(const stage_state& s, int chunk) { return s.setup.rank == 0 && chunk == 0; }
-bool last_virtual(const stage_state& s, int chunk) {
-  return s.setup.rank == s.setup.stages - 1 && chunk == s.setup.chunks - 1;
+bool first_virtual(const stage_state& s, int chunk) { return s.plc.first(s.setup.rank, chunk); }
+bool last_virtual(const stage_state& s, int chunk) { return s.plc.last(s.setup.rank, chunk); }
+
+/// Where virtual stage k lives: the actor, its chunk there, its device.
+struct hop {
+  const caf::actor& to;
+  int32_t chunk;
+  const std::string& device;
+};
+hop hop_to(const stage_state& s, int k) {
+  const int r = s.plc.rank_of(k);
+  return {s.ranks[r], s.plc.chunk_of(k), s.setup.devices[r]};
 }
+int virtual_stage(const stage_state& s, int chunk) { return s.plc.virtual_stage(s.setup.rank, chunk); }
 int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
 
 // Every backward (and, split, every weight gradient) of the step has run.
@@ -167,12 +180,11 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     s.bwd_seen[k] = 1;
   } else {
     e.output = out;
-    // The next virtual stage: the next rank, or rank 0's next chunk.
-    const int next_chunk = s.setup.rank + 1 == s.setup.stages ? chunk + 1 : chunk;
-    activation_msg down{{0, s.step, mb, next_chunk, s.round}, out.detach(), msg.y};
-    if (s.setup.next_device != s.setup.device) down.x = down.x.to(torch::Device(s.setup.next_device));
+    auto next = hop_to(s, virtual_stage(s, chunk) + 1);
+    activation_msg down{{0, s.step, mb, next.chunk, s.round}, out.detach(), msg.y};
+    if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
     pad(s, start);
-    self->send(s.next, fwd_atom::value, std::move(down));
+    self->send(next.to, fwd_atom::value, std::move(down));
   }
   s.stash[k] = std::move(e);
   ++s.stashed;
@@ -210,11 +222,11 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   }
   s.grads_in[k] = at::Tensor();
   if (!first) {
-    const int prev_chunk = s.setup.rank == 0 ? chunk - 1 : chunk;
-    gradient_msg up{{0, s.step, mb, prev_chunk, s.round}, grad_in};
-    if (s.setup.prev_device != s.setup.device) up.g = up.g.to(torch::Device(s.setup.prev_device));
+    auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
+    gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
+    if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
     pad(s, start);
-    self->send(s.prev, bwd_atom::value, std::move(up));
+    self->send(prev.to, bwd_atom::value, std::move(up));
   }
   ++s.bwd_done;
 }
@@ -315,8 +327,8 @@ void evaluate(stage_ptr self, eval_msg m) {
   forward_ctx ctx{s.setup.seed, -1, 0, false};
   auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
   if (!last_virtual(s, m.chunk)) {
-    const int next_chunk = s.setup.rank + 1 == s.setup.stages ? m.chunk + 1 : m.chunk;
-    self->send(s.next, eval_atom::value, eval_msg{out, m.y, next_chunk});
+    auto next = hop_to(s, virtual_stage(s, m.chunk) + 1);
+    self->send(next.to, eval_atom::value, eval_msg{out.to(torch::Device(next.device)), m.y, next.chunk});
     return;
   }
   auto y = m.y.to(out.device());
@@ -367,6 +379,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   s.pol = s.setup.pol;
   if (!s.pol) throw std::invalid_argument("stage spawned without a schedule policy");
   s.split = s.pol->splits_backward();
+  s.plc = s.pol->layout(s.setup.stages);
   for (const auto& chunk : s.setup.layers) {
     s.chunk_params.push_back(chunk->parameters());
     for (auto& p : s.chunk_params.back()) s.params.push_back(p);
@@ -380,15 +393,14 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     }
   });
   return {
-      [=](wire_atom, caf::actor prev, caf::actor next, caf::actor driver) {
+      [=](wire_atom, std::vector<caf::actor> ranks, caf::actor driver) {
         auto& st = self->state;
         // Runs on this stage's own thread: the intra-op pool size is per thread.
         at::set_num_threads(std::max(1, st.setup.intra_op_threads));
         // A paced op should end on time: the default 50 us timer slack would
         // add to every op on the critical path.
         if (st.setup.pace_ms > 0) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-        st.prev = std::move(prev);
-        st.next = std::move(next);
+        st.ranks = std::move(ranks);
         st.driver = std::move(driver);
         self->become(running(self));
       },

@@ -2,7 +2,7 @@
 // A pipeline stage: owns its layers, its optimizer and its stashed
 // activations, and fires ready ops under its policy.
 //
-//   wiring --(wire: prev, next, driver)--> running
+//   wiring --(wire: every stage by rank, driver)--> running
 //   running: fwd/bwd messages fill the ready set; a tick fires one op chosen
 //            by the policy, then ticks again after the mailbox drained;
 //            the step's last B sends grads_report to the driver;
@@ -30,15 +30,14 @@ struct stage_setup {
   int microbatches = 1;     ///< per step, as torch.chunk splits the batch
   int64_t batch_size = 1;   ///< loss of a microbatch is weighted by size / batch_size
   std::string device = "cpu";
-  std::string prev_device = "cpu";  ///< where gradients for the previous stage go
-  std::string next_device = "cpu";  ///< where activations for the next stage go
+  std::vector<std::string> devices;  ///< every rank's, to place what is sent there
   int intra_op_threads = 1;
   double pace_ms = 0.0;
   bool lockstep = false;  ///< fire only on the driver's round messages
   uint64_t seed = 0;
   /// The schedule. Policies are pure and const, so every stage shares one.
   std::shared_ptr<const policy> pol;
-  int chunks = 1;  ///< model chunks: chunk c is virtual stage c * stages + rank
+  int chunks = 1;  ///< model chunks; pol->layout() says which virtual stage each is
   optimizer_config optimizer;
   std::vector<std::shared_ptr<layer_stack>> layers;  ///< one per chunk
   std::chrono::steady_clock::time_point origin;  ///< trace time zero

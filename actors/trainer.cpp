@@ -33,10 +33,14 @@ train_output run_training(const config& cfg, const train_options& opts) {
 
   std::shared_ptr<const policy> pol;
   if (!opts.fixed_order.empty())
-    pol = std::make_shared<fixed_order_policy>(opts.fixed_order);
+    pol = std::make_shared<fixed_order_policy>(opts.fixed_order, opts.fixed_placement);
   else
     pol = make_policy(cfg.pipeline.schedule, policy_options{chunks});
   if (!pol) throw std::invalid_argument("unknown schedule " + cfg.pipeline.schedule);
+  if (pol->chunks() != chunks)
+    throw std::invalid_argument("schedule " + pol->name() + " runs " + std::to_string(pol->chunks()) +
+                                " chunks per stage; the config has virtual_stages " + std::to_string(chunks));
+  const placement plc = pol->layout(stages);
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
@@ -51,8 +55,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
     st.microbatches = microbatches;
     st.batch_size = cfg.train.batch_size;
     st.device = cfg.pipeline.devices[r];
-    st.prev_device = cfg.pipeline.devices[(r + stages - 1) % stages];
-    st.next_device = cfg.pipeline.devices[(r + 1) % stages];
+    st.devices = cfg.pipeline.devices;
     st.intra_op_threads = threads;
     st.pace_ms = cfg.pipeline.pace_ms;
     st.lockstep = cfg.pipeline.lockstep;
@@ -60,8 +63,8 @@ train_output run_training(const config& cfg, const train_options& opts) {
     st.pol = pol;
     st.chunks = chunks;
     st.optimizer = cfg.train.optimizer;
-    for (int c = 0; c < chunks; ++c) {  // round-robin: virtual stage c * S + r
-      const auto& range = parts[c * stages + r];
+    for (int c = 0; c < chunks; ++c) {
+      const auto& range = parts[plc.virtual_stage(r, c)];
       std::vector<layer> mine;
       for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
       st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
@@ -73,7 +76,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
 
   config run_cfg = cfg;
   run_cfg.pipeline.partition = parts;
-  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step};
+  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step, plc};
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};
@@ -81,15 +84,9 @@ train_output run_training(const config& cfg, const train_options& opts) {
   auto on_error = [&](caf::error& err) {
     if (failure.empty()) failure = sys.render(err);
   };
-  for (int r = 0; r < stages; ++r) {
-    // Neighbours wrap around: chunk c of the last stage feeds chunk c + 1
-    // of stage 0 (interleaved); edge stages of a plain pipeline never use
-    // the wrapped link.
-    auto prev = stage_actors[(r + stages - 1) % stages];
-    auto next = stage_actors[(r + 1) % stages];
-    self->request(stage_actors[r], caf::infinite, wire_atom::value, prev, next, driver)
+  for (int r = 0; r < stages; ++r)
+    self->request(stage_actors[r], caf::infinite, wire_atom::value, stage_actors, driver)
         .receive([] {}, on_error);
-  }
 
   train_output out;
   if (failure.empty())

@@ -7,6 +7,7 @@
 #include "messages/payloads.hpp"
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/placement.hpp"
 
 namespace actorpipe {
 
@@ -16,6 +17,7 @@ struct train_options {
   /// A given per-rank op order (e.g. from `simulate --export`) to run as a
   /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
   std::vector<std::vector<op_id>> fixed_order;
+  placement_kind fixed_placement = placement_kind::round_robin;
 };
 
 struct train_output {

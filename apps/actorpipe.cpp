@@ -51,7 +51,8 @@ const char* train_help =
     "usage: actorpipe train CONFIG [options]\n"
     "\n"
     "options:\n"
-    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved)\n"
+    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
+    "                    zb-h1 | zb-v)\n"
     "  --steps N         override train.steps\n"
     "  --save PATH       write the final state dict (torch.load reads it)\n"
     "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
@@ -92,8 +93,8 @@ const char* simulate_help =
     "  --stages S          pipeline stages (default 4)\n"
     "  --microbatches M    microbatches per step (default 8)\n"
     "  --schedule NAME     any registered policy: naive | gpipe | 1f1b | interleaved |\n"
-    "                      interleaved-greedy (default 1f1b)\n"
-    "  --virtual-stages V  chunks per stage for interleaved (default 2)\n"
+    "                      interleaved-greedy | zb-h1 | zb-v (default 1f1b)\n"
+    "  --virtual-stages V  chunks per stage for interleaved (default 2; zb-v has 2)\n"
     "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
     "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
     "  --svg PATH          write the timeline as SVG\n"
@@ -167,6 +168,17 @@ void set_schedule(config& cfg, const std::string& name) {
   auto& p = cfg.pipeline;
   p.schedule = name;
   if (name == "naive") p.microbatches = 1;
+  if (name == "zb-v") {
+    if (p.virtual_stages != 2 && !p.partition.empty())
+      throw usage_error("--schedule zb-v: pipeline.partition has " + std::to_string(p.partition.size()) +
+                        " ranges; zb-v needs one per virtual stage (" + std::to_string(p.stages) +
+                        " stages x 2)");
+    p.virtual_stages = 2;
+    if (p.partition.empty() && p.stages * 2 > static_cast<int>(cfg.model.layers.size()))
+      throw usage_error("--schedule zb-v: " + std::to_string(p.stages) + " stages x 2 chunks exceed the " +
+                        std::to_string(cfg.model.layers.size()) + " layers of model.layers");
+    return;
+  }
   if (name != "interleaved") {
     if (p.virtual_stages != 1) {
       // One range per stage again: regroup chunks only when none were given.
@@ -203,10 +215,11 @@ void print_plan(const config& cfg) {
 
 void print_placement(const train_result& r) {
   const int chunks = static_cast<int>(r.partition.size()) / std::max(1, r.stages);
+  const placement plc{r.placement, r.stages, chunks};
   for (int s = 0; s < r.stages; ++s) {
     std::printf("  stage %d on %s: layers", s, r.devices[s].c_str());
     for (int c = 0; c < chunks; ++c) {
-      const auto& range = r.partition[c * r.stages + s];
+      const auto& range = r.partition[plc.virtual_stage(s, c)];
       std::printf("%s %d..%d", c ? "," : "", range.first, range.second);
     }
     std::printf("\n");
@@ -214,9 +227,11 @@ void print_placement(const train_result& r) {
 }
 
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
-                       std::vector<std::vector<op_id>> fixed_order = {}) {
+                       std::vector<std::vector<op_id>> fixed_order = {},
+                       placement_kind fixed_placement = placement_kind::round_robin) {
   train_options opts;
   opts.fixed_order = std::move(fixed_order);
+  opts.fixed_placement = fixed_placement;
   if (log_every > 0)
     opts.on_step = [log_every, total_steps](const step_record& s) {
       if ((s.step + 1) % log_every != 0 && s.step + 1 != total_steps) return;
@@ -257,18 +272,22 @@ int cmd_train(int argc, char** argv) {
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
   std::vector<std::vector<op_id>> order;
+  placement_kind placement = placement_kind::round_robin;
   if (a.has("--import")) {
-    if (cfg.pipeline.virtual_stages != 1)
-      throw usage_error("--import runs one chunk per stage; the config has virtual_stages " +
-                        std::to_string(cfg.pipeline.virtual_stages));
     try {
       order = parse_schedule_csv(read_file(a.options["--import"]), cfg.pipeline.stages,
-                                 cfg.pipeline.microbatches, a.options["--import"]);
+                                 cfg.pipeline.microbatches, a.options["--import"], &placement);
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
+    fixed_order_policy fixed(order, placement);
+    if (fixed.chunks() != cfg.pipeline.virtual_stages)
+      throw usage_error(a.options["--import"] + " runs " + std::to_string(fixed.chunks()) +
+                        " chunks per stage; the config has pipeline.virtual_stages " +
+                        std::to_string(cfg.pipeline.virtual_stages) +
+                        " (set it, or --schedule a schedule with that many)");
     // A deadlocking order is found here, before any tensor moves.
-    auto dry = simulate(fixed_order_policy(order), cfg.pipeline.stages, cfg.pipeline.microbatches);
+    auto dry = simulate(fixed, cfg.pipeline.stages, cfg.pipeline.microbatches);
     if (dry.deadlock) {
       std::fputs(dry.diagnosis.c_str(), stderr);
       return exit_stuck;
@@ -276,7 +295,7 @@ int cmd_train(int argc, char** argv) {
     cfg.pipeline.schedule = "fixed";
   }
   print_plan(cfg);
-  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order));
+  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement);
   print_placement(out.result);
   std::fputs(format_comparison({out.result}).c_str(), stdout);
   if (a.has("--save")) {
@@ -360,13 +379,14 @@ int cmd_simulate(int argc, char** argv) {
     return exit_ok;
   }
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
-  int stages = 4, microbatches = 8;
+  int stages = 4, microbatches = 8, chunks_from_config = 0;
   std::string schedule = "1f1b";
   if (!a.positional.empty()) {
     auto cfg = load(a.positional[0]);
     stages = cfg.pipeline.stages;
     microbatches = cfg.pipeline.microbatches;
     schedule = cfg.pipeline.schedule;
+    chunks_from_config = cfg.pipeline.virtual_stages;
   }
   if (a.has("--stages")) stages = static_cast<int>(parse_count("--stages", a.options["--stages"]));
   if (a.has("--microbatches"))
@@ -386,7 +406,12 @@ int cmd_simulate(int argc, char** argv) {
                         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
-  if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages")) chunks = 2;
+  if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages"))
+    chunks = chunks_from_config > 1 && !a.has("--schedule") ? chunks_from_config : 2;
+  if (auto pol = make_policy(schedule, policy_options{chunks}); pol && a.has("--virtual-stages") &&
+                                                                pol->chunks() != chunks)
+    throw usage_error("--virtual-stages " + std::to_string(chunks) + ": schedule " + schedule + " runs " +
+                      std::to_string(pol->chunks()) + " chunks per stage");
   if (schedule == "naive") microbatches = 1;
   cost_model cost;
   try {
@@ -412,13 +437,14 @@ int cmd_simulate(int argc, char** argv) {
   sim_result r;
   if (a.has("--import")) {
     std::vector<std::vector<op_id>> order;
+    placement_kind placement = placement_kind::round_robin;
     try {
       order = parse_schedule_csv(read_file(a.options["--import"]), stages, microbatches,
-                                 a.options["--import"]);
+                                 a.options["--import"], &placement);
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
-    r = simulate(fixed_order_policy(std::move(order)), stages, microbatches, cost);
+    r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
   } else {
     try {
       r = simulate(schedule, stages, microbatches, cost, chunks);
@@ -440,7 +466,7 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("timeline written to %s\n", a.options["--svg"].c_str());
   }
   if (a.has("--export")) {
-    write_file(a.options["--export"], to_schedule_csv(r.order(), stages, r.split_backward));
+    write_file(a.options["--export"], to_schedule_csv(r.order(), stages, r.split_backward, r.placement));
     std::printf("order written to %s\n", a.options["--export"].c_str());
   }
   return exit_ok;

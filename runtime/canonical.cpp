@@ -1,6 +1,7 @@
 #include "runtime/canonical.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace actorpipe {
@@ -81,6 +82,58 @@ std::vector<op_id> interleaved_stage(int s, int rank, int m, int v) {
   return ops;
 }
 
+// ZB-V (Qi et al. 2024, section 6), the paper's hand-built order for two
+// chunks in a V. With F = I = W every rank is busy from its first op to
+// the end once M >= 2S - 1. Rank r:
+//   warm-up    2(S-r)-1 chunk-0 forwards, r pairs (F1, F0), then S-r
+//              rounds of F1 I1 W1 (chunk 1 turns round at rank S-1);
+//   steady     F0 I0 W0 F1 I1 W1 while forwards remain;
+//   cool-down  r pairs (I0, I1), S-r pairs (I0, W0), then the held W1s
+//              and W0s.
+// For M < 2S-1 the order is built for 2S-1 microbatches and the ops of the
+// missing ones are dropped; the rest keep their relative order.
+std::vector<op_id> zb_v_stage(int s, int rank, int m) {
+  const int n = std::max(m, 2 * s - 1);
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  std::vector<op_id> all;
+  auto emit = [&](op_kind kind, int chunk, int& counter) { all.push_back({kind, counter++, chunk}); };
+  auto emit_w = [&](int chunk, int mb) { all.push_back({op_kind::W, mb, chunk}); };
+  auto emit_iw = [&](int chunk, int& counter) {  // I, then at once its W
+    all.push_back({op_kind::B, counter, chunk});
+    emit_w(chunk, counter++);
+  };
+  for (int i = 0; i < 2 * (s - rank) - 1; ++i) emit(op_kind::F, 0, f0);
+  for (int i = 0; i < rank; ++i) {
+    emit(op_kind::F, 1, f1);
+    emit(op_kind::F, 0, f0);
+  }
+  for (int i = 0; i < s - rank; ++i) {
+    emit(op_kind::F, 1, f1);
+    emit_iw(1, b1);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) emit(op_kind::F, 0, f0);
+    emit_iw(0, b0);
+    emit(op_kind::F, 1, f1);
+    emit_iw(1, b1);
+  }
+  int w0 = b0, w1 = b1;
+  for (int i = 0; i < rank; ++i) {
+    emit(op_kind::B, 0, b0);
+    emit(op_kind::B, 1, b1);
+  }
+  for (int i = 0; i < s - rank; ++i) {
+    emit(op_kind::B, 0, b0);
+    emit_w(0, w0++);
+  }
+  while (w1 < b1) emit_w(1, w1++);
+  while (w0 < b0) emit_w(0, w0++);
+  std::vector<op_id> ops;
+  for (const auto& op : all)
+    if (op.mb < m) ops.push_back(op);
+  return ops;
+}
+
 }  // namespace
 
 std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
@@ -99,6 +152,8 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
       order.push_back(interleaved_stage(stages, r, microbatches, chunks));
     else if (schedule == "zb-h1")
       order.push_back(zb_h1_stage(stages, r, microbatches));
+    else if (schedule == "zb-v")
+      order.push_back(zb_v_stage(stages, r, microbatches));
     else
       throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
   }
@@ -106,11 +161,27 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
 }
 
 double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks) {
+  // ZB-V with F = I = W per chunk: rank r starts r forwards late and ends
+  // level with the rest, so every rank idles S-1 of 6M + S-1 (M >= 2S-1).
+  if (schedule == "zb-v")
+    return microbatches < 2 * stages - 1
+               ? std::nan("")
+               : static_cast<double>(stages - 1) / static_cast<double>(6 * microbatches + stages - 1);
   // ZB-H1 with F = B = W: each stage idles (S-1)(F+B-W) = S-1 of 3M + S-1.
   if (schedule == "zb-h1")
     return static_cast<double>(stages - 1) / static_cast<double>(3 * microbatches + stages - 1);
-  int m = schedule == "naive" ? 1 : schedule == "interleaved" ? microbatches * chunks : microbatches;
+  int m = schedule == "naive"                    ? 1
+          : schedule.rfind("interleaved", 0) == 0 ? microbatches * chunks
+                                                  : microbatches;
   return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+}
+
+std::string analytic_formula(const std::string& schedule) {
+  if (schedule == "zb-v") return "(S-1)/(6M+S-1), F = I = W per chunk, M >= 2S-1";
+  if (schedule == "zb-h1") return "(S-1)/(3M+S-1), F = B = W";
+  if (schedule.rfind("interleaved", 0) == 0) return "(S-1)/(vM+S-1)";
+  if (schedule == "naive") return "(S-1)/S, one microbatch";
+  return "(S-1)/(M+S-1)";
 }
 
 }  // namespace actorpipe

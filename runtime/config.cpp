@@ -41,7 +41,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
   return names;
 }
 
@@ -585,12 +585,16 @@ void reader::read_pipeline(const entry* e) {
                               "pace_ms", "lockstep", "virtual_stages"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
   const bool interleaved = p.schedule == "interleaved";
-  p.virtual_stages = interleaved ? 2 : 1;
+  const bool v_shape = p.schedule == "zb-v";
+  p.virtual_stages = interleaved || v_shape ? 2 : 1;
   if (read_small_int(s, "virtual_stages", p.virtual_stages)) {
     at_least("pipeline.virtual_stages", p.virtual_stages, 1);
-    if (!interleaved && p.virtual_stages != 1)
-      fail_key("pipeline.virtual_stages", "only the interleaved schedule runs several chunks per stage, not " +
-                                              p.schedule);
+    if (v_shape && p.virtual_stages != 2)
+      fail_key("pipeline.virtual_stages", "zb-v runs exactly 2 chunks per stage (one down the V, one back), not " +
+                                              std::to_string(p.virtual_stages));
+    if (!interleaved && !v_shape && p.virtual_stages != 1)
+      fail_key("pipeline.virtual_stages",
+               "only the interleaved and zb-v schedules run several chunks per stage, not " + p.schedule);
   }
   const int v = p.virtual_stages;
 

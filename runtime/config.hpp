@@ -84,9 +84,10 @@ struct pipeline_config {
   /// Inclusive layer ranges, one per virtual stage (stages x
   /// virtual_stages); empty = balanced by parameter count.
   std::vector<std::pair<int, int>> partition;
-  std::string schedule = "1f1b";  ///< naive | gpipe | 1f1b | interleaved
-  /// Model chunks per stage (interleaved; default 2 there, 1 otherwise).
-  /// Virtual stage c * stages + r is chunk c of stage r.
+  std::string schedule = "1f1b";  ///< a name from known_schedules()
+  /// Model chunks per stage (2 for zb-v; interleaved's v, default 2; 1
+  /// otherwise). The schedule's placement (runtime/placement) says which
+  /// virtual stage each chunk is; partition ranges go by virtual stage.
   int virtual_stages = 1;
   int microbatches = 1;
   /// One device per stage after loading: "cpu" or "cuda:N".

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "messages/payloads.hpp"
+#include "runtime/placement.hpp"
 
 namespace actorpipe {
 
@@ -27,6 +28,7 @@ struct train_result {
   int stages = 0;
   int microbatches = 0;
   int chunks = 1;  ///< virtual stages per stage
+  placement_kind placement = placement_kind::round_robin;
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "messages/ops.hpp"
+#include "runtime/placement.hpp"
 
 namespace actorpipe {
 
@@ -74,9 +75,12 @@ public:
   virtual std::string name() const = 0;
   /// The op to fire now, or nullopt to wait for more input.
   virtual std::optional<op_id> next(const stage_view& v) const = 0;
-  /// Model chunks per stage; virtual stage c * S + r lives on rank r as
-  /// chunk c (round-robin placement).
+  /// Model chunks (virtual stages) per stage.
   virtual int chunks() const { return 1; }
+  /// How chunks map to virtual stages (round-robin unless the schedule
+  /// says otherwise, like zb-v's V).
+  virtual placement_kind placement() const { return placement_kind::round_robin; }
+  actorpipe::placement layout(int stages) const { return {placement(), stages, chunks()}; }
   /// True when B computes only the input gradient and a separate W the
   /// weight gradient (zero-bubble schedules). Activations live until W.
   virtual bool splits_backward() const { return false; }

@@ -1,5 +1,7 @@
 #include "runtime/report.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -54,6 +56,11 @@ std::string human_bytes(int64_t bytes) {
   return fmt(u == 0 ? "%.0f" : "%.1f", v) + " " + units[u];
 }
 
+std::string analytic_text(const train_result& r) {
+  const double a = analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks);
+  return std::isnan(a) ? std::string("n/a") : fmt("%.3f", a);
+}
+
 std::string format_comparison(const std::vector<train_result>& runs) {
   std::vector<std::vector<std::string>> rows = {
       {"schedule", "S", "M", "mean step", "final loss", "bubble (theory)", "bubble (measured)",
@@ -64,8 +71,7 @@ std::string format_comparison(const std::vector<train_result>& runs) {
     rows.push_back({r.schedule, std::to_string(r.stages), std::to_string(r.microbatches),
                     fmt("%.2f ms", mean_step_seconds(r) * 1e3),
                     r.steps.empty() ? "-" : fmt("%.4f", r.steps.back().loss),
-                    fmt("%.3f", analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks)),
-                    fmt("%.3f", mean_bubble(r)), mem,
+                    analytic_text(r), fmt("%.3f", mean_bubble(r)), mem,
                     r.test_accuracy < 0 ? "-" : fmt("%.2f%%", r.test_accuracy * 100.0)});
   }
   return box(rows);
@@ -83,23 +89,26 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
   // different denominators.
   const int v = 2;
   std::vector<std::vector<std::string>> rows = {
-      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "zb-h1", "gpipe idle/useful",
-       "1f1b idle/useful", "interleaved v=2 idle/useful", "zb-h1 idle/useful"}};
+      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "zb-h1", "zb-v", "gpipe idle/useful",
+       "1f1b idle/useful", "interleaved v=2 idle/useful", "zb-h1 idle/useful", "zb-v idle/useful"}};
   for (auto [s, m] : cases) {
     const double idle = s - 1;
+    const bool zb_v = m >= 2 * s - 1;  // the paper's order has a closed form from there
     rows.push_back({std::to_string(s), std::to_string(m),
                     fmt("%.3f", analytic_bubble("naive", s, m)),
                     fmt("%.3f", analytic_bubble("gpipe", s, m)),
                     fmt("%.3f", analytic_bubble("1f1b", s, m)),
                     fmt("%.3f", idle / (v * m + idle)), fmt("%.3f", analytic_bubble("zb-h1", s, m)),
+                    zb_v ? fmt("%.3f", analytic_bubble("zb-v", s, m)) : std::string("-"),
                     fmt("%.3f", idle / m), fmt("%.3f", idle / m), fmt("%.3f", idle / (v * m)),
-                    fmt("%.3f", idle / (3.0 * m))});
+                    fmt("%.3f", idle / (3.0 * m)), zb_v ? fmt("%.3f", idle / (6.0 * m)) : std::string("-")});
   }
   return box(rows) +
-         "columns naive..zb-h1: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1), (S-1)/(3M+S-1)\n"
-         "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), (S-1)/(3M), the notebook's\n"
-         "1F1B and interleaved convention. Equal F and B costs (zb-h1: F = B = W, 1F1B's backward\n"
-         "being B + W); naive runs one microbatch.\n";
+         "columns naive..zb-v: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1), (S-1)/(3M+S-1),\n"
+         "(S-1)/(6M+S-1)\n"
+         "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), (S-1)/(3M), (S-1)/(6M), the\n"
+         "notebook's 1F1B and interleaved convention. Equal F and B costs (zb-h1: F = B = W, 1F1B's\n"
+         "backward being B + W; zb-v: F = I = W per chunk, '-' where M < 2S-1); naive runs one microbatch.\n";
 }
 
 std::string chrome_trace_json(const train_result& run) {
@@ -139,13 +148,10 @@ std::string format_simulation(const sim_result& r, const cost_model& cost) {
      << "  cost F=" << cost.f << " B=" << cost.b << " W=" << cost.w << " comm=" << cost.comm << "\n";
   os << "makespan " << fmt("%.3f", r.makespan) << "  (busiest stage " << fmt("%.3f", *std::max_element(r.busy.begin(), r.busy.end()))
      << ")\n";
-  const bool inter = r.schedule.rfind("interleaved", 0) == 0;
-  const bool zb = r.schedule == "zb-h1";
-  const std::string formula = zb ? "(S-1)/(3M+S-1), F = B = W" : inter ? "(S-1)/(vM+S-1)" : "(S-1)/(M+S-1)";
+  const double analytic = analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks);
   os << "bubble   simulated " << fmt("%.4f", r.bubble()) << "   analytic "
-     << fmt("%.4f", analytic_bubble(inter ? "interleaved" : zb ? "zb-h1" : r.schedule == "naive" ? "naive" : "gpipe",
-                                    r.stages, r.microbatches, r.chunks))
-     << "  (" << formula << ": idle / total, equal stages, no comm)\n";
+     << (std::isnan(analytic) ? std::string("n/a") : fmt("%.4f", analytic)) << "  ("
+     << analytic_formula(r.schedule) << ": idle / total, equal stages, no comm)\n";
   std::vector<std::vector<std::string>> rows = {{"stage", "busy", "bubble", "peak stash"}};
   for (int s = 0; s < r.stages; ++s)
     rows.push_back({std::to_string(s), fmt("%.3f", r.busy[s]), fmt("%.4f", r.stage_bubble(s)),

@@ -85,7 +85,7 @@ struct later {
 
 // The per-stage op grid of a stuck step: what each stage fired, what is
 // ready but refused, and what each pending op waits for.
-std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int m) {
+std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int m, const placement& plc) {
   const int s_count = static_cast<int>(st.size());
   const int chunks = static_cast<int>(st.front().fwd_ready.size());
   std::ostringstream os;
@@ -105,7 +105,7 @@ std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int 
           if (st[s].w_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::W, i, c}));
         }
       for (int c = 0; c < chunks; ++c) {
-        const int k = c * s_count + s;  // virtual stage
+        const int k = plc.virtual_stage(s, c);
         int next_f = -1, next_b = -1;
         for (int i = 0; i < m && next_f < 0; ++i)
           if (!st[s].fwd_fired[c][i] && !st[s].fwd_ready[c].contains(i)) next_f = i;
@@ -114,12 +114,12 @@ std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int 
         auto name = [&](op_kind kind, int mb) { return to_string(op_id{kind, mb, c}); };
         if (next_f >= 0)
           waits.push_back(name(op_kind::F, next_f) + " waits for its input from stage " +
-                          std::to_string((k - 1) % s_count));
+                          std::to_string(plc.rank_of(k - 1)));
         if (next_b >= 0)
           waits.push_back(name(op_kind::B, next_b) +
                           (k + 1 == s_count * chunks
                                ? " waits for its own " + name(op_kind::F, next_b)
-                               : " waits for its gradient from stage " + std::to_string((k + 1) % s_count)));
+                               : " waits for its gradient from stage " + std::to_string(plc.rank_of(k + 1))));
       }
       os << "  ready, not chosen: [";
       for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
@@ -143,6 +143,7 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   res.microbatches = m;
   res.schedule = pol.name();
   res.chunks = pol.chunks();
+  res.placement = pol.placement();
   res.split_backward = pol.splits_backward();
   res.timeline.assign(s_count, {});
   res.busy.assign(s_count, 0.0);
@@ -150,7 +151,8 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
 
   const int chunks = pol.chunks();
   const bool split = pol.splits_backward();
-  const int last_k = s_count * chunks - 1;  // the last virtual stage computes the loss
+  const placement plc = pol.layout(s_count);
+  const int last_k = plc.count() - 1;  // the last virtual stage computes the loss
   std::vector<sim_stage> st(s_count);
   for (auto& s : st) {
     s.fwd_ready.assign(chunks, mb_set{});
@@ -224,18 +226,22 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
         case ev_kind::op_end: {
           s.busy = false;
           res.makespan = std::max(res.makespan, e.time);
-          const int k = e.op.chunk * s_count + e.stage;  // virtual stage
+          const int k = plc.virtual_stage(e.stage, e.op.chunk);
+          // A hop between two chunks of one rank (the V's turn) is local.
+          auto hop = [&](int to) { return to == e.stage ? 0.0 : cost.comm; };
           if (e.op.kind == op_kind::F) {
             if (k < last_k) {
-              op_id next{op_kind::F, e.op.mb, (k + 1) / s_count};
-              q.push({e.time + cost.comm, seq++, ev_kind::arrive_f, (k + 1) % s_count, next});
+              const int to = plc.rank_of(k + 1);
+              op_id next{op_kind::F, e.op.mb, plc.chunk_of(k + 1)};
+              q.push({e.time + hop(to), seq++, ev_kind::arrive_f, to, next});
             } else {
               s.bwd_ready[e.op.chunk].insert(e.op.mb);  // the loss starts the backward
             }
           } else if (e.op.kind == op_kind::B) {
             if (k > 0) {
-              op_id prev{op_kind::B, e.op.mb, (k - 1) / s_count};
-              q.push({e.time + cost.comm, seq++, ev_kind::arrive_b, (k - 1) % s_count, prev});
+              const int to = plc.rank_of(k - 1);
+              op_id prev{op_kind::B, e.op.mb, plc.chunk_of(k - 1)};
+              q.push({e.time + hop(to), seq++, ev_kind::arrive_b, to, prev});
             }
             if (split) s.w_ready[e.op.chunk].insert(e.op.mb);
             if (s.bwd_done == m * chunks && s.w_done == s.w_expected) ++done_stages;
@@ -250,7 +256,7 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   }
   if (done_stages < s_count) {
     res.deadlock = true;
-    res.diagnosis = diagnose(st, res, m);
+    res.diagnosis = diagnose(st, res, m, plc);
   }
   return res;
 }

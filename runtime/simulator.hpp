@@ -42,6 +42,7 @@ struct sim_result {
   std::vector<double> busy;                   ///< per stage
   std::vector<int> peak_stash;                ///< most microbatch-chunks in flight per stage
   int chunks = 1;                             ///< virtual stages per stage
+  placement_kind placement = placement_kind::round_robin;
   bool split_backward = false;                ///< B and W are separate ops
   bool deadlock = false;
   /// On deadlock: the per-stage op grid with the stuck ops marked.

@@ -1,6 +1,9 @@
 #pragma once
 // The built-in policies. Each lives in its own file in this folder and has
 // one line in runtime/policy.cpp's registry.
+#include <memory>
+#include <mutex>
+
 #include "runtime/policy.hpp"
 
 namespace actorpipe {
@@ -33,6 +36,25 @@ public:
   std::string name() const override { return "zb-h1"; }
   std::optional<op_id> next(const stage_view& v) const override;
   bool splits_backward() const override { return true; }
+};
+
+/// ZB-V (Qi et al., 2024): two chunks per stage in a V (chunk 0 down the
+/// ranks, chunk 1 back up), the backward split into I and W, run in the
+/// paper's order. Zero bubble when F = I = W and M >= 2S - 1, with
+/// activations bounded like 1F1B's (2S chunk-sized entries on rank 0).
+class zb_v_policy : public policy {
+public:
+  std::string name() const override { return "zb-v"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  int chunks() const override { return 2; }
+  placement_kind placement() const override { return placement_kind::v_shape; }
+  bool splits_backward() const override { return true; }
+
+private:
+  std::shared_ptr<const std::vector<std::vector<op_id>>> program(int stages, int microbatches) const;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const std::vector<std::vector<op_id>>> program_;
+  mutable int stages_ = 0, microbatches_ = 0;
 };
 
 /// Interleaved 1F1B (Megatron's order): v chunks per stage, microbatches in

@@ -1,12 +1,16 @@
 #include "runtime/policies/fixed_order.hpp"
 
+#include <algorithm>
+
 namespace actorpipe {
 
-fixed_order_policy::fixed_order_policy(std::vector<std::vector<op_id>> order)
-    : order_(std::move(order)) {
+fixed_order_policy::fixed_order_policy(std::vector<std::vector<op_id>> order, placement_kind placement)
+    : order_(std::move(order)), placement_(placement) {
   for (const auto& rank : order_)
-    for (const auto& op : rank)
+    for (const auto& op : rank) {
       if (op.kind == op_kind::W) split_ = true;
+      chunks_ = std::max(chunks_, op.chunk + 1);
+    }
 }
 
 std::optional<op_id> fixed_order_policy::next(const stage_view& v) const {
@@ -18,7 +22,7 @@ std::optional<op_id> fixed_order_policy::next(const stage_view& v) const {
   const auto* ready = op.kind == op_kind::F   ? v.fwd_ready
                       : op.kind == op_kind::B ? v.bwd_ready
                                               : v.w_ready;
-  if (!ready->contains(op.mb)) return std::nullopt;
+  if (op.chunk >= v.chunks || !ready[op.chunk].contains(op.mb)) return std::nullopt;
   return op;
 }
 

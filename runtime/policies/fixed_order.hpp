@@ -9,15 +9,22 @@ namespace actorpipe {
 
 class fixed_order_policy : public policy {
 public:
-  explicit fixed_order_policy(std::vector<std::vector<op_id>> order);
+  /// Chunks are the most any rank's ops name; `placement` maps them to
+  /// virtual stages (parse_schedule_csv detects it).
+  explicit fixed_order_policy(std::vector<std::vector<op_id>> order,
+                              placement_kind placement = placement_kind::round_robin);
   std::string name() const override { return "fixed"; }
   std::optional<op_id> next(const stage_view& v) const override;
   /// True when the order holds W ops.
   bool splits_backward() const override { return split_; }
+  int chunks() const override { return chunks_; }
+  placement_kind placement() const override { return placement_; }
 
 private:
   std::vector<std::vector<op_id>> order_;
+  placement_kind placement_;
   bool split_ = false;
+  int chunks_ = 1;
 };
 
 }  // namespace actorpipe

@@ -57,7 +57,7 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   c.pipeline.stages = stages;
   c.pipeline.schedule = schedule;
   c.pipeline.microbatches = schedule == "naive" ? 1 : microbatches;
-  c.pipeline.virtual_stages = schedule == "interleaved" ? 2 : 1;
+  c.pipeline.virtual_stages = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
   c.pipeline.devices.assign(stages, "cpu");
   c.pipeline.intra_op_threads = 1;
   return c;

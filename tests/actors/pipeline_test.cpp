@@ -23,7 +23,10 @@ std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
   const auto& schedule = std::get<0>(info.param);
   return "S" + std::to_string(std::get<1>(info.param)) + "M" +
          std::to_string(std::get<2>(info.param)) + "_" +
-         (schedule == "1f1b" ? std::string("OneFOneB") : schedule == "zb-h1" ? std::string("ZbH1") : schedule);
+         (schedule == "1f1b"    ? std::string("OneFOneB")
+          : schedule == "zb-h1" ? std::string("ZbH1")
+          : schedule == "zb-v"  ? std::string("ZbV")
+                                : schedule);
 }
 
 class PipelineMatchesPlainLoop : public ::testing::TestWithParam<case_t> {};
@@ -59,7 +62,9 @@ INSTANTIATE_TEST_SUITE_P(
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 1, 1}, case_t{"1f1b", 2, 4},
                       case_t{"1f1b", 4, 8}, case_t{"1f1b", 4, 3}, case_t{"interleaved", 1, 2},
                       case_t{"interleaved", 2, 4}, case_t{"interleaved", 4, 8}, case_t{"zb-h1", 1, 1},
-                      case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8}, case_t{"zb-h1", 4, 3}),
+                      case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8}, case_t{"zb-h1", 4, 3},
+                      case_t{"zb-v", 1, 1}, case_t{"zb-v", 2, 4}, case_t{"zb-v", 4, 8},
+                      case_t{"zb-v", 4, 3}),
     case_name);
 
 bool bitwise_equal(const named_params& a, const named_params& b) {
@@ -124,13 +129,38 @@ INSTANTIATE_TEST_SUITE_P(
                       case_t{"gpipe", 4, 3}, case_t{"1f1b", 2, 4}, case_t{"1f1b", 4, 8},
                       case_t{"1f1b", 4, 3}, case_t{"interleaved", 2, 4},
                       case_t{"interleaved", 4, 8}, case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8},
-                      case_t{"zb-h1", 4, 3}),
+                      case_t{"zb-h1", 4, 3}, case_t{"zb-v", 2, 4}, case_t{"zb-v", 4, 8},
+                      case_t{"zb-v", 4, 3}),
     case_name);
 
 TEST(Schedules, ZeroBubbleH1GivesWeightsBitwiseIdenticalToOneFOneB) {
   auto f = run_training(small_config("1f1b", 4, 8, true));
   auto z = run_training(small_config("zb-h1", 4, 8, true));
   EXPECT_TRUE(bitwise_equal(f.weights, z.weights));
+}
+
+TEST(Schedules, ZeroBubbleVGivesWeightsBitwiseIdenticalToOneFOneB) {
+  auto f = run_training(small_config("1f1b", 4, 8, true));
+  auto z = run_training(small_config("zb-v", 4, 8, true));
+  EXPECT_TRUE(bitwise_equal(f.weights, z.weights));
+}
+
+// Rank 0 holds the first and the last virtual stage (the V), and computes
+// the loss: its second chunk runs the model's last layers.
+TEST(Schedules, ZeroBubbleVPlacesChunksInAV) {
+  auto out = run_training(small_config("zb-v", 4, 8));
+  const auto& p = out.result.partition;
+  ASSERT_EQ(p.size(), 8u);
+  EXPECT_EQ(out.result.placement, placement_kind::v_shape);
+  const placement plc{placement_kind::v_shape, 4, 2};
+  EXPECT_EQ(plc.virtual_stage(0, 1), 7);
+  EXPECT_EQ(plc.virtual_stage(3, 0), 3);
+  EXPECT_EQ(plc.virtual_stage(3, 1), 4);
+  // Stage 0's trace runs the last virtual stage's backward first: 7I0 = B0.1.
+  const auto& ev = out.result.steps.front().stages[0].events;
+  auto first_b = std::find_if(ev.begin(), ev.end(), [](const op_event& e) { return e.op.kind == op_kind::B; });
+  ASSERT_NE(first_b, ev.end());
+  EXPECT_EQ(first_b->op.chunk, 1);
 }
 
 TEST(Schedules, InterleavedGivesWeightsBitwiseIdenticalToOneFOneB) {

@@ -162,7 +162,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -432,7 +432,7 @@ pipeline:
   schedule: 1f1b
   virtual_stages: 2
 )yaml",
-       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved schedule runs several chunks per stage, not 1f1b"},
+       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved and zb-v schedules run several chunks per stage, not 1f1b"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
@@ -442,7 +442,7 @@ pipeline:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:

@@ -138,6 +138,18 @@ TEST(CanonicalOrder, ZbH1ForFourStagesAndEightMicrobatchesByHand) {
             "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
 }
 
+TEST(CanonicalOrder, ZbVForTwoStagesAndFourMicrobatchesByHand) {
+  // Rank 1 holds virtual stages 1 and 2 (the V's turn): a warm-up of one
+  // chunk-0 forward, a (F1, F0) pair, then chunk 1's F I W.
+  auto order = canonical_order("zb-v", 2, 4);
+  EXPECT_EQ(to_string(order[1]),
+            "F0 F0.1 F1 F1.1 B0.1 W0.1 F2 B0 W0 F2.1 B1.1 W1.1 F3 B1 W1 F3.1 B2.1 W2.1 B2 B3.1 B3 W2 "
+            "W3.1 W3");
+  EXPECT_EQ(to_string(order[0]),
+            "F0 F1 F2 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F3 B0 W0 F2.1 B2.1 W2.1 B1 W1 F3.1 B3.1 W3.1 B2 "
+            "W2 B3 W3");
+}
+
 TEST(CanonicalOrder, UnknownScheduleThrows) {
   EXPECT_THROW(canonical_order("zb-h2", 4, 8), std::invalid_argument);
   EXPECT_THROW(canonical_order("", 4, 8), std::invalid_argument);

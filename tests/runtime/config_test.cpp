@@ -266,7 +266,7 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 }
 
 TEST(LoadConfig, KnownSchedules) {
-  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}));
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
 }
 
 // -- where / error_at ----------------------------------------------------------
@@ -351,7 +351,7 @@ TEST(Nearest, PicksTheClosestAndTheFirstOnATie) {
 }
 
 TEST(Nearest, NothingCloseGivesEmpty) {
-  EXPECT_EQ(nearest("zb", known_schedules()), "");
+  EXPECT_EQ(nearest("pipedream", known_schedules()), "");
   EXPECT_EQ(nearest("warmup", {"steps", "batch_size", "optimizer", "lr_schedule", "clip_grad_norm", "seed"}), "");
   EXPECT_EQ(nearest("x", {"lr"}), "");  // replacing every letter is no resemblance
   EXPECT_EQ(nearest("anything", {}), "");

@@ -164,7 +164,7 @@ TEST(ScheduleCsv, BadCellsNameRowAndColumn) {
   };
   EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"), "s.csv:2:2: '1X0': expected {stage}{F|B|I|W}{microbatch}, e.g. 0F3");
   EXPECT_EQ(err("0F0,0B0\n0F0,1B0\n"), "s.csv:2:1: '0F0': stage 0 does not live on rank 1");
-  EXPECT_EQ(err("0F0\n1F0,1B0\n"), "s.csv:1: rank 0 never runs B0");
+  EXPECT_EQ(err("0F0\n1F0,1B0\n"), "s.csv:1: rank 0 never runs 0B0");
   EXPECT_EQ(err("0F0,0B0,0F0\n1F0,1B0\n"), "s.csv:1:3: '0F0': appears twice in the row");
   EXPECT_EQ(err("0F0,0B0\n"), "s.csv: 1 rows, expected one per stage (2)");
 }
@@ -310,6 +310,87 @@ TEST(SimulatedZeroBubbleIdle, IsAThirdOfOneFOneBsWhenFBAndWCostTheSame) {
     }
     EXPECT_NEAR(3.0 * zb_idle, one_idle, 1e-9) << "S=" << s << " M=" << m;
     EXPECT_NEAR(zb.bubble(), static_cast<double>(s - 1) / (3 * m + s - 1), 1e-9);
+  }
+}
+
+// -- zb-v ------------------------------------------------------------------------
+
+class SimulatedZeroBubbleV : public ::testing::TestWithParam<zb_shape> {
+protected:
+  cost_model cost() const {
+    cost_model c;
+    c.b = std::get<2>(GetParam());
+    c.w = 1.0;
+    return c;
+  }
+};
+
+TEST_P(SimulatedZeroBubbleV, OrderEqualsThePapersConstruction) {
+  auto [s, m, b] = GetParam();
+  auto r = simulate("zb-v", s, m, cost());
+  ASSERT_FALSE(r.deadlock) << r.diagnosis;
+  EXPECT_EQ(r.order(), canonical_order("zb-v", s, m));
+}
+
+// Chunks are half a stage, so 2S chunk entries hold what 1F1B's S do.
+TEST_P(SimulatedZeroBubbleV, ActivationsStayWithinOneFOneBsPeak) {
+  auto [s, m, b] = GetParam();
+  auto zb = simulate("zb-v", s, m, cost());
+  auto one = simulate("1f1b", s, m, cost());
+  const int one_peak = *std::max_element(one.peak_stash.begin(), one.peak_stash.end());
+  for (int rank = 0; rank < s; ++rank) EXPECT_LE(zb.peak_stash[rank], 2 * one_peak) << rank;
+}
+
+TEST_P(SimulatedZeroBubbleV, CsvKeepsTheVAndReplays) {
+  auto [s, m, b] = GetParam();
+  auto r = simulate("zb-v", s, m, cost());
+  auto csv = to_schedule_csv(r.order(), s, true, r.placement);
+  // Rank 0 runs the first and the last virtual stage.
+  EXPECT_EQ(csv.rfind("0F0", 0), 0u);
+  EXPECT_NE(csv.substr(0, csv.find('\n')).find(std::to_string(2 * s - 1) + "I0"), std::string::npos);
+  placement_kind detected = placement_kind::round_robin;
+  auto order = parse_schedule_csv(csv, s, m, "zbv.csv", &detected);
+  if (s > 1) EXPECT_EQ(detected, placement_kind::v_shape);
+  auto replay = simulate(fixed_order_policy(order, detected), s, m, cost());
+  EXPECT_EQ(replay.order(), r.order());
+  EXPECT_DOUBLE_EQ(replay.makespan, r.makespan);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SimulatedZeroBubbleV,
+                         ::testing::Values(zb_shape{4, 8, 1.0}, zb_shape{4, 16, 1.0}, zb_shape{8, 16, 1.0},
+                                           zb_shape{2, 4, 1.0}, zb_shape{4, 3, 1.0}, zb_shape{3, 5, 1.0},
+                                           zb_shape{1, 2, 1.0}, zb_shape{4, 8, 2.0}, zb_shape{8, 32, 2.0},
+                                           zb_shape{4, 1, 2.0}));
+
+TEST(SimulatedZeroBubbleVIdle, IsStagesMinusOneChunkOpsPerStageWhenFIAndWCostTheSame) {
+  cost_model c;
+  c.w = 1.0;
+  for (auto [s, m] : std::vector<std::pair<int, int>>{{2, 4}, {4, 8}, {4, 12}, {8, 16}, {8, 32}, {16, 64}}) {
+    auto r = simulate("zb-v", s, m, c);
+    ASSERT_FALSE(r.deadlock);
+    EXPECT_NEAR(r.bubble(), analytic_bubble("zb-v", s, m), 1e-9) << "S=" << s << " M=" << m;
+    EXPECT_NEAR(r.bubble(), static_cast<double>(s - 1) / (6 * m + s - 1), 1e-9);
+    // Below ZB-H1's (S-1)/(3M+S-1) on the same chunk costs.
+    EXPECT_LT(r.bubble(), analytic_bubble("zb-h1", s, m));
+  }
+}
+
+TEST(ScheduleCsvPlacement, RoundRobinChunksAreDetectedAndAMixIsAnError) {
+  // Interleaved, S = 2: rank 0 holds stages 0 and 2.
+  auto r = simulate("interleaved", 2, 2, {}, 2);
+  auto csv = to_schedule_csv(r.order(), 2);
+  placement_kind detected = placement_kind::v_shape;
+  auto order = parse_schedule_csv(csv, 2, 2, "i.csv", &detected);
+  EXPECT_EQ(detected, placement_kind::round_robin);
+  EXPECT_EQ(order, r.order());
+  try {
+    // Row 0 has stage 3 (a V) and row 1 stage 3 (round-robin).
+    parse_schedule_csv("0F0,3F0,3B0,0B0\n1F0,3F0,3B0,1B0\n", 2, 1, "m.csv");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.csv:2:2: '3F0': stage 3 on rank 1 places chunks round-robin, but m.csv:1:2 placed them "
+              "in a V");
   }
 }
 

@@ -1,0 +1,33 @@
+// ZB-V as a policy: the paper's order is a hand-built program per rank
+// (runtime/canonical), not a rule over counters, so the policy fires that
+// program's next op once it is ready and waits otherwise. The program is
+// built once per (S, M) and shared by every stage.
+#include "runtime/canonical.hpp"
+#include "runtime/policies/builtin.hpp"
+
+namespace actorpipe {
+
+std::shared_ptr<const std::vector<std::vector<op_id>>> zb_v_policy::program(int stages,
+                                                                            int microbatches) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!program_ || stages_ != stages || microbatches_ != microbatches) {
+    program_ = std::make_shared<const std::vector<std::vector<op_id>>>(
+        canonical_order("zb-v", stages, microbatches));
+    stages_ = stages;
+    microbatches_ = microbatches;
+  }
+  return program_;
+}
+
+std::optional<op_id> zb_v_policy::next(const stage_view& v) const {
+  auto prog = program(v.stages, v.microbatches);
+  const auto& mine = (*prog)[v.rank];
+  const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
+  if (pos >= mine.size()) return std::nullopt;
+  const op_id op = mine[pos];
+  const mb_set* ready = op.kind == op_kind::F ? v.fwd_ready : op.kind == op_kind::B ? v.bwd_ready : v.w_ready;
+  if (!ready[op.chunk].contains(op.mb)) return std::nullopt;
+  return op;
+}
+
+}  // namespace actorpipe
