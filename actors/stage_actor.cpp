@@ -49,6 +49,11 @@ struct stage_state {
   int bwd_done = 0;
   int w_done = 0;
   int stashed = 0;
+  int open = 0;  // microbatches opened by chunk 0's F and not yet closed
+  // Mean measured duration per op kind (ns), over the whole run: what a
+  // dynamic policy estimates with.
+  double measured[3] = {0.0, 0.0, 0.0};
+  int64_t measured_n[3] = {0, 0, 0};
   int64_t stash_bytes = 0;
   double loss_sum = 0.0;
   stage_stats stats;
@@ -117,7 +122,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.inputs.assign(slots, activation_msg{});
   s.grads_in.assign(slots, at::Tensor());
   s.stash.assign(slots, stash_entry{});
-  s.fwd_done = s.bwd_done = s.w_done = s.stashed = 0;
+  s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
   s.stash_bytes = 0;
   s.loss_sum = 0.0;
   s.stats = stage_stats{};
@@ -280,7 +285,7 @@ bool fire_one(stage_ptr self) {
   if (s.step < 0 || step_done(s)) return false;
   stage_view v{s.setup.rank,       s.setup.stages, s.setup.microbatches, s.fwd_done,
                s.bwd_done,         s.fwd_ready.data(), s.bwd_ready.data(), s.setup.chunks,
-               s.w_ready.data(),   s.w_done};
+               s.w_ready.data(),   s.w_done,           s.open,             s.measured};
   auto op = s.pol->next(v);
   if (!op) return false;
   auto start = clock_type::now();
@@ -297,6 +302,13 @@ bool fire_one(stage_ptr self) {
   }
   pad(s, start);  // ops that send nothing
   int64_t end_ns = now_ns(s);
+  if (op->chunk == 0) {
+    if (op->kind == op_kind::F) ++s.open;
+    if (op->kind == (s.split ? op_kind::W : op_kind::B)) --s.open;
+  }
+  const int kind = static_cast<int>(op->kind);
+  s.measured[kind] += (static_cast<double>(end_ns - start_ns) - s.measured[kind]) /
+                      static_cast<double>(++s.measured_n[kind]);
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
   if (step_done(s)) report_grads(self);

@@ -35,7 +35,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
   if (!opts.fixed_order.empty())
     pol = std::make_shared<fixed_order_policy>(opts.fixed_order, opts.fixed_placement);
   else
-    pol = make_policy(cfg.pipeline.schedule, policy_options{chunks});
+    pol = make_policy(cfg.pipeline.schedule, policy_options{chunks, cfg.pipeline.max_inflight});
   if (!pol) throw std::invalid_argument("unknown schedule " + cfg.pipeline.schedule);
   if (pol->chunks() != chunks)
     throw std::invalid_argument("schedule " + pol->name() + " runs " + std::to_string(pol->chunks()) +

@@ -52,7 +52,7 @@ const char* train_help =
     "\n"
     "options:\n"
     "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
-    "                    zb-h1 | zb-v)\n"
+    "                    zb-h1 | zb-v | greedy)\n"
     "  --steps N         override train.steps\n"
     "  --save PATH       write the final state dict (torch.load reads it)\n"
     "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
@@ -93,8 +93,11 @@ const char* simulate_help =
     "  --stages S          pipeline stages (default 4)\n"
     "  --microbatches M    microbatches per step (default 8)\n"
     "  --schedule NAME     any registered policy: naive | gpipe | 1f1b | interleaved |\n"
-    "                      interleaved-greedy | zb-h1 | zb-v (default 1f1b)\n"
-    "  --virtual-stages V  chunks per stage for interleaved (default 2; zb-v has 2)\n"
+    "                      interleaved-greedy | zb-h1 | zb-v | greedy (default 1f1b)\n"
+    "  --virtual-stages V  chunks per stage for interleaved (default 2) and greedy\n"
+    "                      (default 1); zb-v has 2\n"
+    "  --max-inflight N    greedy: microbatches a stage may hold open\n"
+    "                      (default S - rank + (V - 1) S)\n"
     "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
     "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
     "  --svg PATH          write the timeline as SVG\n"
@@ -179,6 +182,8 @@ void set_schedule(config& cfg, const std::string& name) {
                         std::to_string(cfg.model.layers.size()) + " layers of model.layers");
     return;
   }
+  if (name == "greedy") return;  // any chunk count; the config's stays
+  if (p.max_inflight != 0) p.max_inflight = 0;  // only greedy takes it
   if (name != "interleaved") {
     if (p.virtual_stages != 1) {
       // One range per stage again: regroup chunks only when none were given.
@@ -372,14 +377,14 @@ int cmd_bubble(int argc, char** argv) {
 int cmd_simulate(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
                  {"--stages", "--microbatches", "--schedule", "--cost", "--stage-factors", "--svg",
-                  "--export", "--import", "--virtual-stages"},
+                  "--export", "--import", "--virtual-stages", "--max-inflight"},
                  {});
   if (a.has("--help")) {
     std::fputs(simulate_help, stdout);
     return exit_ok;
   }
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
-  int stages = 4, microbatches = 8, chunks_from_config = 0;
+  int stages = 4, microbatches = 8, chunks_from_config = 0, max_inflight = 0;
   std::string schedule = "1f1b";
   if (!a.positional.empty()) {
     auto cfg = load(a.positional[0]);
@@ -387,7 +392,10 @@ int cmd_simulate(int argc, char** argv) {
     microbatches = cfg.pipeline.microbatches;
     schedule = cfg.pipeline.schedule;
     chunks_from_config = cfg.pipeline.virtual_stages;
+    max_inflight = cfg.pipeline.max_inflight;
   }
+  if (a.has("--max-inflight"))
+    max_inflight = static_cast<int>(parse_count("--max-inflight", a.options["--max-inflight"]));
   if (a.has("--stages")) stages = static_cast<int>(parse_count("--stages", a.options["--stages"]));
   if (a.has("--microbatches"))
     microbatches = static_cast<int>(parse_count("--microbatches", a.options["--microbatches"]));
@@ -406,6 +414,8 @@ int cmd_simulate(int argc, char** argv) {
                         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
+  if (schedule == "greedy" && !a.has("--virtual-stages") && chunks_from_config > 1 && !a.has("--schedule"))
+    chunks = chunks_from_config;
   if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages"))
     chunks = chunks_from_config > 1 && !a.has("--schedule") ? chunks_from_config : 2;
   if (auto pol = make_policy(schedule, policy_options{chunks}); pol && a.has("--virtual-stages") &&
@@ -447,7 +457,7 @@ int cmd_simulate(int argc, char** argv) {
     r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
   } else {
     try {
-      r = simulate(schedule, stages, microbatches, cost, chunks);
+      r = simulate(schedule, stages, microbatches, cost, chunks, max_inflight);
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }

@@ -41,7 +41,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy"};
   return names;
 }
 
@@ -582,19 +582,26 @@ void reader::read_pipeline(const entry* e) {
   auto& p = cfg_.pipeline;
   const section s = read_map(e ? e->value : Node(), "pipeline",
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                              "pace_ms", "lockstep", "virtual_stages"});
+                              "pace_ms", "lockstep", "virtual_stages", "max_inflight"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
   const bool interleaved = p.schedule == "interleaved";
   const bool v_shape = p.schedule == "zb-v";
+  const bool greedy = p.schedule == "greedy";
   p.virtual_stages = interleaved || v_shape ? 2 : 1;
   if (read_small_int(s, "virtual_stages", p.virtual_stages)) {
     at_least("pipeline.virtual_stages", p.virtual_stages, 1);
     if (v_shape && p.virtual_stages != 2)
       fail_key("pipeline.virtual_stages", "zb-v runs exactly 2 chunks per stage (one down the V, one back), not " +
                                               std::to_string(p.virtual_stages));
-    if (!interleaved && !v_shape && p.virtual_stages != 1)
+    if (!interleaved && !v_shape && !greedy && p.virtual_stages != 1)
       fail_key("pipeline.virtual_stages",
-               "only the interleaved and zb-v schedules run several chunks per stage, not " + p.schedule);
+               "only the interleaved, zb-v and greedy schedules run several chunks per stage, not " + p.schedule);
+  }
+  if (read_small_int(s, "max_inflight", p.max_inflight)) {
+    at_least("pipeline.max_inflight", p.max_inflight, 1);
+    if (!greedy)
+      fail_key("pipeline.max_inflight", "only the greedy schedule takes a memory bound; " + p.schedule +
+                                            " sets its own");
   }
   const int v = p.virtual_stages;
 

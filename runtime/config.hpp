@@ -89,6 +89,9 @@ struct pipeline_config {
   /// otherwise). The schedule's placement (runtime/placement) says which
   /// virtual stage each chunk is; partition ranges go by virtual stage.
   int virtual_stages = 1;
+  /// greedy: microbatches a stage may hold open at once; 0 = S - rank +
+  /// (virtual_stages - 1) S.
+  int max_inflight = 0;
   int microbatches = 1;
   /// One device per stage after loading: "cpu" or "cuda:N".
   std::vector<std::string> devices;

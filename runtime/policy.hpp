@@ -58,13 +58,21 @@ struct stage_view {
   /// and fired. A W(mb) becomes ready when B(mb) has run.
   mb_set const* w_ready = nullptr;
   int w_done = 0;
+  /// Microbatches this stage opened (its first chunk's F ran) and has not
+  /// closed (that chunk's last B, or W when split, has not): the activation
+  /// memory in microbatches.
+  int open_microbatches = 0;
+  /// This stage's own mean measured duration of F, B and W (indexed by
+  /// op_kind), any unit; 0 where nothing was measured yet. May be null.
+  double const* measured = nullptr;
 
   int in_flight() const { return fwd_done - bwd_done; }
 };
 
 /// Knobs a policy may take from the config.
 struct policy_options {
-  int virtual_stages = 1;  ///< chunks per stage (interleaved)
+  int virtual_stages = 1;  ///< chunks per stage (interleaved, greedy)
+  int max_inflight = 0;    ///< greedy: open microbatches per stage; 0 = its default
 };
 
 /// Picks the next op of one stage.

@@ -64,6 +64,9 @@ struct sim_stage {
   int bwd_done = 0;
   int w_done = 0;
   int w_expected = 0;  // W ops in a step: M x chunks when split, else 0
+  int open = 0;        // microbatches opened by chunk 0's F, not yet closed
+  double measured[3] = {0.0, 0.0, 0.0};  // mean duration per op kind so far
+  int measured_n[3] = {0, 0, 0};
   bool busy = false;
 };
 
@@ -178,7 +181,7 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
     auto& s = st[r];
     if (s.busy) return;
     stage_view v{r,      s_count,          m,      s.fwd_done, s.bwd_done, s.fwd_ready.data(),
-                 s.bwd_ready.data(), chunks, s.w_ready.data(), s.w_done};
+                 s.bwd_ready.data(), chunks, s.w_ready.data(), s.w_done, s.open, s.measured};
     auto op = pol.next(v);
     if (!op) return;
     const auto& ready = op->kind == op_kind::F   ? s.fwd_ready
@@ -190,6 +193,13 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
                              std::to_string(r) + ", which is not ready");
     const double full_b = split ? cost.b : cost.b + cost.w;
     double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? full_b : cost.w) * factor(r);
+    if (op->chunk == 0) {
+      if (op->kind == op_kind::F) ++s.open;
+      if (op->kind == (split ? op_kind::W : op_kind::B)) --s.open;
+    }
+    const int kind = static_cast<int>(op->kind);
+    s.measured[kind] = (s.measured[kind] * s.measured_n[kind] + d) / (s.measured_n[kind] + 1);
+    ++s.measured_n[kind];
     if (op->kind == op_kind::F) {
       s.fwd_ready[op->chunk].erase(op->mb);
       s.fwd_fired[op->chunk][op->mb] = 1;
@@ -262,11 +272,11 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
 }
 
 sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost,
-                    int chunks) {
+                    int chunks, int max_inflight) {
   if (schedule.rfind("interleaved", 0) == 0 && microbatches % stages != 0)
     throw std::invalid_argument("simulate: interleaved needs microbatches (" + std::to_string(microbatches) +
                                 ") to be a multiple of stages (" + std::to_string(stages) + ")");
-  auto pol = make_policy(schedule, policy_options{chunks});
+  auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
   if (!pol) throw std::invalid_argument("simulate: unknown schedule '" + schedule + "'");
   return simulate(*pol, stages, microbatches, cost);
 }

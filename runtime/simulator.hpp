@@ -58,7 +58,7 @@ struct sim_result {
 /// Simulates one step of `schedule` (a registered policy). Throws
 /// std::invalid_argument for an unknown schedule or bad sizes.
 sim_result simulate(const std::string& schedule, int stages, int microbatches,
-                    const cost_model& cost = {}, int chunks = 1);
+                    const cost_model& cost = {}, int chunks = 1, int max_inflight = 0);
 /// The same for a policy object (one instance serves every stage).
 sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost = {});
 

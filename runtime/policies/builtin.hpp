@@ -73,6 +73,26 @@ private:
   int chunks_;
 };
 
+/// Critical-path list scheduling (HLFET): among ready ops, the one with the
+/// longest remaining path to the end of its microbatch, estimated from this
+/// stage's own measured op durations. A forward opens a microbatch only
+/// while fewer than max_inflight (default S - rank + (chunks - 1) S) are
+/// open here; later
+/// chunks of an open microbatch and backwards always may run, so it cannot
+/// deadlock.
+class greedy_policy : public policy {
+public:
+  greedy_policy(int chunks, int max_inflight)
+      : chunks_(chunks < 1 ? 1 : chunks), max_inflight_(max_inflight < 0 ? 0 : max_inflight) {}
+  std::string name() const override { return "greedy"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  int chunks() const override { return chunks_; }
+
+private:
+  int chunks_;
+  int max_inflight_;
+};
+
 /// The dynamic variant of interleaved: same priorities (a backward before a
 /// forward, each kind in Megatron's order) but it fires whichever op of
 /// them is ready, within the same in-flight bound, instead of waiting for

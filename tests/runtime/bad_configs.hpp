@@ -162,7 +162,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -432,7 +432,40 @@ pipeline:
   schedule: 1f1b
   virtual_stages: 2
 )yaml",
-       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved and zb-v schedules run several chunks per stage, not 1f1b"},
+       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved, zb-v and greedy schedules run several chunks per stage, not 1f1b"},
+      {"ZbVWithThreeChunks",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  schedule: zb-v
+  virtual_stages: 3
+)yaml",
+       "{FILE}:8:19: pipeline.virtual_stages: zb-v runs exactly 2 chunks per stage (one down the V, one back), not 3"},
+      {"MaxInflightWithoutGreedy",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  schedule: 1f1b
+  max_inflight: 2
+)yaml",
+       "{FILE}:8:17: pipeline.max_inflight: only the greedy schedule takes a memory bound; 1f1b sets its own"},
+      {"MaxInflightZero",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  schedule: greedy
+  max_inflight: 0
+)yaml",
+       "{FILE}:8:17: pipeline.max_inflight: must be at least 1, found 0"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
@@ -442,7 +475,7 @@ pipeline:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:
