@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${ACTORPIPE_BUILD_DIR:-$ROOT/build}"
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
-          libcaf-dev libtorch-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
+          libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev python3-torch python3-sklearn
           libopenblas0-openmp)  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
 
