@@ -3,8 +3,12 @@
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
+
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/lr.hpp"
 
 namespace actorpipe {
 
@@ -26,6 +30,9 @@ struct driver_state {
   int eval_pending = 0;
   eval_result eval_total;
   bool finished = false;
+  // Async: reports per step as they come, and when the last step closed.
+  std::map<int64_t, std::vector<grads_report>> async_reports;
+  clock_type::time_point last_close;
   int64_t round = 0;       // lock-step clock
   int rounds_pending = 0;
 
@@ -74,6 +81,52 @@ void start_step(driver_ptr self) {
     self->send(s.setup.stages.front(), fwd_atom::value,
                activation_msg{{0, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y});
   if (cfg.pipeline.lockstep) start_round(self);
+}
+
+// Async: step t's microbatches join the stream as numbers t*M .. t*M+M-1.
+void feed_async_step(driver_ptr self, int64_t t) {
+  auto& s = self->state;
+  auto b = batch_for_step(*s.setup.data, s.setup.cfg, t);
+  auto mbs = split_microbatches(b, s.setup.microbatches);
+  for (size_t i = 0; i < mbs.size(); ++i)
+    self->send(s.setup.stages.front(), fwd_atom::value,
+               activation_msg{{0, 0, static_cast<int32_t>(t * s.setup.microbatches + static_cast<int64_t>(i)), 0, 0},
+                              mbs[i].x, mbs[i].y});
+}
+
+void start_eval(driver_ptr self);
+
+// Async: every stage has stepped its weights for step `t`.
+void on_async_report(driver_ptr self, grads_report& r) {
+  auto& s = self->state;
+  const int stages = static_cast<int>(s.setup.stages.size());
+  auto& reps = s.async_reports[r.step];
+  reps.push_back(std::move(r));
+  if (static_cast<int>(reps.size()) < stages) return;
+  const int64_t t = reps.front().step;
+  std::sort(reps.begin(), reps.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  auto now = clock_type::now();
+  step_record rec;
+  rec.step = t;
+  rec.lr = lr_at(s.setup.cfg.train, t);
+  rec.grad_norm = 0.0;  // each stage steps alone; there is no global norm
+  for (auto& rep : reps) rec.loss += rep.loss_sum;
+  // Steps overlap: a step's time is from the previous step's close to its own.
+  rec.step_s = std::chrono::duration<double>(now - s.last_close).count();
+  rec.pipeline_s = rec.step_s;
+  rec.start_ns = since(s, s.last_close);
+  const int64_t span = std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.last_close).count();
+  s.last_close = now;
+  for (auto& rep : reps) {
+    s.result.duplicates += rep.stats.duplicates;
+    rec.stages.push_back(std::move(rep.stats));
+  }
+  rec.bubble = measured_bubble(rec.stages, span);
+  s.async_reports.erase(t);
+  s.result.steps.push_back(rec);
+  if (s.setup.on_step) s.setup.on_step(s.result.steps.back());
+  if (t + 2 < s.setup.cfg.train.steps) feed_async_step(self, t + 2);
+  if (t + 1 == s.setup.cfg.train.steps) start_eval(self);
 }
 
 void start_eval(driver_ptr self) {
@@ -168,13 +221,22 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
       [=](run_atom) -> caf::result<train_result> {
         auto& st = self->state;
         st.promise = self->make_response_promise();
-        if (st.setup.cfg.train.steps > 0)
-          start_step(self);
-        else
+        if (st.setup.cfg.train.steps <= 0) {
           start_eval(self);
+        } else if (st.setup.async) {
+          st.last_close = clock_type::now();
+          for (int64_t t = 0; t < std::min<int64_t>(2, st.setup.cfg.train.steps); ++t) feed_async_step(self, t);
+        } else {
+          start_step(self);
+        }
         return st.promise;
       },
-      [=](grads_atom, grads_report& r) { on_grads(self, r); },
+      [=](grads_atom, grads_report& r) {
+        if (self->state.setup.async)
+          on_async_report(self, r);
+        else
+          on_grads(self, r);
+      },
       [=](applied_atom, int rank, int64_t step) { on_applied(self, step); },
       [=](round_done_atom, int64_t round) {
         auto& st = self->state;

@@ -30,6 +30,9 @@ struct driver_setup {
   std::function<void(const step_record&)> on_step;
   /// Which chunk of which stage is which virtual stage (the norm's order).
   placement plc;
+  /// Async schedule: no apply round; stages step themselves and report
+  /// each step; the driver keeps two steps of microbatches in flight.
+  bool async = false;
 };
 
 /// Spawns the driver. Send it run_atom; it answers with a train_result.

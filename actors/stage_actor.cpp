@@ -5,10 +5,12 @@
 
 #include <sys/prctl.h>
 
+#include <map>
 #include <thread>
 
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/lr.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
 
@@ -58,6 +60,12 @@ struct stage_state {
   double loss_sum = 0.0;
   stage_stats stats;
   bool tick_pending = false;
+  // Async: versions[t] is step t's copy of weight version max(t-1, 0); its
+  // .grad collects step t's gradient. At most two exist at once.
+  std::map<int64_t, std::vector<at::Tensor>> versions;
+  std::map<int64_t, stage_stats> step_stats;
+  std::map<int64_t, double> step_loss;
+  int peak_versions = 0;
   int64_t round = 0;                      // lock-step: the round being fired
   std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
   std::vector<gradient_msg> early_bwd;
@@ -160,6 +168,16 @@ void pad(const stage_state& s, clock_type::time_point start) {
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
 }
 
+// Async: the step of stream microbatch g, and the weight version it uses.
+int64_t step_of(const stage_state& s, int g) { return g / s.setup.step_microbatches; }
+int32_t version_of(int64_t step) { return static_cast<int32_t>(std::max<int64_t>(step - 1, 0)); }
+
+std::vector<at::Tensor> snapshot(const stage_state& s) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : s.params) out.push_back(p.detach().clone().requires_grad_(true));
+  return out;
+}
+
 void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
@@ -171,15 +189,29 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   else
     x = x.detach().requires_grad_(true);
   forward_ctx ctx{s.setup.seed, s.step, mb, true};
+  const std::vector<at::Tensor>* weights = nullptr;
+  if (s.setup.async) {
+    const int64_t t = step_of(s, mb);
+    ctx.step = t;
+    ctx.mb = mb % s.setup.step_microbatches;
+    auto it = s.versions.find(t);
+    if (it == s.versions.end())  // cannot happen with M >= S (config checks it)
+      throw std::logic_error("async: step " + std::to_string(t) + " reached stage " +
+                             std::to_string(s.setup.rank) + " before its weight version existed");
+    weights = &it->second;
+  }
   stash_entry e;
   e.input = x;
-  at::Tensor out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes);
+  at::Tensor out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights);
   if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
   if (last_virtual(s, chunk)) {
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
     auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
-    s.loss_sum += loss.item<double>();
+    if (s.setup.async)
+      s.step_loss[step_of(s, mb)] += loss.item<double>();
+    else
+      s.loss_sum += loss.item<double>();
     e.output = loss;
     s.bwd_ready[chunk].insert(mb);  // the loss starts the backward right here
     s.bwd_seen[k] = 1;
@@ -279,6 +311,40 @@ void report_grads(stage_ptr self) {
   self->send(s.driver, grads_atom::value, std::move(r));
 }
 
+// Async: step t's last backward ran here. Step the weights with step t's
+// gradient (computed at version t-1), drop step t's copy, and copy the new
+// weights (version t+1) for step t+2.
+void async_step(stage_ptr self, int64_t t) {
+  auto& s = self->state;
+  {
+    torch::NoGradGuard no_grad;
+    auto& leaves = s.versions.at(t);
+    for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = leaves[i].grad();
+    for (auto& group : s.opt->param_groups()) group.options().set_lr(lr_at(s.setup.train, t));
+    s.opt->step();
+    for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+  }
+  s.versions.erase(t);
+  if (t + 2 < s.setup.steps) s.versions.emplace(t + 2, snapshot(s));
+  s.peak_versions = std::max(s.peak_versions, static_cast<int>(s.versions.size()));
+  grads_report r;
+  r.rank = s.setup.rank;
+  r.step = t;
+  r.loss_sum = s.step_loss[t];
+  s.step_loss.erase(t);
+  r.stats = std::move(s.step_stats[t]);
+  s.step_stats.erase(t);
+  // Peaks since the last report; counts of what was dropped.
+  r.stats.peak_stash = s.stats.peak_stash;
+  r.stats.peak_stash_bytes = s.stats.peak_stash_bytes;
+  r.stats.duplicates = s.stats.duplicates;
+  r.stats.peak_versions = s.peak_versions;
+  s.stats.peak_stash = s.stashed;
+  s.stats.peak_stash_bytes = s.stash_bytes;
+  s.stats.duplicates = 0;
+  self->send(s.driver, grads_atom::value, std::move(r));
+}
+
 // Fires the policy's choice, if any. Returns whether an op ran.
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
@@ -309,6 +375,15 @@ bool fire_one(stage_ptr self) {
   const int kind = static_cast<int>(op->kind);
   s.measured[kind] += (static_cast<double>(end_ns - start_ns) - s.measured[kind]) /
                       static_cast<double>(++s.measured_n[kind]);
+  if (s.setup.async) {
+    const int64_t t = step_of(s, op->mb);
+    auto& st = s.step_stats[t];
+    st.events.push_back({{op->kind, op->mb % s.setup.step_microbatches, op->chunk}, start_ns, end_ns, version_of(t)});
+    st.busy_ns += end_ns - start_ns;
+    if (op->kind == op_kind::B && op->mb % s.setup.step_microbatches == s.setup.step_microbatches - 1)
+      async_step(self, t);
+    return true;
+  }
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.busy_ns += end_ns - start_ns;
   if (step_done(s)) report_grads(self);
@@ -397,6 +472,12 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (auto& p : s.chunk_params.back()) s.params.push_back(p);
   }
   s.opt = make_optimizer(s.setup.optimizer, s.params);
+  if (s.setup.async) {
+    if (s.split || s.setup.chunks != 1)
+      throw std::invalid_argument("async runs one chunk per stage with a full backward");
+    for (int64_t t = 0; t < std::min<int64_t>(2, s.setup.steps); ++t) s.versions.emplace(t, snapshot(s));
+    s.peak_versions = static_cast<int>(s.versions.size());
+  }
   self->set_exception_handler([](caf::scheduled_actor* a, std::exception_ptr& eptr) -> caf::error {
     try {
       std::rethrow_exception(eptr);

@@ -8,6 +8,8 @@
 //            the step's last B sends grads_report to the driver;
 //            apply clips and steps the optimizer; eval runs a no-grad F;
 //            weights hands CPU copies of the parameters to the asker.
+//   async: no apply messages; the step's last B steps the weights here and
+//          reports the step; forwards of step t use weight version t-1.
 //   lockstep: no self-ticks; each round message fires at most one op and
 //            is answered with round_done.
 #include <caf/fwd.hpp>
@@ -27,7 +29,15 @@ namespace actorpipe {
 struct stage_setup {
   int rank = 0;
   int stages = 1;
-  int microbatches = 1;     ///< per step, as torch.chunk splits the batch
+  int microbatches = 1;     ///< per step, as torch.chunk splits the batch (async: the whole run's)
+  /// Async schedules (pol->flushes() false): the run is one stream of
+  /// steps x step_microbatches microbatches; microbatch g belongs to step
+  /// g / step_microbatches, and the stage steps its own weights after each
+  /// step's last backward, at train.lr_schedule's rate.
+  bool async = false;
+  int step_microbatches = 1;
+  int64_t steps = 0;
+  train_config train;
   int64_t batch_size = 1;   ///< loss of a microbatch is weighted by size / batch_size
   std::string device = "cpu";
   std::vector<std::string> devices;  ///< every rank's, to place what is sent there

@@ -52,7 +52,12 @@ train_output run_training(const config& cfg, const train_options& opts) {
     stage_setup st;
     st.rank = r;
     st.stages = stages;
-    st.microbatches = microbatches;
+    st.async = !pol->flushes();
+    st.step_microbatches = microbatches;
+    st.steps = cfg.train.steps;
+    st.train = cfg.train;
+    // Async: one stream over the whole run.
+    st.microbatches = st.async ? static_cast<int>(microbatches * std::max<int64_t>(1, cfg.train.steps)) : microbatches;
     st.batch_size = cfg.train.batch_size;
     st.device = cfg.pipeline.devices[r];
     st.devices = cfg.pipeline.devices;
@@ -76,7 +81,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
 
   config run_cfg = cfg;
   run_cfg.pipeline.partition = parts;
-  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step, plc};
+  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step, plc, !pol->flushes()};
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};

@@ -35,6 +35,7 @@ struct op_event {
   op_id op;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  int32_t version = -1;  ///< async: the weight version the op computed with
 };
 
 inline std::string to_string(const op_id& op) {

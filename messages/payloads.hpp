@@ -43,6 +43,7 @@ struct stage_stats {
   int peak_stash = 0;            ///< most microbatches stashed at once
   int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
   uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
+  int peak_versions = 0;         ///< async: most weight versions held at once
 };
 
 /// stage -> driver when the step's last backward is done.

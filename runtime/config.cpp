@@ -41,7 +41,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy", "async"};
   return names;
 }
 
@@ -639,11 +639,20 @@ void reader::read_pipeline(const entry* e) {
   } else if (int64_t n = torch_chunk_count(batch, p.microbatches); n != p.microbatches) {
     fail_key("pipeline.microbatches", "torch.chunk splits train.batch_size " + std::to_string(batch) + " into " +
                                           std::to_string(n) + " chunks, not " + std::to_string(p.microbatches));
+  } else if (p.schedule == "async" && p.microbatches < p.stages) {
+    fail_key("pipeline.microbatches", "async (PipeDream-2BW) needs at least as many microbatches as stages (" +
+                                          std::to_string(p.stages) + ") so that two weight versions suffice; got " +
+                                          std::to_string(p.microbatches));
   } else if (interleaved && p.microbatches % p.stages != 0) {
     fail_key("pipeline.microbatches", "interleaved runs microbatches in groups of pipeline.stages (" +
                                           std::to_string(p.stages) + "); " + std::to_string(p.microbatches) +
                                           " is not a multiple");
   }
+
+  if (p.schedule == "async" && cfg_.train.clip_grad_norm > 0)
+    fail_key(cfg_.marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
+             "async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to clip by; "
+             "set train.clip_grad_norm to 0");
 
   if (const entry* de = s.find("devices")) read_devices(*de);
   if (p.devices.empty()) {  // auto

@@ -27,8 +27,17 @@ layer::~layer() = default;
 layer::layer(layer&&) noexcept = default;
 layer& layer::operator=(layer&&) noexcept = default;
 
-at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx) const {
+int layer::parameter_tensors() const { return impl_->linear || impl_->norm ? 2 : 0; }
+
+at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params) const {
   const auto& t = spec_.type;
+  if (params && t == "linear") return torch::nn::functional::linear(x, params[0], params[1]);
+  if (params && t == "layernorm")
+    return torch::nn::functional::layer_norm(
+        x, torch::nn::functional::LayerNormFuncOptions({spec_.dim})
+               .weight(params[0])
+               .bias(params[1])
+               .eps(impl_->norm->options.eps()));
   if (t == "linear") return impl_->linear->forward(x);
   if (t == "relu") return torch::relu(x);
   if (t == "gelu") return torch::gelu(x);
@@ -67,9 +76,13 @@ void layer::to(const std::string& device) {
   if (impl_->norm) impl_->norm->to(torch::Device(device));
 }
 
-at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes) const {
+at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
+                                const std::vector<at::Tensor>* params) const {
+  size_t next = 0;
   for (const auto& l : layers_) {
-    x = l.forward(x, ctx);
+    const at::Tensor* mine = params ? params->data() + next : nullptr;
+    next += static_cast<size_t>(l.parameter_tensors());
+    x = l.forward(x, ctx, mine);
     if (act_bytes) *act_bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
   return x;

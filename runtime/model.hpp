@@ -31,10 +31,14 @@ public:
 
   int index() const { return index_; }
   const layer_spec& spec() const { return spec_; }
-  at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx) const;
+  /// With `params` (this layer's parameters() in order), runs with those
+  /// tensors instead of its own: an older weight version.
+  at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params = nullptr) const;
   /// (local name, tensor): "weight", "bias"; empty for parameterless layers.
   std::vector<std::pair<std::string, at::Tensor>> parameters() const;
   int64_t parameter_count() const;
+  /// Number of parameter tensors (0, or 2 for weight and bias).
+  int parameter_tensors() const;
   void to(const std::string& device);
 
 private:
@@ -52,7 +56,9 @@ public:
 
   /// Runs every layer; adds each intermediate output's bytes to *act_bytes
   /// (what autograd keeps alive for the backward).
-  at::Tensor forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes) const;
+  /// `params`, when given, replaces parameters() (same order and shapes).
+  at::Tensor forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
+                     const std::vector<at::Tensor>* params = nullptr) const;
   /// Global names ("2.weight") in layer order.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;

@@ -18,6 +18,7 @@ const std::vector<std::pair<std::string, policy_factory>>& registry() {
        [](const policy_options& o) { return std::make_unique<interleaved_policy>(o.virtual_stages); }},
       {"zb-h1", [](const policy_options&) { return std::make_unique<zb_h1_policy>(); }},
       {"zb-v", [](const policy_options&) { return std::make_unique<zb_v_policy>(); }},
+      {"async", [](const policy_options&) { return std::make_unique<async_policy>(); }},
       {"greedy",
        [](const policy_options& o) { return std::make_unique<greedy_policy>(o.virtual_stages, o.max_inflight); }},
       {"interleaved-greedy",

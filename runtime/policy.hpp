@@ -92,6 +92,10 @@ public:
   /// True when B computes only the input gradient and a separate W the
   /// weight gradient (zero-bubble schedules). Activations live until W.
   virtual bool splits_backward() const { return false; }
+  /// False for asynchronous schedules (PipeDream-2BW): microbatches stream
+  /// through without a flush, each stage steps its own weights every M
+  /// backwards, and forwards use the version before the last.
+  virtual bool flushes() const { return true; }
 };
 
 using policy_factory = std::function<std::unique_ptr<policy>(const policy_options&)>;

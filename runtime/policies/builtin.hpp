@@ -38,6 +38,18 @@ public:
   bool splits_backward() const override { return true; }
 };
 
+/// PipeDream-2BW (Narayanan et al., 2021): 1F1B's rule over a stream of
+/// microbatches with no flush between steps. Step t's microbatches compute
+/// with weight version t-1 on every stage (staleness 1; step 0 with the
+/// initial weights) and each stage steps its weights after the M-th
+/// backward. Needs M >= S so that version t-1 exists when step t begins.
+class async_policy : public policy {
+public:
+  std::string name() const override { return "async"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  bool flushes() const override { return false; }
+};
+
 /// ZB-V (Qi et al., 2024): two chunks per stage in a V (chunk 0 down the
 /// ranks, chunk 1 back up), the backward split into I and W, run in the
 /// paper's order. Zero bubble when F = I = W and M >= 2S - 1, with
