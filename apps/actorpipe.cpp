@@ -52,7 +52,7 @@ const char* train_help =
     "\n"
     "options:\n"
     "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
-    "                    zb-h1 | zb-v | greedy)\n"
+    "                    zb-h1 | zb-v | greedy | async)\n"
     "  --steps N         override train.steps\n"
     "  --save PATH       write the final state dict (torch.load reads it)\n"
     "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
@@ -93,7 +93,8 @@ const char* simulate_help =
     "  --stages S          pipeline stages (default 4)\n"
     "  --microbatches M    microbatches per step (default 8)\n"
     "  --schedule NAME     any registered policy: naive | gpipe | 1f1b | interleaved |\n"
-    "                      interleaved-greedy | zb-h1 | zb-v | greedy (default 1f1b)\n"
+    "                      interleaved-greedy | zb-h1 | zb-v | greedy | async\n"
+    "                      (default 1f1b; async simulates one step)\n"
     "  --virtual-stages V  chunks per stage for interleaved (default 2) and greedy\n"
     "                      (default 1); zb-v has 2\n"
     "  --max-inflight N    greedy: microbatches a stage may hold open\n"
@@ -181,6 +182,15 @@ void set_schedule(config& cfg, const std::string& name) {
       throw usage_error("--schedule zb-v: " + std::to_string(p.stages) + " stages x 2 chunks exceed the " +
                         std::to_string(cfg.model.layers.size()) + " layers of model.layers");
     return;
+  }
+  if (name == "async") {
+    if (cfg.train.clip_grad_norm > 0)
+      throw usage_error("--schedule async: train.clip_grad_norm is " + std::to_string(cfg.train.clip_grad_norm) +
+                        "; async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to "
+                        "clip by (leave train.clip_grad_norm out of the config)");
+    if (p.microbatches < p.stages)
+      throw usage_error("--schedule async needs at least as many microbatches as stages (" +
+                        std::to_string(p.stages) + "); pipeline.microbatches is " + std::to_string(p.microbatches));
   }
   if (name == "greedy") return;  // any chunk count; the config's stays
   if (p.max_inflight != 0) p.max_inflight = 0;  // only greedy takes it

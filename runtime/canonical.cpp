@@ -161,6 +161,8 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
 }
 
 double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks) {
+  // No flush: the pipeline fills and drains once per run, not per step.
+  if (schedule == "async") return 0.0;
   // ZB-V with F = I = W per chunk: rank r starts r forwards late and ends
   // level with the rest, so every rank idles S-1 of 6M + S-1 (M >= 2S-1).
   if (schedule == "zb-v")
@@ -179,6 +181,7 @@ double analytic_bubble(const std::string& schedule, int stages, int microbatches
 std::string analytic_formula(const std::string& schedule) {
   if (schedule == "zb-v") return "(S-1)/(6M+S-1), F = I = W per chunk, M >= 2S-1";
   if (schedule == "zb-h1") return "(S-1)/(3M+S-1), F = B = W";
+  if (schedule == "async") return "0 in steady state: no flush, one fill and drain per run";
   if (schedule.rfind("interleaved", 0) == 0) return "(S-1)/(vM+S-1)";
   if (schedule == "naive") return "(S-1)/S, one microbatch";
   return "(S-1)/(M+S-1)";

@@ -19,6 +19,7 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
 /// gpipe and 1f1b with equal F and B costs; naive is that with M = 1;
 /// interleaved (S-1)/(vM+S-1); zb-h1 (S-1)/(3M+S-1), its idle time being a
 /// third of 1F1B's when F = B = W.
+/// async 0 (no flush; one fill and drain per run, not per step);
 /// zb-v (S-1)/(6M+S-1) with F = I = W per chunk, NaN for M < 2S-1 where
 /// the paper's order has no closed form. Other names get 1F1B's.
 double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks = 1);

@@ -652,7 +652,7 @@ void reader::read_pipeline(const entry* e) {
   if (p.schedule == "async" && cfg_.train.clip_grad_norm > 0)
     fail_key(cfg_.marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
              "async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to clip by; "
-             "set train.clip_grad_norm to 0");
+             "leave train.clip_grad_norm out");
 
   if (const entry* de = s.find("devices")) read_devices(*de);
   if (p.devices.empty()) {  // auto

@@ -66,7 +66,7 @@ inline config small_config(const std::string& schedule, int stages, int microbat
 /// The plain single-module loop: same init, same batches, gradient
 /// accumulation over the same torch.chunk microbatches, torch's own
 /// clip_grad_norm_, Adam and StepLR arithmetic.
-inline std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms) {
+inline torch::nn::Sequential reference_net(const config& c) {
   auto layers = build_layers(c);  // the seeded initial weights only
   torch::nn::Sequential net;
   for (const auto& l : layers) {
@@ -86,6 +86,11 @@ inline std::map<std::string, at::Tensor> reference_weights(const config& c, std:
       ADD_FAILURE() << "reference loop has no " << s.type;
     }
   }
+  return net;
+}
+
+inline std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms) {
+  auto net = reference_net(c);
   auto data = load_dataset(c);
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
   double lr = c.train.optimizer.lr;
@@ -104,6 +109,49 @@ inline std::map<std::string, at::Tensor> reference_weights(const config& c, std:
     }
     norms->push_back(torch::nn::utils::clip_grad_norm_(net->parameters(), c.train.clip_grad_norm));
     opt.step();
+  }
+  std::map<std::string, at::Tensor> out;
+  for (auto& p : net->named_parameters()) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+/// PipeDream-2BW on one module: step t's gradient is taken at weight
+/// version max(t-1, 0) (a second module holds that version) and applied to
+/// the latest weights by Adam: W(t+1) = W(t) - step(grad f(W(t-1))).
+inline std::map<std::string, at::Tensor> reference_2bw_weights(const config& c) {
+  auto net = reference_net(c);
+  auto stale = reference_net(c);
+  auto data = load_dataset(c);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
+  std::vector<std::vector<at::Tensor>> versions;  // versions[v]: weights after v updates
+  auto copy_of = [&] {
+    std::vector<at::Tensor> w;
+    for (auto& p : net->parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  versions.push_back(copy_of());
+  double lr = c.train.optimizer.lr;
+  for (int64_t step = 0; step < c.train.steps; ++step) {
+    if (step > 0 && step % c.train.lr_schedule.step_size == 0) lr *= c.train.lr_schedule.gamma;
+    auto params = stale->parameters();
+    {
+      torch::NoGradGuard g;
+      const auto& v = versions[static_cast<size_t>(std::max<int64_t>(step - 1, 0))];
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(v[i]);
+    }
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    auto b = batch_for_step(data, c, step);
+    auto xs = b.x.chunk(c.pipeline.microbatches);
+    auto ys = b.y.chunk(c.pipeline.microbatches);
+    for (size_t i = 0; i < xs.size(); ++i)
+      (torch::nn::functional::cross_entropy(stale->forward(xs[i]), ys[i]) *
+       (static_cast<double>(xs[i].size(0)) / static_cast<double>(b.x.size(0))))
+          .backward();
+    auto latest = net->parameters();
+    for (size_t i = 0; i < latest.size(); ++i) latest[i].mutable_grad() = params[i].grad().clone();
+    for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+    opt.step();
+    versions.push_back(copy_of());
   }
   std::map<std::string, at::Tensor> out;
   for (auto& p : net->named_parameters()) out[p.key()] = p.value().detach().clone();

@@ -9,6 +9,7 @@
 
 #include "actors/trainer.hpp"
 #include "runtime/canonical.hpp"
+#include "runtime/config.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/simulator.hpp"
@@ -185,6 +186,87 @@ TEST(Schedules, GreedyActorsFireTheSimulatorsOrderAndMatchOneFOneBBitwise) {
     f.train.steps = 2;
     EXPECT_TRUE(bitwise_equal(run_training(f).weights, out.weights)) << "bound " << bound;
   }
+}
+
+class AsyncPipeline : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+// No flush, stale by one: the weights equal PipeDream-2BW computed on one
+// module, and the trace shows every op of step t on version t-1.
+TEST_P(AsyncPipeline, MatchesTheTwoVersionReferenceAndIsNeverMoreThanOneStepStale) {
+  auto [s, m] = GetParam();
+  auto c = small_config("async", s, m);
+  c.train.clip_grad_norm = 0.0;  // no global norm without a flush
+  c.train.steps = 6;
+  auto out = run_training(c);
+  auto ref = reference_2bw_weights(c);
+  ASSERT_EQ(out.weights.size(), ref.size());
+  for (auto& [name, w] : out.weights) {
+    auto& r = ref.at(name);
+    double scale = r.abs().max().item<double>();
+    EXPECT_LE((w - r).abs().max().item<double>(), 1e-6 * scale) << name;
+  }
+  // The synchronous answer is different: staleness really acts.
+  auto sync = small_config("1f1b", s, m);
+  sync.train.clip_grad_norm = 0.0;
+  sync.train.steps = 6;
+  EXPECT_GT((run_training(sync).weights[0].second - out.weights[0].second).abs().max().item<double>(), 1e-6);
+
+  ASSERT_EQ(out.result.steps.size(), 6u);
+  for (const auto& step : out.result.steps) {
+    ASSERT_EQ(step.stages.size(), static_cast<size_t>(s));
+    for (int r = 0; r < s; ++r) {
+      const auto& st = step.stages[r];
+      EXPECT_LE(st.peak_versions, 2) << "stage " << r;
+      EXPECT_EQ(st.events.size(), static_cast<size_t>(2 * m)) << "every F and B of the step, on its stage";
+      std::map<int, int> fwd_version;
+      for (const auto& e : st.events) {
+        EXPECT_GE(e.version, 0);
+        EXPECT_LE(step.step - e.version, 1) << "staleness, step " << step.step << " stage " << r;
+        EXPECT_EQ(e.version, std::max<int64_t>(step.step - 1, 0));
+        if (e.op.kind == op_kind::F)
+          fwd_version[e.op.mb] = e.version;
+        else
+          EXPECT_EQ(e.version, fwd_version.at(e.op.mb)) << "B uses its F's version";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AsyncPipeline,
+                         ::testing::Values(std::pair<int, int>{1, 1}, std::pair<int, int>{2, 4},
+                                           std::pair<int, int>{4, 8}, std::pair<int, int>{4, 4}));
+
+// No flush: stage 0 starts step t+1's forwards before step t's last
+// backward, which a synchronous schedule never does.
+TEST(AsyncPipelineOverlap, NextStepsForwardsStartBeforeThisStepsLastBackward) {
+  auto c = small_config("async", 4, 8);
+  c.train.clip_grad_norm = 0.0;
+  c.pipeline.pace_ms = 1.0;  // ops long enough that the order is the schedule's, not the mailbox's
+  auto out = run_training(c);
+  int overlaps = 0;
+  for (size_t t = 0; t + 1 < out.result.steps.size(); ++t) {
+    const auto& now = out.result.steps[t].stages[0].events;
+    const auto& next = out.result.steps[t + 1].stages[0].events;
+    int64_t last_b = 0, first_f = INT64_MAX;
+    for (const auto& e : now)
+      if (e.op.kind == op_kind::B) last_b = std::max(last_b, e.end_ns);
+    for (const auto& e : next)
+      if (e.op.kind == op_kind::F) first_f = std::min(first_f, e.start_ns);
+    overlaps += first_f < last_b;
+  }
+  EXPECT_EQ(overlaps, static_cast<int>(out.result.steps.size()) - 1);
+}
+
+TEST(AsyncDigits, TrainsToAtLeastNinetyThreePercentHeldOut) {
+  auto c = load_config(std::string(ACTORPIPE_SOURCE_DIR) + "/configs/schedules/async.yaml");
+  c.pipeline.intra_op_threads = 1;
+  auto out = run_training(c);
+  EXPECT_GE(out.result.test_accuracy, 0.93);
+  int max_stale = 0;
+  for (const auto& step : out.result.steps)
+    for (const auto& st : step.stages)
+      for (const auto& e : st.events) max_stale = std::max<int>(max_stale, static_cast<int>(step.step - e.version));
+  EXPECT_EQ(max_stale, 1);
 }
 
 TEST(Schedules, InterleavedGivesWeightsBitwiseIdenticalToOneFOneB) {

@@ -162,7 +162,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy, async)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -466,6 +466,35 @@ pipeline:
   max_inflight: 0
 )yaml",
        "{FILE}:8:17: pipeline.max_inflight: must be at least 1, found 0"},
+      {"AsyncWithClipping",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+  clip_grad_norm: 1.0
+pipeline:
+  stages: 2
+  schedule: async
+  microbatches: 4
+)yaml",
+       "{FILE}:8:19: train.clip_grad_norm: async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to clip by; leave train.clip_grad_norm out"},
+      {"AsyncFewerMicrobatchesThanStages",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 3
+  schedule: async
+  microbatches: 2
+)yaml",
+       "{FILE}:11:17: pipeline.microbatches: async (PipeDream-2BW) needs at least as many microbatches as stages (3) so that two weight versions suffice; got 2"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
@@ -475,7 +504,7 @@ pipeline:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy, async)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:

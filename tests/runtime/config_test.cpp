@@ -266,7 +266,7 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 }
 
 TEST(LoadConfig, KnownSchedules) {
-  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy"}));
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy", "async"}));
 }
 
 // -- where / error_at ----------------------------------------------------------
