@@ -486,7 +486,7 @@ int cmd_simulate(int argc, char** argv) {
   std::fputs(format_simulation(r, cost).c_str(), stdout);
   if (stream_steps > 1)
     std::printf("no flush: %lld steps streamed as %d microbatches; makespan per step %.3f "
-                "(steady state M(F+B) = %.3f)\n",
+                "(steady state M(F+B+W) = %.3f)\n",
                 static_cast<long long>(stream_steps), r.microbatches, r.makespan / static_cast<double>(stream_steps),
                 microbatches * (cost.f + cost.b + cost.w));
   size_t ops = 0;
