@@ -385,6 +385,62 @@ TEST(CliTrain, ImportedOneFOneBOrderTrainsTheSameWeightsAsTheSchedule) {
   }
 }
 
+// ZB-V's V travels through the CSV: rank 0 holds virtual stages 0 and 3.
+TEST(CliTrain, ImportedZbVOrderKeepsTheVAndTrainsTheSameWeights) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "zbv.yaml", R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 16}
+    - {type: tanh}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 256}
+train:
+  steps: 3
+  batch_size: 32
+pipeline:
+  stages: 2
+  schedule: zb-v
+  microbatches: 4
+)");
+  const std::string csv = (dir / "order.csv").string();
+  auto sim = actorpipe({"simulate", cfg, "--export", csv});
+  ASSERT_EQ(sim.code, 0) << describe(sim);
+  auto rows = lines(slurp(csv));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].rfind("0F0,0F1,0F2,3F0,3I0,3W0", 0), 0u) << rows[0];
+  EXPECT_EQ(rows[1].rfind("1F0,2F0,1F1,2F1,2I0,2W0", 0), 0u) << rows[1];
+  const std::string a = (dir / "a.pt").string(), b = (dir / "b.pt").string();
+  auto plain = actorpipe({"train", cfg, "--quiet", "--save", a});
+  auto replay = actorpipe({"train", cfg, "--quiet", "--import", csv, "--save", b});
+  ASSERT_EQ(plain.code, 0) << describe(plain);
+  ASSERT_EQ(replay.code, 0) << describe(replay);
+  auto wa = load_tensors(a), wb = load_tensors(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
+  // A one-chunk config cannot run it.
+  const std::string one = write(dir / "one.yaml", slurp(cfg).replace(slurp(cfg).find("zb-v"), 4, "1f1b"));
+  auto wrong = actorpipe({"train", one, "--import", csv});
+  EXPECT_EQ(wrong.code, 2) << describe(wrong);
+  EXPECT_NE(wrong.err.find("runs 2 chunks per stage; the config has pipeline.virtual_stages 1"), std::string::npos)
+      << wrong.err;
+}
+
+TEST(CliSimulate, AsyncStreamsStepsWithoutAFlush) {
+  auto r = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--schedule", "async", "--steps", "3"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  // 3 x 8 microbatches back to back: (24 + 3) x 2 units, 18 per step.
+  EXPECT_NE(r.out.find("makespan 54.000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no flush: 3 steps streamed as 24 microbatches; makespan per step 18.000"),
+            std::string::npos)
+      << r.out;
+  auto bad = actorpipe({"simulate", "--schedule", "1f1b", "--steps", "3"});
+  EXPECT_EQ(bad.code, 2) << describe(bad);
+}
+
 TEST(CliTrain, DeadlockingImportedOrderExitsThreeBeforeTraining) {
   const fs::path dir = test_dir();
   const std::string cfg = write(dir / "small.yaml", small_config);
