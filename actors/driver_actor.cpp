@@ -24,7 +24,8 @@ struct driver_state {
   double lr = 0.0;
   clock_type::time_point step_start;
   int64_t pipeline_ns = 0;
-  std::vector<grads_report> reports;
+  std::vector<grads_report> reports;  // index: replica * S + rank
+  std::vector<uint64_t> checksums;
   int reported = 0;
   int applied = 0;
   int eval_pending = 0;
@@ -73,13 +74,20 @@ void start_step(driver_ptr self) {
       s.step % cfg.train.lr_schedule.step_size == 0)
     s.lr *= cfg.train.lr_schedule.gamma;  // chained, like torch's StepLR
   auto b = batch_for_step(*s.setup.data, cfg, s.step);
-  auto mbs = split_microbatches(b, s.setup.microbatches);
+  // The global batch in rank order over the replicas (torch.chunk), each
+  // share into its microbatches; losses are weighted by the global size.
+  auto shares = s.setup.dp > 1 ? split_microbatches(b, s.setup.dp) : std::vector<batch>{b};
   s.reports.assign(s.setup.stages.size(), grads_report{});
+  s.checksums.assign(s.setup.stages.size(), 0);
   s.reported = s.applied = 0;
   s.step_start = clock_type::now();
-  for (size_t i = 0; i < mbs.size(); ++i)
-    self->send(s.setup.stages.front(), fwd_atom::value,
-               activation_msg{{0, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y});
+  const size_t per_replica = s.setup.stages.size() / static_cast<size_t>(s.setup.dp);
+  for (size_t d = 0; d < shares.size(); ++d) {
+    auto mbs = split_microbatches(shares[d], s.setup.microbatches);
+    for (size_t i = 0; i < mbs.size(); ++i)
+      self->send(s.setup.stages[d * per_replica], fwd_atom::value,
+                 activation_msg{{0, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y});
+  }
   if (cfg.pipeline.lockstep) start_round(self);
 }
 
@@ -148,14 +156,18 @@ void start_eval(driver_ptr self) {
 
 void on_grads(driver_ptr self, grads_report& r) {
   auto& s = self->state;
-  if (r.step != s.step || r.rank < 0 || r.rank >= static_cast<int>(s.reports.size())) return;
-  s.reports[r.rank] = std::move(r);
+  const int per_replica = static_cast<int>(s.reports.size()) / s.setup.dp;
+  const int index = r.replica * per_replica + r.rank;
+  if (r.step != s.step || r.rank < 0 || index < 0 || index >= static_cast<int>(s.reports.size())) return;
+  s.reports[index] = std::move(r);
   if (++s.reported < static_cast<int>(s.reports.size())) return;
   s.pipeline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() -
                                                                        s.step_start)
                       .count();
   // Global norm over every parameter in model order (virtual stage by
-  // virtual stage), as torch.nn.utils.clip_grad_norm_ computes it.
+  // virtual stage), as torch.nn.utils.clip_grad_norm_ computes it. With
+  // replicas, every one holds the summed gradients: replica 0's norms are
+  // the global ones.
   std::vector<at::Tensor> norms;
   for (int k = 0; k < s.setup.plc.count(); ++k)
     norms.push_back(s.reports[s.setup.plc.rank_of(k)].grad_norms.at(s.setup.plc.chunk_of(k)));
@@ -163,6 +175,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   apply_msg m;
   m.step = s.step;
   m.lr = s.lr;
+  m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
   if (max_norm > 0)
     m.clip_coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
@@ -175,9 +188,44 @@ void on_grads(driver_ptr self, grads_report& r) {
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
 }
 
-void on_applied(driver_ptr self, int64_t step) {
+// Allreduce time per stage and how much of it overlapped the step's
+// compute (the other stages' cool-down).
+void allreduce_figures(step_record& rec) {
+  int64_t compute_end = 0, total = 0, hidden = 0;
+  int count = 0;
+  for (const auto& st : rec.stages)
+    for (const auto& e : st.events) compute_end = std::max(compute_end, e.end_ns);
+  for (const auto& st : rec.stages) {
+    if (st.allreduce_end_ns <= 0) continue;
+    ++count;
+    total += st.allreduce_end_ns - st.allreduce_start_ns;
+    hidden += std::max<int64_t>(0, std::min(st.allreduce_end_ns, compute_end) - st.allreduce_start_ns);
+  }
+  if (count == 0) return;
+  rec.allreduce_s = static_cast<double>(total) / count * 1e-9;
+  rec.allreduce_hidden = total > 0 ? static_cast<double>(hidden) / static_cast<double>(total) : 0.0;
+}
+
+void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum) {
   auto& s = self->state;
-  if (step != s.step || ++s.applied < static_cast<int>(s.setup.stages.size())) return;
+  if (step != s.step || index < 0 || index >= static_cast<int>(s.checksums.size())) return;
+  s.checksums[index] = checksum;
+  if (++s.applied < static_cast<int>(s.setup.stages.size())) return;
+  if (s.setup.verify_replicas && s.setup.dp > 1) {
+    const int per_replica = static_cast<int>(s.checksums.size()) / s.setup.dp;
+    for (int d = 1; d < s.setup.dp; ++d)
+      for (int r = 0; r < per_replica; ++r)
+        if (s.checksums[d * per_replica + r] != s.checksums[r]) {
+          finish(self, caf::make_error(caf::sec::runtime_error,
+                                       "replicas diverged after step " + std::to_string(step) + ": stage " +
+                                           std::to_string(r) + " of replica " + std::to_string(d) +
+                                           " differs from replica 0 (weight checksums " +
+                                           std::to_string(s.checksums[d * per_replica + r]) + " and " +
+                                           std::to_string(s.checksums[r]) + ")"));
+          return;
+        }
+    s.result.replicas_verified = true;
+  }
   auto& rec = s.result.steps.back();
   auto end = clock_type::now();
   rec.step_s = std::chrono::duration<double>(end - s.step_start).count();
@@ -188,6 +236,7 @@ void on_applied(driver_ptr self, int64_t step) {
     rec.stages.push_back(std::move(rep.stats));
   }
   rec.bubble = measured_bubble(rec.stages, s.pipeline_ns);
+  allreduce_figures(rec);
   if (s.setup.on_step) s.setup.on_step(rec);
   ++s.step;
   if (s.step < s.setup.cfg.train.steps)
@@ -201,7 +250,8 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   s.setup = std::move(setup);
   s.lr = s.setup.cfg.train.optimizer.lr;
   s.result.schedule = s.setup.cfg.pipeline.schedule;
-  s.result.stages = static_cast<int>(s.setup.stages.size());
+  s.result.stages = static_cast<int>(s.setup.stages.size()) / s.setup.dp;
+  s.result.dp = s.setup.dp;
   s.result.microbatches = s.setup.microbatches;
   s.result.chunks = s.setup.cfg.pipeline.virtual_stages;
   s.result.placement = s.setup.plc.kind;
@@ -213,9 +263,12 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
     int rank = 0;
     for (size_t i = 0; i < self->state.setup.stages.size(); ++i)
       if (self->state.setup.stages[i].address() == dm.source) rank = static_cast<int>(i);
+    const int per_replica = static_cast<int>(self->state.setup.stages.size()) / self->state.setup.dp;
+    const std::string who = self->state.setup.dp > 1 ? "replica " + std::to_string(rank / per_replica) + " stage " +
+                                                           std::to_string(rank % per_replica)
+                                                     : "stage " + std::to_string(rank);
     finish(self, caf::make_error(caf::sec::runtime_error,
-                                 "stage " + std::to_string(rank) + " stopped: " +
-                                     self->system().render(dm.reason)));
+                                 who + " stopped: " + self->system().render(dm.reason)));
   });
   return {
       [=](run_atom) -> caf::result<train_result> {
@@ -237,7 +290,7 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         else
           on_grads(self, r);
       },
-      [=](applied_atom, int rank, int64_t step) { on_applied(self, step); },
+      [=](applied_atom, int index, int64_t step, uint64_t checksum) { on_applied(self, index, step, checksum); },
       [=](round_done_atom, int64_t round) {
         auto& st = self->state;
         if (round != st.round || --st.rounds_pending > 0) return;

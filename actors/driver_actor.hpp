@@ -23,7 +23,10 @@ namespace actorpipe {
 struct driver_setup {
   config cfg;
   std::shared_ptr<const dataset> data;
+  /// Every stage actor, replica after replica: replica d, stage r at d S + r.
   std::vector<caf::actor> stages;
+  int dp = 1;
+  bool verify_replicas = false;  ///< compare weight checksums after every step
   int microbatches = 1;
   std::chrono::steady_clock::time_point origin;
   /// Called on the driver's thread after every step (progress output).

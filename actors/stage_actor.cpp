@@ -10,6 +10,7 @@
 
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
@@ -294,10 +295,35 @@ void fire_weight(stage_ptr self, int chunk, int mb) {
   ++s.w_done;
 }
 
+// Sums this stage's gradients over its data-parallel replicas. It blocks
+// this stage's thread only: the other stages go on with their cool-down.
+void allreduce_grads(stage_state& s) {
+  if (!s.setup.dp_group) return;
+  s.stats.allreduce_start_ns = now_ns(s);
+  const bool host = s.setup.dp_group->backend() == "gloo" && s.setup.device != "cpu";
+  std::vector<at::Tensor> grads;
+  for (auto& p : s.params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    // The test hook still joins the collective (the peers would wait for
+    // it) but gives zeros and keeps its own gradient.
+    grads.push_back(s.setup.skip_allreduce ? torch::zeros_like(p, torch::kCPU)
+                    : host                 ? p.grad().to(torch::kCPU)
+                                           : p.grad());
+  }
+  s.setup.dp_group->allreduce_sum(grads);
+  if (host && !s.setup.skip_allreduce) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < grads.size(); ++i) s.params[i].mutable_grad().copy_(grads[i]);
+  }
+  s.stats.allreduce_end_ns = now_ns(s);
+}
+
 void report_grads(stage_ptr self) {
   auto& s = self->state;
+  allreduce_grads(s);
   grads_report r;
   r.rank = s.setup.rank;
+  r.replica = s.setup.replica;
   r.step = s.step;
   for (const auto& chunk : s.chunk_params) {
     std::vector<at::Tensor> norms;
@@ -406,6 +432,18 @@ void apply_update(stage_ptr self, const apply_msg& m) {
   for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
   s.opt->step();
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+}
+
+// FNV-1a over the bytes of every parameter: replicas that hold the same
+// bits agree, any drift shows.
+uint64_t weights_checksum(const stage_state& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& p : s.params) {
+    auto t = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
 }
 
 void evaluate(stage_ptr self, eval_msg m) {
@@ -527,7 +565,9 @@ caf::behavior running(stage_ptr self) {
       },
       [=](apply_atom, const apply_msg& m) {
         apply_update(self, m);
-        self->send(self->state.driver, applied_atom::value, self->state.setup.rank, m.step);
+        const auto& su = self->state.setup;
+        self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
+                   m.checksum ? weights_checksum(self->state) : uint64_t{0});
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](weights_atom) -> named_params {

@@ -5,7 +5,8 @@
 //   wiring --(wire: every stage by rank, driver)--> running
 //   running: fwd/bwd messages fill the ready set; a tick fires one op chosen
 //            by the policy, then ticks again after the mailbox drained;
-//            the step's last B sends grads_report to the driver;
+//            the step's last B (dp > 1: then the allreduce over this
+//            stage's replicas) sends grads_report to the driver;
 //            apply clips and steps the optimizer; eval runs a no-grad F;
 //            weights hands CPU copies of the parameters to the asker.
 //   async: no apply messages; the step's last B steps the weights here and
@@ -22,6 +23,10 @@
 #include "runtime/config.hpp"
 #include "runtime/model.hpp"
 #include "runtime/policy.hpp"
+
+namespace actorpipe {
+class allreduce_group;
+}
 
 namespace actorpipe {
 
@@ -51,6 +56,15 @@ struct stage_setup {
   optimizer_config optimizer;
   std::vector<std::shared_ptr<layer_stack>> layers;  ///< one per chunk
   std::chrono::steady_clock::time_point origin;  ///< trace time zero
+  /// Data parallel: this stage's rank in the group of its replicas (null
+  /// when dp = 1). The step's gradients are summed over it as soon as this
+  /// stage's own last backward ran.
+  std::shared_ptr<allreduce_group> dp_group;
+  int replica = 0;
+  /// Test hook: this replica adds zeros to the sum and keeps its own
+  /// gradient (the replicas then drift apart, which --verify-replicas and
+  /// the tests must catch).
+  bool skip_allreduce = false;
 };
 
 /// Spawns a stage on its own thread.

@@ -8,6 +8,7 @@
 #include "actors/driver_actor.hpp"
 #include "actors/stage_actor.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/partition.hpp"
@@ -22,14 +23,17 @@ train_output run_training(const config& cfg, const train_options& opts) {
       static_cast<int>(chunk_count(cfg.train.batch_size, cfg.pipeline.microbatches));
 
   const int chunks = cfg.pipeline.virtual_stages;
-  auto parts = cfg.pipeline.partition;  // one range per virtual stage
-  if (parts.empty())
-    parts = balanced_partition(layer_parameter_counts(cfg.model.layers), stages * chunks);
+  auto parts = partition_for(cfg);  // one range per virtual stage
   auto layers = build_layers(cfg);
 
+  const int dp = cfg.parallel.dp;
+  // Every (replica, stage)'s device; a config built in code may give only
+  // pipeline.devices, which then holds for every replica.
+  auto replica_devices = cfg.replica_devices;
+  if (static_cast<int>(replica_devices.size()) != dp) replica_devices.assign(dp, cfg.pipeline.devices);
   int threads = cfg.pipeline.intra_op_threads;
   if (threads <= 0)
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / stages);
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / (stages * dp));
 
   std::shared_ptr<const policy> pol;
   if (!opts.fixed_order.empty())
@@ -42,46 +46,86 @@ train_output run_training(const config& cfg, const train_options& opts) {
                                 " chunks per stage; the config has virtual_stages " + std::to_string(chunks));
   const placement plc = pol->layout(stages);
 
+  // One allreduce group per stage rank, over that rank's replicas.
+  std::vector<std::vector<std::shared_ptr<allreduce_group>>> groups(stages);  // [rank][replica]
+  std::string backend;
+  if (dp > 1) {
+    for (int r = 0; r < stages; ++r) {
+      std::vector<std::string> devs;
+      for (int d = 0; d < dp; ++d) devs.push_back(replica_devices.at(d).at(r));
+      allreduce_groups made;
+      try {
+        made = make_allreduce_groups(cfg.parallel.allreduce, devs, "stage " + std::to_string(r));
+      } catch (const collective_error& e) {
+        if (cfg.parallel.allreduce != "nccl") throw;
+        // NCCL refuses two ranks on one device (or finds no GPU): Gloo works
+        // everywhere, through host copies.
+        if (opts.on_notice) opts.on_notice("note: stage " + std::to_string(r) + ": " + e.what() + "; using gloo");
+        made = make_allreduce_groups("gloo", std::vector<std::string>(devs.size(), "cpu"), "stage " + std::to_string(r));
+      }
+      for (auto& g : made) groups[r].push_back(std::shared_ptr<allreduce_group>(std::move(g)));
+      backend = groups[r].front()->backend();
+    }
+  }
+
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{sys_cfg};
   auto origin = std::chrono::steady_clock::now();
 
-  std::vector<caf::actor> stage_actors;
-  for (int r = 0; r < stages; ++r) {
-    stage_setup st;
-    st.rank = r;
-    st.stages = stages;
-    st.async = !pol->flushes();
-    st.step_microbatches = microbatches;
-    st.steps = cfg.train.steps;
-    st.train = cfg.train;
-    // Async: one stream over the whole run.
-    st.microbatches = st.async ? static_cast<int>(microbatches * std::max<int64_t>(1, cfg.train.steps)) : microbatches;
-    st.batch_size = cfg.train.batch_size;
-    st.device = cfg.pipeline.devices[r];
-    st.devices = cfg.pipeline.devices;
-    st.intra_op_threads = threads;
-    st.pace_ms = cfg.pipeline.pace_ms;
-    st.lockstep = cfg.pipeline.lockstep;
-    st.seed = cfg.train.seed;
-    st.pol = pol;
-    st.chunks = chunks;
-    st.optimizer = cfg.train.optimizer;
-    for (int c = 0; c < chunks; ++c) {
-      const auto& range = parts[plc.virtual_stage(r, c)];
-      std::vector<layer> mine;
-      for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
-      st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
-      st.layers.back()->to(st.device);
+  std::vector<caf::actor> stage_actors;  // replica d, rank r at d * stages + r
+  for (int d = 0; d < dp; ++d) {
+    if (d > 0) layers = build_layers(cfg);  // the same seeded weights again
+    const auto& devices = replica_devices.at(d);
+    for (int r = 0; r < stages; ++r) {
+      stage_setup st;
+      st.rank = r;
+      st.stages = stages;
+      st.replica = d;
+      if (dp > 1) st.dp_group = groups[r][d];
+      st.skip_allreduce = d == opts.skip_allreduce_replica;
+      st.async = !pol->flushes();
+      st.step_microbatches = microbatches;
+      st.steps = cfg.train.steps;
+      st.train = cfg.train;
+      // Async: one stream over the whole run.
+      st.microbatches =
+          st.async ? static_cast<int>(microbatches * std::max<int64_t>(1, cfg.train.steps)) : microbatches;
+      st.batch_size = cfg.train.batch_size;
+      st.device = devices[r];
+      st.devices = devices;
+      st.intra_op_threads = threads;
+      st.pace_ms = cfg.pipeline.pace_ms;
+      st.lockstep = cfg.pipeline.lockstep;
+      st.seed = cfg.train.seed;
+      st.pol = pol;
+      st.chunks = chunks;
+      st.optimizer = cfg.train.optimizer;
+      for (int c = 0; c < chunks; ++c) {
+        const auto& range = parts[plc.virtual_stage(r, c)];
+        std::vector<layer> mine;
+        for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
+        st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
+        st.layers.back()->to(st.device);
+      }
+      st.origin = origin;
+      stage_actors.push_back(spawn_stage(sys, std::move(st)));
     }
-    st.origin = origin;
-    stage_actors.push_back(spawn_stage(sys, std::move(st)));
   }
 
   config run_cfg = cfg;
   run_cfg.pipeline.partition = parts;
-  driver_setup ds{run_cfg, data, stage_actors, microbatches, origin, opts.on_step, plc, !pol->flushes()};
+  driver_setup ds;
+  ds.cfg = run_cfg;
+  ds.data = data;
+  ds.stages = stage_actors;
+  ds.dp = dp;
+  ds.verify_replicas = opts.verify_replicas;
+  ds.microbatches = microbatches;
+  ds.origin = origin;
+  ds.on_step = opts.on_step;
+  ds.plc = plc;
+  ds.async = !pol->flushes();
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};
@@ -89,17 +133,20 @@ train_output run_training(const config& cfg, const train_options& opts) {
   auto on_error = [&](caf::error& err) {
     if (failure.empty()) failure = sys.render(err);
   };
-  for (int r = 0; r < stages; ++r)
-    self->request(stage_actors[r], caf::infinite, wire_atom::value, stage_actors, driver)
-        .receive([] {}, on_error);
+  for (int d = 0; d < dp; ++d) {
+    std::vector<caf::actor> replica(stage_actors.begin() + d * stages, stage_actors.begin() + (d + 1) * stages);
+    for (int r = 0; r < stages; ++r)
+      self->request(replica[r], caf::infinite, wire_atom::value, replica, driver).receive([] {}, on_error);
+  }
 
   train_output out;
   if (failure.empty())
     self->request(driver, caf::infinite, run_atom::value)
         .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
+  out.result.allreduce = backend;
   if (failure.empty())
-    for (auto& st : stage_actors)
-      self->request(st, caf::infinite, weights_atom::value)
+    for (int r = 0; r < stages; ++r)  // replica 0's; the others hold the same (--verify-replicas)
+      self->request(stage_actors[r], caf::infinite, weights_atom::value)
           .receive(
               [&](named_params& w) {
                 for (auto& p : w) out.weights.push_back(std::move(p));

@@ -18,6 +18,13 @@ struct train_options {
   /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
   std::vector<std::vector<op_id>> fixed_order;
   placement_kind fixed_placement = placement_kind::round_robin;
+  /// Data parallel: compare the replicas' weight checksums after every step
+  /// and fail the run on the first difference.
+  bool verify_replicas = false;
+  /// Test hook: this replica skips its allreduce (-1: none does).
+  int skip_allreduce_replica = -1;
+  /// Where a one-line notice goes (e.g. NCCL falling back to Gloo).
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct train_output {

@@ -18,6 +18,7 @@
 #include "runtime/canonical.hpp"
 #include "runtime/config.hpp"
 #include "runtime/policies/fixed_order.hpp"
+#include "runtime/partition.hpp"
 #include "runtime/policy.hpp"
 #include "runtime/report.hpp"
 #include "runtime/schedule_csv.hpp"
@@ -60,6 +61,8 @@ const char* train_help =
     "                    writes it) instead of the schedule; a deadlocking order exits 3\n"
     "  --log-every N     print a progress line every N steps (default 1)\n"
     "  --quiet           no per-step lines, only the final table\n"
+    "  --verify-replicas (parallel.dp > 1) compare every stage's weight checksum across\n"
+    "                    replicas after every step; the first difference fails the run\n"
     "  -h, --help        this help\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad config or arguments\n";
@@ -227,6 +230,32 @@ void print_plan(const config& cfg) {
               cfg.path.c_str(), cfg.pipeline.schedule.c_str(), cfg.pipeline.stages,
               cfg.pipeline.microbatches, static_cast<long long>(cfg.train.batch_size),
               static_cast<long long>(cfg.train.steps));
+  if (cfg.parallel.dp <= 1) return;
+  // The device map, per pipeline stage and replica (the reference
+  // notebook's hybrid section prints it per stage).
+  const int dp = cfg.parallel.dp, stages = cfg.pipeline.stages;
+  const auto parts = partition_for(cfg);
+  auto pol = make_policy(cfg.pipeline.schedule, policy_options{cfg.pipeline.virtual_stages});
+  const placement plc = pol ? pol->layout(stages) : placement{placement_kind::round_robin, stages, 1};
+  const int64_t share = (cfg.train.batch_size + dp - 1) / dp;
+  std::printf("parallel: data parallel dp=%d x pipeline stages pp=%d = %d stage actors; allreduce %s\n", dp,
+              stages, dp * stages, cfg.parallel.allreduce.c_str());
+  std::printf("  batch %lld per step: %lld per replica", static_cast<long long>(cfg.train.batch_size),
+              static_cast<long long>(share));
+  if (cfg.train.batch_size != share * dp)
+    std::printf(" (the last one %lld)", static_cast<long long>(cfg.train.batch_size - share * (dp - 1)));
+  std::printf("\n");
+  for (int r = 0; r < stages; ++r) {
+    std::printf("  pipeline stage %d, layers", r);
+    for (int c = 0; c < plc.chunks; ++c) {
+      const auto& range = parts.at(plc.virtual_stage(r, c));
+      std::printf("%s %d..%d", c ? "," : "", range.first, range.second);
+    }
+    std::printf(":");
+    for (int d = 0; d < dp; ++d) std::printf("%s replica %d on %s", d ? "," : "", d, cfg.replica_devices[d][r].c_str());
+    std::printf("\n");
+  }
+  std::fflush(stdout);
 }
 
 void print_placement(const train_result& r) {
@@ -244,8 +273,10 @@ void print_placement(const train_result& r) {
 
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order = {},
-                       placement_kind fixed_placement = placement_kind::round_robin) {
+                       placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false) {
   train_options opts;
+  opts.verify_replicas = verify_replicas;
+  opts.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   opts.fixed_order = std::move(fixed_order);
   opts.fixed_placement = fixed_placement;
   if (log_every > 0)
@@ -276,7 +307,7 @@ void write_file(const std::string& path, const std::string& text) {
 int cmd_train(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
                  {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import"},
-                 {"--quiet"});
+                 {"--quiet", "--verify-replicas"});
   if (a.has("--help")) {
     std::fputs(train_help, stdout);
     return exit_ok;
@@ -311,8 +342,19 @@ int cmd_train(int argc, char** argv) {
     cfg.pipeline.schedule = "fixed";
   }
   print_plan(cfg);
-  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement);
+  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement, a.has("--verify-replicas"));
   print_placement(out.result);
+  if (out.result.dp > 1) {
+    double ar = 0.0, hidden = 0.0;
+    for (const auto& st : out.result.steps) {
+      ar += st.allreduce_s;
+      hidden += st.allreduce_hidden;
+    }
+    const double n = static_cast<double>(std::max<size_t>(1, out.result.steps.size()));
+    std::printf("allreduce (%s, dp=%d): %.3f ms per stage per step, %.0f%% of it during other stages' compute%s\n",
+                out.result.allreduce.c_str(), out.result.dp, ar / n * 1e3, hidden / n * 100.0,
+                out.result.replicas_verified ? "; replicas bitwise identical after every step (checksums)" : "");
+  }
   std::fputs(format_comparison({out.result}).c_str(), stdout);
   if (a.has("--save")) {
     save_tensors(a.options["--save"], out.weights);

@@ -44,11 +44,16 @@ struct stage_stats {
   int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
   uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
   int peak_versions = 0;         ///< async: most weight versions held at once
+  /// Data parallel: the gradient allreduce over this stage's replicas
+  /// (trace time, ns; both 0 when there was none).
+  int64_t allreduce_start_ns = 0;
+  int64_t allreduce_end_ns = 0;
 };
 
 /// stage -> driver when the step's last backward is done.
 struct grads_report {
   int rank = 0;
+  int replica = 0;  ///< data-parallel replica
   int64_t step = 0;
   /// Per chunk: per-parameter 2-norms (float32, CPU) in layer order.
   std::vector<at::Tensor> grad_norms;
@@ -61,6 +66,7 @@ struct apply_msg {
   int64_t step = 0;
   at::Tensor clip_coef;  ///< undefined = no clipping
   double lr = 0.0;
+  bool checksum = false;  ///< answer with a checksum of the new weights
 };
 
 /// Held-out evaluation: a no-grad forward travelling down the stages.

@@ -352,6 +352,8 @@ private:
   void read_data(const entry* e);
   void read_train(const entry* e);
   void read_pipeline(const entry* e);
+  void read_parallel(const entry* e);
+  void read_device_name(const Node& d, const std::string& key, std::vector<std::string>& out);
   void read_compare(const entry* e);
   void read_partition(const entry& e);
   void read_devices(const entry& e);
@@ -371,12 +373,31 @@ const std::vector<std::string> layer_types{"linear", "relu", "gelu", "tanh", "dr
 void reader::load(const Node& root) {
   if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
-  const section top = read_map(root, "", {"model", "data", "train", "pipeline", "compare"});
+  const section top = read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare"});
   read_model(top.find("model"));
   read_data(top.find("data"));
   read_train(top.find("train"));
+  read_parallel(top.find("parallel"));
   read_pipeline(top.find("pipeline"));
   read_compare(top.find("compare"));
+}
+
+// -- parallel ----------------------------------------------------------------
+
+void reader::read_parallel(const entry* e) {
+  if (!e) return;
+  auto& par = cfg_.parallel;
+  const section s = read_map(e->value, "parallel", {"dp", "allreduce"});
+  if (read_small_int(s, "dp", par.dp)) {
+    at_least("parallel.dp", par.dp, 1);
+    if (par.dp > cfg_.train.batch_size)
+      fail_key("parallel.dp", std::to_string(par.dp) + " replicas exceed train.batch_size " +
+                                  std::to_string(cfg_.train.batch_size) + "; every replica needs a sample");
+    if (int64_t n = torch_chunk_count(cfg_.train.batch_size, par.dp); n != par.dp)
+      fail_key("parallel.dp", "torch.chunk splits train.batch_size " + std::to_string(cfg_.train.batch_size) +
+                                  " into " + std::to_string(n) + " slices, not " + std::to_string(par.dp));
+  }
+  read_choice(s, "allreduce", "allreduce backend", {"auto", "gloo", "nccl"}, par.allreduce);
 }
 
 // -- compare -----------------------------------------------------------------
@@ -647,7 +668,19 @@ void reader::read_pipeline(const entry* e) {
     fail_key("pipeline.microbatches", "interleaved runs microbatches in groups of pipeline.stages (" +
                                           std::to_string(p.stages) + "); " + std::to_string(p.microbatches) +
                                           " is not a multiple");
+  } else if (const int dp = cfg_.parallel.dp; dp > 1) {
+    // Each replica splits its own share of the batch (torch.chunk into dp).
+    const int64_t share = (batch + dp - 1) / dp;
+    for (int64_t n : {share, batch - share * (dp - 1)})
+      if (int64_t k = torch_chunk_count(n, p.microbatches); k != p.microbatches)
+        fail_key("pipeline.microbatches", "a replica's share of train.batch_size (" + std::to_string(n) + " of " +
+                                              std::to_string(batch) + " over parallel.dp " + std::to_string(dp) +
+                                              ") splits into " + std::to_string(k) + " chunks, not " +
+                                              std::to_string(p.microbatches));
   }
+  if (cfg_.parallel.dp > 1 && p.schedule == "async")
+    fail_key("parallel.dp", "async (PipeDream-2BW) runs one replica; its stages step on their own, with no "
+                            "allreduce point");
 
   if (p.schedule == "async" && cfg_.train.clip_grad_norm > 0)
     fail_key(cfg_.marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
@@ -655,10 +688,25 @@ void reader::read_pipeline(const entry* e) {
              "leave train.clip_grad_norm out");
 
   if (const entry* de = s.find("devices")) read_devices(*de);
-  if (p.devices.empty()) {  // auto
-    for (int i = 0; i < p.stages; ++i)
-      p.devices.push_back(env_.cuda_devices > 0 ? "cuda:" + std::to_string(i % env_.cuda_devices) : "cpu");
+  const int dp = cfg_.parallel.dp;
+  if (cfg_.replica_devices.empty()) {
+    if (p.devices.empty()) {  // auto: replica d, stage r on GPU (d S + r) mod n
+      cfg_.replica_devices.assign(dp, {});
+      for (int d = 0; d < dp; ++d)
+        for (int i = 0; i < p.stages; ++i)
+          cfg_.replica_devices[d].push_back(
+              env_.cuda_devices > 0 ? "cuda:" + std::to_string((d * p.stages + i) % env_.cuda_devices) : "cpu");
+    } else {
+      cfg_.replica_devices.assign(dp, p.devices);  // one list: every replica alike
+    }
   }
+  p.devices = cfg_.replica_devices.front();
+  if (cfg_.parallel.allreduce == "nccl")
+    for (const auto& replica : cfg_.replica_devices)
+      for (const auto& d : replica)
+        if (d.rfind("cuda:", 0) != 0)
+          fail_key("parallel.allreduce", "nccl sums CUDA tensors only, but a stage is on " + d +
+                                             "; use gloo or auto");
 
   if (read_small_int(s, "intra_op_threads", p.intra_op_threads))
     at_least("pipeline.intra_op_threads", p.intra_op_threads, 0);
@@ -708,15 +756,35 @@ void reader::read_partition(const entry& e) {
 void reader::read_devices(const entry& e) {
   const std::string path = "pipeline.devices";
   auto& p = cfg_.pipeline;
+  const int dp = cfg_.parallel.dp;
   if (e.value.IsScalar() && e.value.Scalar() == "auto") return;
   if (!e.value.IsSequence())
     fail(value_mark(e), path, "expected 'auto' or a list of devices (one per stage), found " + describe(e.value));
+  if (e.value.size() > 0 && e.value[0].IsSequence()) {  // dp x stages
+    if (static_cast<int>(e.value.size()) != dp)
+      fail_key(path, std::to_string(e.value.size()) + " device lists for parallel.dp " + std::to_string(dp) +
+                         "; give one list per replica (or one flat list for all)");
+    for (size_t r = 0; r < e.value.size(); ++r) {
+      const Node row = e.value[r];
+      const std::string rkey = item(path, r);
+      cfg_.marks[rkey] = to_mark(row.Mark());
+      if (!row.IsSequence() || static_cast<int>(row.size()) != p.stages)
+        fail(row, rkey, "expected a list of " + std::to_string(p.stages) + " devices (one per stage), found " +
+                            (row.IsSequence() ? "a list of length " + std::to_string(row.size()) : describe(row)));
+      std::vector<std::string> names;
+      for (size_t i = 0; i < row.size(); ++i) read_device_name(row[i], item(rkey, i), names);
+      cfg_.replica_devices.push_back(std::move(names));
+    }
+    return;
+  }
   if (static_cast<int>(e.value.size()) != p.stages)
     fail_key(path, std::to_string(e.value.size()) + " devices for " + std::to_string(p.stages) +
                        " stages; give one per stage");
-  for (size_t i = 0; i < e.value.size(); ++i) {
-    const Node d = e.value[i];
-    const std::string key = item(path, i);
+  for (size_t i = 0; i < e.value.size(); ++i) read_device_name(e.value[i], item(path, i), p.devices);
+}
+
+void reader::read_device_name(const Node& d, const std::string& key, std::vector<std::string>& out) {
+  {
     cfg_.marks[key] = to_mark(d.Mark());
     if (!d.IsScalar()) fail(d, key, "expected a device (cpu or cuda:N), found " + describe(d));
     const std::string name = d.Scalar();
@@ -731,7 +799,7 @@ void reader::read_devices(const entry& e) {
         fail(d, key, name + " requested but this machine has " + std::to_string(env_.cuda_devices) + " CUDA device" +
                          (env_.cuda_devices == 1 ? "" : "s"));
     }
-    p.devices.push_back(name);
+    out.push_back(name);
   }
 }
 

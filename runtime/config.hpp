@@ -106,12 +106,23 @@ struct pipeline_config {
   bool lockstep = false;
 };
 
+/// Data parallelism around the pipeline: `dp` replicas of every stage,
+/// each stage's gradients summed over its replicas before the step.
+struct parallel_config {
+  int dp = 1;
+  std::string allreduce = "auto";  ///< auto | gloo | nccl
+};
+
 struct config {
   std::string path;  ///< the file it was read from, as given
   model_config model;
   data_config data;
   train_config train;
   pipeline_config pipeline;
+  parallel_config parallel;
+  /// Device of every (replica, stage) after loading; replica 0 is
+  /// pipeline.devices.
+  std::vector<std::vector<std::string>> replica_devices;
   /// compare.schedules: what `actorpipe compare` runs; empty = its default.
   std::vector<std::string> compare_schedules;
   /// Position of every key that was present, by dotted path

@@ -19,6 +19,11 @@ struct step_record {
   double bubble = 0.0;     ///< 1 - sum(busy) / (S * pipeline_s)
   double grad_norm = 0.0;  ///< global norm before clipping
   int64_t start_ns = 0;    ///< since the run started
+  /// Data parallel: mean allreduce time of a stage, and the share of all
+  /// allreduce time spent while some stage still computed the step.
+  double allreduce_s = 0.0;
+  double allreduce_hidden = 0.0;
+  /// Per stage, replica after replica (replica d, stage r at d * S + r).
   std::vector<stage_stats> stages;
 };
 
@@ -29,6 +34,9 @@ struct train_result {
   int microbatches = 0;
   int chunks = 1;  ///< virtual stages per stage
   placement_kind placement = placement_kind::round_robin;
+  int dp = 1;                  ///< data-parallel replicas
+  std::string allreduce;       ///< their backend ("gloo", "nccl"); empty when dp = 1
+  bool replicas_verified = false;  ///< every step's checksums compared equal
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

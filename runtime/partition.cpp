@@ -1,5 +1,8 @@
 #include "runtime/partition.hpp"
 
+#include "runtime/config.hpp"
+#include "runtime/model.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -54,6 +57,12 @@ partition_t balanced_partition(const std::vector<int64_t>& costs, int stages) {
     begin = end + 1;
   }
   return parts;
+}
+
+partition_t partition_for(const config& cfg) {
+  if (!cfg.pipeline.partition.empty()) return cfg.pipeline.partition;
+  return balanced_partition(layer_parameter_counts(cfg.model.layers),
+                            cfg.pipeline.stages * cfg.pipeline.virtual_stages);
 }
 
 }  // namespace actorpipe

@@ -16,4 +16,8 @@ using partition_t = std::vector<std::pair<int, int>>;
 /// Requires 1 <= stages <= costs.size().
 partition_t balanced_partition(const std::vector<int64_t>& costs, int stages);
 
+/// pipeline.partition, or the balanced split of cfg's layers over its
+/// stages x virtual_stages virtual stages.
+partition_t partition_for(const struct config& cfg);
+
 }  // namespace actorpipe

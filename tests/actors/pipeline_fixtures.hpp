@@ -92,7 +92,13 @@ inline torch::nn::Sequential reference_net(const config& c) {
 inline std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms) {
   auto net = reference_net(c);
   auto data = load_dataset(c);
-  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
+  std::unique_ptr<torch::optim::Optimizer> made;
+  if (c.train.optimizer.type == "sgd")
+    made = std::make_unique<torch::optim::SGD>(
+        net->parameters(), torch::optim::SGDOptions(c.train.optimizer.lr).momentum(c.train.optimizer.momentum));
+  else
+    made = std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
+  auto& opt = *made;
   double lr = c.train.optimizer.lr;
   for (int64_t step = 0; step < c.train.steps; ++step) {
     if (step > 0 && step % c.train.lr_schedule.step_size == 0) lr *= c.train.lr_schedule.gamma;

@@ -275,13 +275,24 @@ TEST(Schedules, InterleavedGivesWeightsBitwiseIdenticalToOneFOneB) {
   EXPECT_TRUE(bitwise_equal(f.weights, i.weights));
 }
 
+// Exactly S and M on the lock-step device; free-running, a backward that
+// comes back before stage 0's S-th forward (its thread descheduled on a
+// busy machine) fires first, so S is the bound there, not the value.
 TEST(ActivationMemory, StageZeroStashesSUnderOneFOneBAndMUnderGpipe) {
   const int s = 4, m = 8;
-  for (const std::string schedule : {"1f1b", "gpipe"}) {
-    auto out = run_training(small_config(schedule, s, m));
-    for (const auto& step : out.result.steps)
-      EXPECT_EQ(step.stages[0].peak_stash, schedule == "1f1b" ? s : m) << schedule;
-  }
+  for (const std::string schedule : {"1f1b", "gpipe"})
+    for (bool lockstep : {true, false}) {
+      auto c = small_config(schedule, s, m);
+      c.pipeline.lockstep = lockstep;
+      auto out = run_training(c);
+      for (const auto& step : out.result.steps) {
+        const int bound = schedule == "1f1b" ? s : m;
+        if (lockstep)
+          EXPECT_EQ(step.stages[0].peak_stash, bound) << schedule;
+        else
+          EXPECT_LE(step.stages[0].peak_stash, bound) << schedule;
+      }
+    }
 }
 
 TEST(StepReport, LossIsTheBatchMeanCrossEntropy) {
