@@ -441,6 +441,22 @@ TEST(CliSimulate, AsyncStreamsStepsWithoutAFlush) {
   EXPECT_EQ(bad.code, 2) << describe(bad);
 }
 
+TEST(CliTrain, HybridConfigPrintsTheDeviceMapAndVerifiesReplicas) {
+  const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/hybrid_dp2_pp2.yaml";
+  auto r = actorpipe({"train", path, "--steps", "3", "--quiet", "--verify-replicas"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("parallel: data parallel dp=2 x pipeline stages pp=2 = 4 stage actors; allreduce auto"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  batch 64 per step: 32 per replica\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  pipeline stage 0, layers 0..1: replica 0 on cpu, replica 1 on cpu\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  pipeline stage 1, layers 2..4: replica 0 on cpu, replica 1 on cpu\n"), std::string::npos)
+      << r.out;
+  std::regex summary(R"(allreduce \(gloo, dp=2\): [0-9.]+ ms per stage per step, [0-9]+% of it during other stages' compute; replicas bitwise identical after every step \(checksums\))");
+  EXPECT_TRUE(std::regex_search(r.out, summary)) << r.out;
+}
+
 TEST(CliTrain, DeadlockingImportedOrderExitsThreeBeforeTraining) {
   const fs::path dir = test_dir();
   const std::string cfg = write(dir / "small.yaml", small_config);

@@ -495,6 +495,110 @@ pipeline:
   microbatches: 2
 )yaml",
        "{FILE}:11:17: pipeline.microbatches: async (PipeDream-2BW) needs at least as many microbatches as stages (3) so that two weight versions suffice; got 2"},
+      {"DpLargerThanBatch",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 9
+)yaml",
+       "{FILE}:9:7: parallel.dp: 9 replicas exceed train.batch_size 8; every replica needs a sample"},
+      {"DeviceListsForWrongDp",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 2
+pipeline:
+  stages: 2
+  microbatches: 2
+  devices: [[cpu, cpu], [cpu, cpu], [cpu, cpu]]
+)yaml",
+       "{FILE}:13:3: pipeline.devices: 3 device lists for parallel.dp 2; give one list per replica (or one flat list for all)"},
+      {"NcclOnCpuStages",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 2
+  allreduce: nccl
+pipeline:
+  stages: 2
+  microbatches: 2
+)yaml",
+       "{FILE}:10:14: parallel.allreduce: nccl sums CUDA tensors only, but a stage is on cpu; use gloo or auto"},
+      {"MoreDevicesThanExist",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 2
+pipeline:
+  stages: 2
+  microbatches: 2
+  devices: [[cpu, cpu], [cpu, cuda:3]]
+)yaml",
+       "{FILE}:13:31: pipeline.devices[1][1]: cuda:3 requested but this machine has 0 CUDA devices"},
+      {"ReplicaShareTooSmallForMicrobatches",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 10
+parallel:
+  dp: 3
+pipeline:
+  stages: 2
+  microbatches: 4
+)yaml",
+       "{FILE}:12:17: pipeline.microbatches: a replica's share of train.batch_size (2 of 10 over parallel.dp 3) splits into 2 chunks, not 4"},
+      {"AsyncWithReplicas",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 2
+pipeline:
+  stages: 2
+  schedule: async
+  microbatches: 2
+)yaml",
+       "{FILE}:9:7: parallel.dp: async (PipeDream-2BW) runs one replica; its stages step on their own, with no allreduce point"},
+      {"UnknownAllreduceBackend",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+parallel:
+  dp: 2
+  allreduce: mpi
+)yaml",
+       "{FILE}:10:14: parallel.allreduce: unknown allreduce backend 'mpi' (known: auto, gloo, nccl)"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
