@@ -119,10 +119,12 @@ std::string chrome_trace_json(const train_result& run) {
     if (!first) os << ",\n";
     first = false;
   };
-  for (int r = 0; r < run.stages; ++r) {
+  // One track per (replica, stage): replica d, stage r is tid d * S + r.
+  for (int t = 0; t < run.stages * std::max(1, run.dp); ++t) {
+    const int r = t % std::max(1, run.stages), d = t / std::max(1, run.stages);
     sep();
-    os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":" << r
-       << ",\"args\":{\"name\":\"stage " << r << " ("
+    os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":" << t << ",\"args\":{\"name\":\""
+       << (run.dp > 1 ? "replica " + std::to_string(d) + " " : std::string()) << "stage " << r << " ("
        << (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") << ")\"}}";
   }
   for (const auto& step : run.steps)
@@ -136,6 +138,16 @@ std::string chrome_trace_json(const train_result& run) {
            << ",\"dur\":" << fmt("%.3f", static_cast<double>(e.end_ns - e.start_ns) / 1e3)
            << ",\"args\":{\"step\":" << step.step << ",\"microbatch\":" << e.op.mb << "}}";
       }
+  for (const auto& step : run.steps)
+    for (size_t r = 0; r < step.stages.size(); ++r) {
+      const auto& st = step.stages[r];
+      if (st.allreduce_end_ns <= 0) continue;
+      sep();
+      os << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << r << ",\"name\":\"allreduce\",\"cat\":\"allreduce\",\"ts\":"
+         << fmt("%.3f", static_cast<double>(st.allreduce_start_ns) / 1e3)
+         << ",\"dur\":" << fmt("%.3f", static_cast<double>(st.allreduce_end_ns - st.allreduce_start_ns) / 1e3)
+         << ",\"args\":{\"step\":" << step.step << "}}";
+    }
   os << "\n]}\n";
   return os.str();
 }

@@ -443,8 +443,17 @@ TEST(CliSimulate, AsyncStreamsStepsWithoutAFlush) {
 
 TEST(CliTrain, HybridConfigPrintsTheDeviceMapAndVerifiesReplicas) {
   const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/hybrid_dp2_pp2.yaml";
-  auto r = actorpipe({"train", path, "--steps", "3", "--quiet", "--verify-replicas"});
+  const std::string trace = (test_dir() / "hybrid.json").string();
+  auto r = actorpipe({"train", path, "--steps", "3", "--quiet", "--verify-replicas", "--trace", trace});
   ASSERT_EQ(r.code, 0) << describe(r);
+  // The allreduce is its own event: one per step, replica and stage.
+  const std::string json = slurp(trace);
+  size_t allreduces = 0;
+  for (size_t at = json.find("\"name\":\"allreduce\""); at != std::string::npos;
+       at = json.find("\"name\":\"allreduce\"", at + 1))
+    ++allreduces;
+  EXPECT_EQ(allreduces, 3u * 2 * 2);
+  EXPECT_NE(json.find("\"name\":\"replica 1 stage 1 (cpu)\""), std::string::npos);
   EXPECT_NE(r.out.find("parallel: data parallel dp=2 x pipeline stages pp=2 = 4 stage actors; allreduce auto"),
             std::string::npos)
       << r.out;
