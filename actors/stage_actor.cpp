@@ -28,6 +28,11 @@ struct stash_entry {
   at::Tensor output;
   at::Tensor grad_out;  // split backward: B keeps it for W
   int64_t bytes = 0;
+  // Recompute: what B needs to run the forward again (the same dropout
+  // masks come back: they depend on ctx, not on order).
+  at::Tensor targets;
+  forward_ctx ctx;
+  const std::vector<at::Tensor>* weights = nullptr;
 };
 
 struct stage_state {
@@ -203,8 +208,19 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   }
   stash_entry e;
   e.input = x;
-  at::Tensor out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights);
-  if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
+  at::Tensor out;
+  if (s.setup.recompute) {
+    // Keep the input alone; B runs this forward again with autograd on.
+    torch::NoGradGuard no_grad;
+    out = s.setup.layers[chunk]->forward(x, ctx, nullptr, weights);
+    e.bytes = static_cast<int64_t>(x.numel() * x.element_size());
+    e.ctx = ctx;
+    e.weights = weights;
+    if (last_virtual(s, chunk)) e.targets = msg.y;
+  } else {
+    out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights);
+    if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
+  }
   if (last_virtual(s, chunk)) {
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
@@ -213,11 +229,11 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
       s.step_loss[step_of(s, mb)] += loss.item<double>();
     else
       s.loss_sum += loss.item<double>();
-    e.output = loss;
+    e.output = s.setup.recompute ? at::Tensor() : loss;
     s.bwd_ready[chunk].insert(mb);  // the loss starts the backward right here
     s.bwd_seen[k] = 1;
   } else {
-    e.output = out;
+    if (!s.setup.recompute) e.output = out;
     auto next = hop_to(s, virtual_stage(s, chunk) + 1);
     activation_msg down{{0, s.step, mb, next.chunk, s.round}, out.detach(), msg.y};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
@@ -232,10 +248,21 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   ++s.fwd_done;
 }
 
+// Recompute: the forward again, with autograd, from the stashed input.
+void rematerialize(const stage_state& s, int chunk, stash_entry& e) {
+  at::Tensor out = s.setup.layers[chunk]->forward(e.input, e.ctx, nullptr, e.weights);
+  if (last_virtual(s, chunk)) {
+    double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
+    out = torch::nn::functional::cross_entropy(out, e.targets.to(out.device())) * weight;
+  }
+  e.output = out;
+}
+
 void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
   const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
+  if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
   at::Tensor grad_in;
   if (!s.split) {
     auto e = std::move(s.stash[k]);

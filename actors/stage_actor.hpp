@@ -48,6 +48,8 @@ struct stage_setup {
   std::vector<std::string> devices;  ///< every rank's, to place what is sent there
   int intra_op_threads = 1;
   double pace_ms = 0.0;
+  /// Activation recomputation: F stashes only its input, B runs F again.
+  bool recompute = false;
   bool lockstep = false;  ///< fire only on the driver's round messages
   uint64_t seed = 0;
   /// The schedule. Policies are pure and const, so every stage shares one.

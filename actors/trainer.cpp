@@ -96,6 +96,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
       st.devices = devices;
       st.intra_op_threads = threads;
       st.pace_ms = cfg.pipeline.pace_ms;
+      st.recompute = r < static_cast<int>(cfg.pipeline.recompute.size()) && cfg.pipeline.recompute[r];
       st.lockstep = cfg.pipeline.lockstep;
       st.seed = cfg.train.seed;
       st.pol = pol;

@@ -603,7 +603,7 @@ void reader::read_pipeline(const entry* e) {
   auto& p = cfg_.pipeline;
   const section s = read_map(e ? e->value : Node(), "pipeline",
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                              "pace_ms", "lockstep", "virtual_stages", "max_inflight"});
+                              "pace_ms", "lockstep", "virtual_stages", "max_inflight", "recompute"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
   const bool interleaved = p.schedule == "interleaved";
   const bool v_shape = p.schedule == "zb-v";
@@ -712,6 +712,30 @@ void reader::read_pipeline(const entry* e) {
     at_least("pipeline.intra_op_threads", p.intra_op_threads, 0);
   if (read_number(s, "pace_ms", p.pace_ms)) non_negative("pipeline.pace_ms", p.pace_ms);
   read_bool(s, "lockstep", p.lockstep);
+  p.recompute.assign(p.stages, false);
+  if (const entry* re = s.find("recompute")) {
+    const std::string key = "pipeline.recompute";
+    if (re->value.IsScalar() && (re->value.Scalar() == "all" || re->value.Scalar() == "none")) {
+      p.recompute.assign(p.stages, re->value.Scalar() == "all");
+    } else if (re->value.IsSequence()) {
+      if (static_cast<int>(re->value.size()) != p.stages)
+        fail_key(key, std::to_string(re->value.size()) + " values for " + std::to_string(p.stages) +
+                          " stages; give one true/false per stage, or all / none");
+      for (size_t i = 0; i < re->value.size(); ++i) {
+        const Node n = re->value[i];
+        const std::string k = item(key, i);
+        cfg_.marks[k] = to_mark(n.Mark());
+        bool on = false;
+        if (!n.IsScalar() || !YAML::convert<bool>::decode(n, on))
+          fail(n, k, "expected true or false, found " + (n.IsScalar() ? "'" + n.Scalar() + "'" : describe(n)));
+        p.recompute[i] = on;
+      }
+    } else {
+      fail(value_mark(*re), key,
+           "expected all, none or a list of true/false (one per stage), found " +
+               (re->value.IsScalar() ? "'" + re->value.Scalar() + "'" : describe(re->value)));
+    }
+  }
 }
 
 void reader::read_partition(const entry& e) {

@@ -104,6 +104,10 @@ struct pipeline_config {
   /// so the emergent order is the uniform-cost order whatever the machine's
   /// load.
   bool lockstep = false;
+  /// Activation recomputation per stage (GPipe's re-materialisation): a
+  /// recomputing stage keeps only each forward's input and runs the forward
+  /// again inside its backward. Sized to stages after loading.
+  std::vector<bool> recompute;
 };
 
 /// Data parallelism around the pipeline: `dp` replicas of every stage,

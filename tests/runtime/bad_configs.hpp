@@ -599,6 +599,39 @@ parallel:
   allreduce: mpi
 )yaml",
        "{FILE}:10:14: parallel.allreduce: unknown allreduce backend 'mpi' (known: auto, gloo, nccl)"},
+      {"RecomputeUnknownWord",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  recompute: some
+)yaml",
+       "{FILE}:8:14: pipeline.recompute: expected all, none or a list of true/false (one per stage), found 'some'"},
+      {"RecomputeListTooShort",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  recompute: [true]
+)yaml",
+       "{FILE}:8:3: pipeline.recompute: 1 values for 2 stages; give one true/false per stage, or all / none"},
+      {"RecomputeNotABoolean",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  recompute: [true, maybe]
+)yaml",
+       "{FILE}:8:21: pipeline.recompute[1]: expected true or false, found 'maybe'"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
