@@ -206,10 +206,12 @@ void allreduce_figures(step_record& rec) {
   rec.allreduce_hidden = total > 0 ? static_cast<double>(hidden) / static_cast<double>(total) : 0.0;
 }
 
-void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum) {
+void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int64_t opt_begin, int64_t opt_end) {
   auto& s = self->state;
   if (step != s.step || index < 0 || index >= static_cast<int>(s.checksums.size())) return;
   s.checksums[index] = checksum;
+  s.reports[index].stats.optimizer_start_ns = opt_begin;
+  s.reports[index].stats.optimizer_end_ns = opt_end;
   if (++s.applied < static_cast<int>(s.setup.stages.size())) return;
   if (s.setup.verify_replicas && s.setup.dp > 1) {
     const int per_replica = static_cast<int>(s.checksums.size()) / s.setup.dp;
@@ -290,7 +292,9 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         else
           on_grads(self, r);
       },
-      [=](applied_atom, int index, int64_t step, uint64_t checksum) { on_applied(self, index, step, checksum); },
+      [=](applied_atom, int index, int64_t step, uint64_t checksum, int64_t begin, int64_t end) {
+        on_applied(self, index, step, checksum, begin, end);
+      },
       [=](round_done_atom, int64_t round) {
         auto& st = self->state;
         if (round != st.round || --st.rounds_pending > 0) return;

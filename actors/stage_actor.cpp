@@ -431,6 +431,7 @@ bool fire_one(stage_ptr self) {
   if (s.setup.async) {
     const int64_t t = step_of(s, op->mb);
     auto& st = s.step_stats[t];
+    st.memory.emplace_back(end_ns, s.stash_bytes);
     st.events.push_back({{op->kind, op->mb % s.setup.step_microbatches, op->chunk}, start_ns, end_ns, version_of(t)});
     st.busy_ns += end_ns - start_ns;
     if (op->kind == op_kind::B && op->mb % s.setup.step_microbatches == s.setup.step_microbatches - 1)
@@ -438,6 +439,7 @@ bool fire_one(stage_ptr self) {
     return true;
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
+  s.stats.memory.emplace_back(end_ns, s.stash_bytes);
   s.stats.busy_ns += end_ns - start_ns;
   if (step_done(s)) report_grads(self);
   return true;
@@ -591,10 +593,12 @@ caf::behavior running(stage_ptr self) {
         self->send(self->state.driver, round_done_atom::value, round);
       },
       [=](apply_atom, const apply_msg& m) {
+        const int64_t begin = now_ns(self->state);
         apply_update(self, m);
+        const int64_t end = now_ns(self->state);
         const auto& su = self->state.setup;
         self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
-                   m.checksum ? weights_checksum(self->state) : uint64_t{0});
+                   m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](weights_atom) -> named_params {

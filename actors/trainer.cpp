@@ -145,6 +145,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
     self->request(driver, caf::infinite, run_atom::value)
         .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
   out.result.allreduce = backend;
+  out.result.split_backward = pol->splits_backward();
   if (failure.empty())
     for (int r = 0; r < stages; ++r)  // replica 0's; the others hold the same (--verify-replicas)
       self->request(stage_actors[r], caf::infinite, weights_atom::value)

@@ -21,6 +21,7 @@
 #include "runtime/partition.hpp"
 #include "runtime/policy.hpp"
 #include "runtime/report.hpp"
+#include "runtime/run_report.hpp"
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
 #include "runtime/state_dict.hpp"
@@ -61,6 +62,11 @@ const char* train_help =
     "                    writes it) instead of the schedule; a deadlocking order exits 3\n"
     "  --log-every N     print a progress line every N steps (default 1)\n"
     "  --quiet           no per-step lines, only the final table\n"
+    "  --timeline PATH   SVG of the last step as measured: a lane per (replica, stage), F, B,\n"
+    "                    I, W, allreduce and optimizer blocks, idle left empty\n"
+    "  --memory PATH     SVG of each stage's stashed activation bytes over the last step\n"
+    "  --results PATH    JSON: per-step metrics, per-stage busy, idle and peak memory, summary\n"
+    "  --report PATH     one self-contained HTML page: config, table, loss, timeline, memory\n"
     "  --verify-replicas (parallel.dp > 1) compare every stage's weight checksum across\n"
     "                    replicas after every step; the first difference fails the run\n"
     "  -h, --help        this help\n"
@@ -77,6 +83,7 @@ const char* compare_help =
     "                    else naive,gpipe,1f1b)\n"
     "  --steps N         override train.steps\n"
     "  --log-every N     progress line every N steps (default: quiet)\n"
+    "  --report PATH     one HTML page with every schedule's timeline on one time axis\n"
     "  -h, --help        this help\n";
 
 const char* bubble_help =
@@ -304,9 +311,33 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
+// --timeline, --memory, --results (one run) and --report (any number).
+void write_outputs(args& a, const config& cfg, const std::vector<train_result>& runs) {
+  auto emit = [&](const char* flag, const std::string& text, const char* what) {
+    if (!a.has(flag)) return;
+    write_file(a.options[flag], text);
+    std::printf("%s written to %s\n", what, a.options[flag].c_str());
+  };
+  if (runs.size() == 1) {
+    emit("--timeline", run_timeline_svg(runs.front()), "timeline");
+    emit("--memory", memory_svg(runs.front()), "memory plot");
+    emit("--results", results_json(runs.front()), "results");
+  }
+  if (a.has("--report")) {
+    std::string text;
+    try {
+      text = read_file(cfg.path);
+    } catch (const usage_error&) {
+      text = "(" + cfg.path + " could not be read back)";
+    }
+    emit("--report", html_report("actorpipe: " + cfg.path, text, runs), "report");
+  }
+}
+
 int cmd_train(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
-                 {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import"},
+                 {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import", "--timeline", "--memory",
+                  "--results", "--report"},
                  {"--quiet", "--verify-replicas"});
   if (a.has("--help")) {
     std::fputs(train_help, stdout);
@@ -366,11 +397,12 @@ int cmd_train(int argc, char** argv) {
     if (!f) throw std::runtime_error("cannot write " + a.options["--trace"]);
     std::printf("trace written to %s\n", a.options["--trace"].c_str());
   }
+  write_outputs(a, cfg, {out.result});
   return exit_ok;
 }
 
 int cmd_compare(int argc, char** argv) {
-  auto a = parse(argc, argv, 2, {"--schedules", "--steps", "--log-every"}, {});
+  auto a = parse(argc, argv, 2, {"--schedules", "--steps", "--log-every", "--report"}, {});
   if (a.has("--help")) {
     std::fputs(compare_help, stdout);
     return exit_ok;
@@ -406,6 +438,7 @@ int cmd_compare(int argc, char** argv) {
     results.push_back(std::move(out.result));
   }
   std::fputs(format_comparison(results).c_str(), stdout);
+  write_outputs(a, base, results);
   return exit_ok;
 }
 

@@ -48,6 +48,11 @@ struct stage_stats {
   /// (trace time, ns; both 0 when there was none).
   int64_t allreduce_start_ns = 0;
   int64_t allreduce_end_ns = 0;
+  /// The optimizer step that closed the step (0 when none, as in async).
+  int64_t optimizer_start_ns = 0;
+  int64_t optimizer_end_ns = 0;
+  /// Activation bytes stashed after each op: (trace time ns, bytes).
+  std::vector<std::pair<int64_t, int64_t>> memory;
 };
 
 /// stage -> driver when the step's last backward is done.

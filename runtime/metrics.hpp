@@ -37,6 +37,7 @@ struct train_result {
   int dp = 1;                  ///< data-parallel replicas
   std::string allreduce;       ///< their backend ("gloo", "nccl"); empty when dp = 1
   bool replicas_verified = false;  ///< every step's checksums compared equal
+  bool split_backward = false;     ///< B is the input gradient, W separate (zb-*)
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

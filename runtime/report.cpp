@@ -176,7 +176,8 @@ std::string simulation_svg(const sim_result& r) {
   std::vector<timeline_lane> lanes(r.stages);
   for (int s = 0; s < r.stages; ++s) {
     lanes[s].name = "stage " + std::to_string(s);
-    for (const auto& o : r.timeline[s]) lanes[s].blocks.push_back({o.op, o.start, o.end});
+    for (const auto& o : r.timeline[s])
+      lanes[s].blocks.push_back({o.op, o.start, o.end, block_kind::op, r.split_backward && o.op.kind == op_kind::B});
   }
   return timeline_svg("simulated " + r.schedule + ", S=" + std::to_string(r.stages) + ", M=" +
                           std::to_string(r.microbatches) + ": makespan " + fmt("%.2f", r.makespan) +

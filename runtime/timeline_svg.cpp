@@ -23,6 +23,11 @@ const char* colour(op_kind k, int chunk) {
   return "#999999";
 }
 
+const char* input_colour(int chunk) {
+  static const char* i[] = {"#2A8C86", "#72B7B2", "#A3D3CF", "#CDE8E6"};
+  return i[chunk < 0 ? 0 : chunk > 3 ? 3 : chunk];
+}
+
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", v);
@@ -63,16 +68,27 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
     os << "<rect x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\"" << num(plot_w)
        << "\" height=\"" << num(lane_h) << "\" fill=\"#f4f4f4\"/>\n";
     for (const auto& b : lanes[i].blocks) {
-      busy += b.end - b.start;
+      const bool op = b.kind == block_kind::op;
+      if (op) busy += b.end - b.start;  // the bubble counts compute only
       const double x = left + b.start * scale;
       const double w = std::max(0.5, (b.end - b.start) * scale);
-      os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
-         << "\" height=\"" << num(lane_h) << "\" fill=\"" << colour(b.op.kind, b.op.chunk)
-         << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << to_string(b.op) << " ["
-         << num(b.start) << ", " << num(b.end) << "] " << unit << "</title></rect>\n";
+      const char* fill = b.kind == block_kind::allreduce   ? "#9467BD"
+                         : b.kind == block_kind::optimizer ? "#555555"
+                         : b.input_grad                    ? input_colour(b.op.chunk)
+                                                           : colour(b.op.kind, b.op.chunk);
+      std::string name = b.kind == block_kind::allreduce   ? std::string("allreduce")
+                         : b.kind == block_kind::optimizer ? std::string("optimizer step")
+                         : b.input_grad                    ? "I" + to_string(b.op).substr(1)
+                                                           : to_string(b.op);
+      os << "<rect class=\"" << (op ? "op" : b.kind == block_kind::allreduce ? "allreduce" : "optimizer")
+         << "\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\""
+         << num(lane_h) << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << name
+         << " [" << num(b.start) << ", " << num(b.end) << "] " << unit << "</title></rect>\n";
       if (w >= 12)
         os << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + lane_h * 0.65)
-           << "\" text-anchor=\"middle\" fill=\"white\">" << b.op.mb << "</text>\n";
+           << "\" text-anchor=\"middle\" fill=\"white\">"
+           << (op ? std::to_string(b.op.mb) : b.kind == block_kind::allreduce ? std::string("AR") : std::string("opt"))
+           << "</text>\n";
     }
     const double bubble = span > 0 ? 1.0 - busy / span : 0.0;
     os << "<text x=\"" << num(left + plot_w + 6) << "\" y=\"" << num(y + lane_h * 0.65)
@@ -90,7 +106,8 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
   }
   os << "<text x=\"" << num(left + plot_w) << "\" y=\"" << num(axis_y + 30)
      << "\" text-anchor=\"end\">time (" << escape(unit)
-     << ")  F blue, B green, W orange, lighter for later chunks; numbers are microbatches</text>\n";
+     << ")  F blue, B green, I teal, W orange, lighter for later chunks; numbers are microbatches;"
+        " AR allreduce, opt optimizer step</text>\n";
   os << "</svg>\n";
   return os.str();
 }

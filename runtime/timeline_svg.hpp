@@ -3,6 +3,7 @@
 // distinct colours, the microbatch on the block), idle time left empty and
 // each lane's bubble written at its end. Self-contained: no scripts, no
 // fonts or styles from elsewhere.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,10 +11,15 @@
 
 namespace actorpipe {
 
+/// What a block stands for: an op, or a step's allreduce or optimizer step.
+enum class block_kind : uint8_t { op, allreduce, optimizer };
+
 struct timeline_block {
   op_id op;
   double start = 0.0;
   double end = 0.0;
+  block_kind kind = block_kind::op;
+  bool input_grad = false;  ///< a split backward's B: drawn as I
 };
 
 struct timeline_lane {
