@@ -10,6 +10,8 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev python3-torch python3-sklearn
           libopenblas0-openmp)  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
+# scripts/test also opens the HTML report in a real headless browser.
+if [ "${ACTORPIPE_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi
 
 install_missing() {
   local missing=()

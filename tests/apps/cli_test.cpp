@@ -579,3 +579,72 @@ TEST(CliInitFrom, ShapeMismatchExitsTwoNamingKeyAndShape) {
 
 }  // namespace
 }  // namespace actorpipe
+
+// -- the HTML report in a real browser ------------------------------------------
+
+namespace actorpipe {
+namespace {
+
+const char* const chromium = "/usr/bin/chromium";
+
+run_result headless(const std::vector<std::string>& extra, const std::string& page) {
+  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                                   "--enable-logging=stderr", "--v=0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back("file://" + page);
+  return run_program(chromium, args);
+}
+
+// Console messages Chromium logs for the page (errors, uncaught exceptions).
+std::vector<std::string> console_lines(const std::string& err) {
+  std::vector<std::string> out;
+  for (const auto& l : lines(err))
+    if (l.find(":CONSOLE") != std::string::npos) out.push_back(l);
+  return out;
+}
+
+TEST(ReportInBrowser, LoadsWithoutConsoleErrorsHoldsTheRunsNumbersAndALanePerStage) {
+  if (access(chromium, X_OK) != 0) GTEST_SKIP() << chromium << " is missing (scripts/test installs chromium)";
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);  // 2 stages, 4 microbatches, 3 steps
+  const std::string page = (dir / "run.html").string(), results = (dir / "results.json").string();
+  auto r = actorpipe({"train", cfg, "--quiet", "--report", page, "--results", results});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  std::string final_loss;
+  for (const auto& row : table_rows(r.out))
+    if (row[0] == "1f1b") final_loss = row[4];
+  ASSERT_FALSE(final_loss.empty()) << r.out;
+
+  // The detector works: a page with a script error is caught.
+  const std::string broken = write(dir / "broken.html", "<html><body><script>no_such_fn();</script></body></html>");
+  auto bad = headless({"--dump-dom"}, broken);
+  EXPECT_FALSE(console_lines(bad.err).empty()) << bad.err;
+
+  auto dom = headless({"--dump-dom"}, page);
+  ASSERT_EQ(dom.code, 0) << describe(dom);
+  EXPECT_TRUE(console_lines(dom.err).empty()) << describe(dom);
+  // The table holds the run's numbers, as the CLI printed them.
+  const auto table = dom.out.substr(dom.out.find("<table id=\"results\""));
+  EXPECT_NE(table.find("<td>1f1b</td><td>2</td><td>1</td><td>4</td>"), std::string::npos) << table.substr(0, 600);
+  EXPECT_NE(table.find("<td>" + final_loss + "</td>"), std::string::npos) << final_loss;
+  // One lane per stage in the timeline.
+  const auto timeline = dom.out.substr(dom.out.find("<div class=\"timeline\">"));
+  const auto end = timeline.find("</svg>");
+  size_t lanes = 0;
+  for (size_t at = timeline.find("class=\"lane\""); at != std::string::npos && at < end;
+       at = timeline.find("class=\"lane\"", at + 1))
+    ++lanes;
+  EXPECT_EQ(lanes, 2u);
+
+  const std::string shot = (dir / "run.png").string();
+  auto png = headless({"--window-size=1300,1800", "--screenshot=" + shot}, page);
+  ASSERT_EQ(png.code, 0) << describe(png);
+  const std::string bytes = slurp(shot);
+  ASSERT_GT(bytes.size(), 10000u);
+  EXPECT_EQ(bytes.substr(1, 3), "PNG");
+  // The JSON has every step.
+  EXPECT_NE(slurp(results).find("\"step\": 2,"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace actorpipe
