@@ -2,6 +2,8 @@
 // lives in runtime/ and actors/.
 #include <torch/cuda.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -286,14 +288,35 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
   opts.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   opts.fixed_order = std::move(fixed_order);
   opts.fixed_placement = fixed_placement;
-  if (log_every > 0)
-    opts.on_step = [log_every, total_steps](const step_record& s) {
-      if ((s.step + 1) % log_every != 0 && s.step + 1 != total_steps) return;
+  if (log_every > 0) {
+    // A terminal gets one live bar (redrawn at most 10 times a second);
+    // a pipe or file gets plain lines every log_every steps.
+    const bool live = isatty(STDOUT_FILENO) != 0;
+    auto started = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto drawn = std::make_shared<std::chrono::steady_clock::time_point>();
+    opts.on_step = [log_every, total_steps, live, started, drawn](const step_record& s) {
+      const int64_t done = s.step + 1;
+      if (live) {
+        auto now = std::chrono::steady_clock::now();
+        if (done != total_steps && now - *drawn < std::chrono::milliseconds(100)) return;
+        *drawn = now;
+        const double elapsed = std::chrono::duration<double>(now - *started).count();
+        const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps - done) : 0.0;
+        const int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(1, total_steps));
+        std::printf("\r[%s%s] step %lld/%lld  loss %.4f  step %.2f ms  ETA %.1f s   ",
+                    std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                    static_cast<long long>(done), static_cast<long long>(total_steps), s.loss, s.step_s * 1e3, eta);
+        if (done == total_steps) std::printf("\n");
+        std::fflush(stdout);
+        return;
+      }
+      if (done % log_every != 0 && done != total_steps) return;
       std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e\n",
-                  static_cast<long long>(s.step + 1), static_cast<long long>(total_steps),
+                  static_cast<long long>(done), static_cast<long long>(total_steps),
                   s.loss, s.step_s * 1e3, s.bubble, s.lr);
       std::fflush(stdout);
     };
+  }
   return run_training(cfg, opts);
 }
 

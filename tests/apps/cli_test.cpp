@@ -648,3 +648,21 @@ TEST(ReportInBrowser, LoadsWithoutConsoleErrorsHoldsTheRunsNumbersAndALanePerSta
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// On a terminal (a pty from script(1)) progress is one bar redrawn in place.
+TEST(CliProgress, ATerminalGetsALiveBarWithAnEta) {
+  if (access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "/usr/bin/script (bsdutils) is missing";
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = run_program("/usr/bin/script", {"-qec", std::string(ACTORPIPE_BIN) + " train " + cfg, "/dev/null"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("\r[##############################] step 3/3  loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ETA 0.0 s"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no plain lines on a terminal";
+}
+
+}  // namespace
+}  // namespace actorpipe
