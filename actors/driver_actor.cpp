@@ -252,6 +252,8 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   s.setup = std::move(setup);
   s.lr = s.setup.cfg.train.optimizer.lr;
   s.result.schedule = s.setup.cfg.pipeline.schedule;
+  const auto& re = s.setup.cfg.pipeline.recompute;
+  if (std::find(re.begin(), re.end(), true) != re.end()) s.result.schedule += "+recompute";
   s.result.stages = static_cast<int>(s.setup.stages.size()) / s.setup.dp;
   s.result.dp = s.setup.dp;
   s.result.microbatches = s.setup.microbatches;

@@ -82,7 +82,8 @@ const char* compare_help =
     "\n"
     "options:\n"
     "  --schedules LIST  comma-separated (default: the config's compare.schedules,\n"
-    "                    else naive,gpipe,1f1b)\n"
+    "                    else naive,gpipe,1f1b); NAME+recompute runs NAME with every\n"
+    "                    stage recomputing its activations\n"
     "  --steps N         override train.steps\n"
     "  --log-every N     progress line every N steps (default: quiet)\n"
     "  --report PATH     one HTML page with every schedule's timeline on one time axis\n"
@@ -172,7 +173,13 @@ config load(const std::string& path) {
   return load_config(path, env);
 }
 
-void set_schedule(config& cfg, const std::string& name) {
+void set_schedule(config& cfg, std::string name) {
+  // NAME+recompute: the schedule with every stage recomputing (for compare).
+  const std::string suffix = "+recompute";
+  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    name.resize(name.size() - suffix.size());
+    cfg.pipeline.recompute.assign(cfg.pipeline.stages, true);
+  }
   const auto& known = known_schedules();
   if (std::find(known.begin(), known.end(), name) == known.end()) {
     std::string list;

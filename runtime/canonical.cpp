@@ -160,7 +160,9 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
   return order;
 }
 
-double analytic_bubble(const std::string& schedule, int stages, int microbatches, int chunks) {
+double analytic_bubble(const std::string& name, int stages, int microbatches, int chunks) {
+  // "1f1b+recompute": recomputation changes op costs, not the order.
+  const std::string schedule = name.substr(0, name.find('+'));
   // No flush: the pipeline fills and drains once per run, not per step.
   if (schedule == "async") return 0.0;
   // ZB-V with F = I = W per chunk: rank r starts r forwards late and ends
@@ -178,7 +180,8 @@ double analytic_bubble(const std::string& schedule, int stages, int microbatches
   return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
 }
 
-std::string analytic_formula(const std::string& schedule) {
+std::string analytic_formula(const std::string& name) {
+  const std::string schedule = name.substr(0, name.find('+'));
   if (schedule == "zb-v") return "(S-1)/(6M+S-1), F = I = W per chunk, M >= 2S-1";
   if (schedule == "zb-h1") return "(S-1)/(3M+S-1), F = B = W";
   if (schedule == "async") return "0 in steady state: no flush, one fill and drain per run";
