@@ -94,12 +94,13 @@ std::string run_timeline_svg(const train_result& r, int step, double span_ms) {
       lanes.push_back(std::move(lane));
     }
   }
-  const double span = span_ms > 0 ? span_ms : step_span_ms(r, step);
+  const double own = step_span_ms(r, step);
+  const double span = span_ms > 0 ? span_ms : own;
   const std::string title = "measured " + r.schedule + ", S=" + std::to_string(r.stages) +
                             (r.dp > 1 ? ", dp=" + std::to_string(r.dp) : std::string()) + ", M=" +
                             std::to_string(r.microbatches) + ", step " + std::to_string(rec ? rec->step : 0) +
                             ": " + fmt("%.2f", rec ? rec->step_s * 1e3 : 0.0) + " ms";
-  return timeline_svg(title, lanes, span, "ms");
+  return timeline_svg(title, lanes, span, "ms", own);
 }
 
 std::string memory_svg(const train_result& r, int step) {

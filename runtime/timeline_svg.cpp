@@ -48,7 +48,8 @@ std::string escape(const std::string& s) {
 }  // namespace
 
 std::string timeline_svg(const std::string& title, const std::vector<timeline_lane>& lanes,
-                         double span, const std::string& unit) {
+                         double span, const std::string& unit, double bubble_span) {
+  if (bubble_span <= 0) bubble_span = span;
   const double left = 80, right = 90, top = 34, lane_h = 26, gap = 6, plot_w = 960;
   const double height = top + lanes.size() * (lane_h + gap) + 40;
   const double width = left + plot_w + right;
@@ -90,7 +91,7 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
            << (op ? std::to_string(b.op.mb) : b.kind == block_kind::allreduce ? std::string("AR") : std::string("opt"))
            << "</text>\n";
     }
-    const double bubble = span > 0 ? 1.0 - busy / span : 0.0;
+    const double bubble = bubble_span > 0 ? 1.0 - busy / bubble_span : 0.0;
     os << "<text x=\"" << num(left + plot_w + 6) << "\" y=\"" << num(y + lane_h * 0.65)
        << "\">bubble " << num(bubble * 100) << "%</text>\n</g>\n";
   }

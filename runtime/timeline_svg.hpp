@@ -28,7 +28,9 @@ struct timeline_lane {
 };
 
 /// Renders lanes over [0, span]; `unit` names the time unit on the axis.
+/// Each lane's bubble is over `bubble_span` (0: span), so a run drawn on a
+/// longer shared axis keeps its own figure.
 std::string timeline_svg(const std::string& title, const std::vector<timeline_lane>& lanes,
-                         double span, const std::string& unit);
+                         double span, const std::string& unit, double bubble_span = 0.0);
 
 }  // namespace actorpipe
