@@ -5,6 +5,10 @@
 
 #include <sys/prctl.h>
 
+#if ACTORPIPE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <map>
 #include <thread>
 
@@ -398,6 +402,19 @@ void async_step(stage_ptr self, int64_t t) {
   self->send(s.driver, grads_atom::value, std::move(r));
 }
 
+// The CUDA caching allocator's view of this stage's device (only where
+// LibTorch was built with CUDA; a CPU build has no allocator to ask).
+void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t) {
+#if ACTORPIPE_TORCH_CUDA
+  if (device.rfind("cuda:", 0) != 0) return;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(std::stoi(device.substr(5))));
+  st.cuda_memory.push_back({t, stats.allocated_bytes[0].current, stats.reserved_bytes[0].current});
+#else
+  (void)st, (void)device, (void)t;
+#endif
+}
+
 // Fires the policy's choice, if any. Returns whether an op ran.
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
@@ -440,6 +457,7 @@ bool fire_one(stage_ptr self) {
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
   s.stats.memory.emplace_back(end_ns, s.stash_bytes);
+  sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;
   if (step_done(s)) report_grads(self);
   return true;

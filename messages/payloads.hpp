@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <caf/allowed_unsafe_message_type.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -53,6 +54,10 @@ struct stage_stats {
   int64_t optimizer_end_ns = 0;
   /// Activation bytes stashed after each op: (trace time ns, bytes).
   std::vector<std::pair<int64_t, int64_t>> memory;
+  /// On CUDA (with a CUDA LibTorch): the caching allocator's allocated and
+  /// reserved bytes on the stage's device after each op: {ns, allocated,
+  /// reserved}.
+  std::vector<std::array<int64_t, 3>> cuda_memory;
 };
 
 /// stage -> driver when the step's last backward is done.

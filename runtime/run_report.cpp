@@ -105,7 +105,7 @@ std::string run_timeline_svg(const train_result& r, int step, double span_ms) {
 
 std::string memory_svg(const train_result& r, int step) {
   const auto* rec = pick(r, step);
-  const double left = 80, right = 170, top = 34, plot_w = 700, plot_h = 220;
+  const double left = 80, right = 260, top = 34, plot_w = 700, plot_h = 220;
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right << "\" height=\""
      << top + plot_h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
@@ -115,8 +115,10 @@ std::string memory_svg(const train_result& r, int step) {
   if (!rec) return os.str() + "</svg>\n";
   const double span = std::max(1e-9, step_span_ms(r, step));
   int64_t top_bytes = 1;
-  for (const auto& st : rec->stages)
+  for (const auto& st : rec->stages) {
     for (const auto& m : st.memory) top_bytes = std::max(top_bytes, m.second);
+    for (const auto& c : st.cuda_memory) top_bytes = std::max(top_bytes, c[1]);
+  }
   auto x = [&](int64_t ns) {
     return left + plot_w * std::clamp((static_cast<double>(ns - rec->start_ns) / 1e6) / span, 0.0, 1.0);
   };
@@ -138,6 +140,22 @@ std::string memory_svg(const train_result& r, int step) {
        << pts.str() << "\"/>\n";
     os << "<text x=\"" << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\"" << palette(i)
        << "\">" << escape(lane_name(r, i)) << ": peak " << escape(human_bytes(peak)) << "</text>\n";
+    // CUDA: the allocator's allocated bytes, dashed, on the same scale.
+    const auto& cuda = rec->stages[i].cuda_memory;
+    if (!cuda.empty()) {
+      std::ostringstream cpts;
+      int64_t cuda_peak = 0, reserved_peak = 0;
+      for (const auto& sample : cuda) {
+        cpts << fmt("%.1f", x(sample[0])) << "," << fmt("%.1f", y(std::min(sample[1], top_bytes))) << " ";
+        cuda_peak = std::max(cuda_peak, sample[1]);
+        reserved_peak = std::max(reserved_peak, sample[2]);
+      }
+      os << "<polyline class=\"cuda\" fill=\"none\" stroke=\"" << palette(i)
+         << "\" stroke-dasharray=\"4 3\" stroke-width=\"1\" points=\"" << cpts.str() << "\"/>\n<text x=\""
+         << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * (rec->stages.size() + i) << "\" fill=\"" << palette(i)
+         << "\">cuda allocated peak " << escape(human_bytes(cuda_peak)) << ", reserved "
+         << escape(human_bytes(reserved_peak)) << "</text>\n";
+    }
   }
   os << "<text x=\"" << left - 6 << "\" y=\"" << top + 10 << "\" text-anchor=\"end\">"
      << escape(human_bytes(top_bytes)) << "</text><text x=\"" << left - 6 << "\" y=\"" << top + plot_h
