@@ -8,6 +8,7 @@
 
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/lr.hpp"
 
 namespace actorpipe {
@@ -188,6 +189,50 @@ void on_grads(driver_ptr self, grads_report& r) {
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
 }
 
+void advance(driver_ptr self) {
+  auto& s = self->state;
+  if (s.step < s.setup.cfg.train.steps)
+    start_step(self);
+  else
+    start_eval(self);
+}
+
+// At a step boundary every stage holds one weight version: collect replica
+// 0's weights and optimizer states, write them, go on. A failed write is
+// reported and leaves the previous checkpoint the latest.
+void take_checkpoint(driver_ptr self) {
+  auto& s = self->state;
+  const int stages = static_cast<int>(s.setup.stages.size()) / s.setup.dp;
+  auto pending = std::make_shared<int>(stages);
+  auto snaps = std::make_shared<std::vector<stage_snapshot>>(stages);
+  for (int r = 0; r < stages; ++r)
+    self->request(s.setup.stages[r], caf::infinite, ckpt_atom::value)
+        .then([=](stage_snapshot& snap) {
+          (*snaps)[snap.rank] = std::move(snap);
+          if (--*pending > 0) return;
+          auto& st = self->state;
+          checkpoint c;
+          c.step = st.step - 1;
+          for (auto& sn : *snaps) {
+            for (auto& w : sn.weights) c.weights.push_back(std::move(w));
+            c.optimizer.push_back(std::move(sn.optimizer));
+          }
+          std::stable_sort(c.weights.begin(), c.weights.end(), [](const auto& a, const auto& b) {
+            return std::stoi(a.first) < std::stoi(b.first);
+          });
+          const auto begin = clock_type::now();
+          try {
+            auto path = save_checkpoint(st.setup.cfg.checkpoint.dir, c);
+            st.result.checkpoints.push_back(path);
+          } catch (const std::exception& e) {
+            st.result.notices.push_back(std::string("checkpoint after step ") + std::to_string(c.step) +
+                                        " failed: " + e.what() + "; the previous one stays the latest");
+          }
+          st.result.checkpoint_s += std::chrono::duration<double>(clock_type::now() - begin).count();
+          advance(self);
+        });
+}
+
 // Allreduce time per stage and how much of it overlapped the step's
 // compute (the other stages' cool-down).
 void allreduce_figures(step_record& rec) {
@@ -241,16 +286,20 @@ void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int
   allreduce_figures(rec);
   if (s.setup.on_step) s.setup.on_step(rec);
   ++s.step;
-  if (s.step < s.setup.cfg.train.steps)
-    start_step(self);
+  const int64_t every = s.setup.cfg.checkpoint.every;
+  if (every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps))
+    take_checkpoint(self);
   else
-    start_eval(self);
+    advance(self);
 }
 
 caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
-  s.lr = s.setup.cfg.train.optimizer.lr;
+  s.step = s.setup.first_step;
+  // The rate of the step before, so start_step's StepLR chain continues
+  // with the same bits an uninterrupted run has.
+  s.lr = s.step > 0 ? lr_at(s.setup.cfg.train, s.step - 1) : s.setup.cfg.train.optimizer.lr;
   s.result.schedule = s.setup.cfg.pipeline.schedule;
   const auto& re = s.setup.cfg.pipeline.recompute;
   if (std::find(re.begin(), re.end(), true) != re.end()) s.result.schedule += "+recompute";
@@ -278,7 +327,7 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
       [=](run_atom) -> caf::result<train_result> {
         auto& st = self->state;
         st.promise = self->make_response_promise();
-        if (st.setup.cfg.train.steps <= 0) {
+        if (st.setup.cfg.train.steps <= st.step) {
           start_eval(self);
         } else if (st.setup.async) {
           st.last_close = clock_type::now();

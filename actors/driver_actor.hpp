@@ -36,6 +36,8 @@ struct driver_setup {
   /// Async schedule: no apply round; stages step themselves and report
   /// each step; the driver keeps two steps of microbatches in flight.
   bool async = false;
+  /// Resuming: the first step to run (the checkpoint's step + 1).
+  int64_t first_step = 0;
 };
 
 /// Spawns the driver. Send it run_atom; it answers with a train_result.

@@ -10,6 +10,7 @@
 #endif
 
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "messages/atoms.hpp"
@@ -557,6 +558,12 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (auto& p : s.chunk_params.back()) s.params.push_back(p);
   }
   s.opt = make_optimizer(s.setup.optimizer, s.params);
+  if (!s.setup.optimizer_state.empty()) {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(s.setup.optimizer_state);
+    archive.load_from(in);
+    s.opt->load(archive);
+  }
   if (s.setup.async) {
     if (s.split || s.setup.chunks != 1)
       throw std::invalid_argument("async runs one chunk per stage with a full backward");
@@ -619,6 +626,20 @@ caf::behavior running(stage_ptr self) {
                    m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
+      [=](ckpt_atom) -> stage_snapshot {
+        auto& st = self->state;
+        stage_snapshot snap;
+        snap.rank = st.setup.rank;
+        for (const auto& chunk : st.setup.layers)
+          for (auto& [name, t] : chunk->named_parameters())
+            snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
+        torch::serialize::OutputArchive archive;
+        st.opt->save(archive);
+        std::ostringstream out;
+        archive.save_to(out);
+        snap.optimizer = out.str();
+        return snap;
+      },
       [=](weights_atom) -> named_params {
         named_params out;
         for (const auto& chunk : self->state.setup.layers)

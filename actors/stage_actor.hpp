@@ -67,6 +67,8 @@ struct stage_setup {
   /// gradient (the replicas then drift apart, which --verify-replicas and
   /// the tests must catch).
   bool skip_allreduce = false;
+  /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
+  std::string optimizer_state;
 };
 
 /// Spawns a stage on its own thread.

@@ -1,13 +1,16 @@
 #include "actors/trainer.hpp"
 
 #include <caf/all.hpp>
+#include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include "actors/driver_actor.hpp"
 #include "actors/stage_actor.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
@@ -25,6 +28,33 @@ train_output run_training(const config& cfg, const train_options& opts) {
   const int chunks = cfg.pipeline.virtual_stages;
   auto parts = partition_for(cfg);  // one range per virtual stage
   auto layers = build_layers(cfg);
+
+  // Resuming: the newest checkpoint that loads; a torn or corrupted newer
+  // one is named and skipped.
+  checkpoint resume;
+  if (!opts.resume_dir.empty()) {
+    std::vector<std::string> problems;
+    resume = load_latest_checkpoint(opts.resume_dir, &problems);
+    for (const auto& p : problems)
+      if (opts.on_notice) opts.on_notice("note: skipped " + p);
+    if (opts.on_notice)
+      opts.on_notice("note: resuming after step " + std::to_string(resume.step) + " from " + opts.resume_dir);
+  }
+  auto load_resumed = [&](std::vector<layer>& ls) {
+    if (resume.step < 0) return;
+    std::map<std::string, at::Tensor> by_name(resume.weights.begin(), resume.weights.end());
+    torch::NoGradGuard no_grad;
+    for (auto& l : ls)
+      for (auto& [name, t] : l.parameters()) {
+        const std::string key = std::to_string(l.index()) + "." + name;
+        auto it = by_name.find(key);
+        if (it == by_name.end() || !it->second.sizes().equals(t.sizes()))
+          throw std::runtime_error(opts.resume_dir + ": the checkpoint has no " + key + " of shape " +
+                                   c10::str(t.sizes()) + "; it was written for another model");
+        t.copy_(it->second);
+      }
+  };
+  load_resumed(layers);
 
   const int dp = cfg.parallel.dp;
   // Every (replica, stage)'s device; a config built in code may give only
@@ -75,7 +105,10 @@ train_output run_training(const config& cfg, const train_options& opts) {
 
   std::vector<caf::actor> stage_actors;  // replica d, rank r at d * stages + r
   for (int d = 0; d < dp; ++d) {
-    if (d > 0) layers = build_layers(cfg);  // the same seeded weights again
+    if (d > 0) {
+      layers = build_layers(cfg);  // the same seeded weights again
+      load_resumed(layers);
+    }
     const auto& devices = replica_devices.at(d);
     for (int r = 0; r < stages; ++r) {
       stage_setup st;
@@ -102,6 +135,13 @@ train_output run_training(const config& cfg, const train_options& opts) {
       st.pol = pol;
       st.chunks = chunks;
       st.optimizer = cfg.train.optimizer;
+      if (resume.step >= 0) {
+        if (static_cast<int>(resume.optimizer.size()) != stages)
+          throw std::runtime_error(opts.resume_dir + ": the checkpoint has optimizer state for " +
+                                   std::to_string(resume.optimizer.size()) + " stages, this run has " +
+                                   std::to_string(stages));
+        st.optimizer_state = resume.optimizer[r];
+      }
       for (int c = 0; c < chunks; ++c) {
         const auto& range = parts[plc.virtual_stage(r, c)];
         std::vector<layer> mine;
@@ -127,6 +167,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
   ds.on_step = opts.on_step;
   ds.plc = plc;
   ds.async = !pol->flushes();
+  ds.first_step = resume.step + 1;
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};
@@ -146,6 +187,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
         .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
   out.result.allreduce = backend;
   out.result.split_backward = pol->splits_backward();
+  out.result.resumed_from = resume.step;
   if (failure.empty())
     for (int r = 0; r < stages; ++r)  // replica 0's; the others hold the same (--verify-replicas)
       self->request(stage_actors[r], caf::infinite, weights_atom::value)

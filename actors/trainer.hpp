@@ -23,6 +23,8 @@ struct train_options {
   bool verify_replicas = false;
   /// Test hook: this replica skips its allreduce (-1: none does).
   int skip_allreduce_replica = -1;
+  /// Resume from the newest loadable checkpoint in this directory.
+  std::string resume_dir;
   /// Where a one-line notice goes (e.g. NCCL falling back to Gloo).
   std::function<void(const std::string&)> on_notice;
 };

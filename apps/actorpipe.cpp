@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -64,6 +65,8 @@ const char* train_help =
     "                    writes it) instead of the schedule; a deadlocking order exits 3\n"
     "  --log-every N     print a progress line every N steps (default 1)\n"
     "  --quiet           no per-step lines, only the final table\n"
+    "  --resume DIR      continue from the newest loadable checkpoint in DIR (checkpoint.dir);\n"
+    "                    the weights end bitwise equal to an uninterrupted run\n"
     "  --timeline PATH   SVG of the last step as measured: a lane per (replica, stage), F, B,\n"
     "                    I, W, allreduce and optimizer blocks, idle left empty\n"
     "  --memory PATH     SVG of each stage's stashed activation bytes over the last step\n"
@@ -289,8 +292,10 @@ void print_placement(const train_result& r) {
 
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order = {},
-                       placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false) {
+                       placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false,
+                       const std::string& resume = {}) {
   train_options opts;
+  opts.resume_dir = resume;
   opts.verify_replicas = verify_replicas;
   opts.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   opts.fixed_order = std::move(fixed_order);
@@ -367,7 +372,7 @@ void write_outputs(args& a, const config& cfg, const std::vector<train_result>& 
 int cmd_train(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
                  {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import", "--timeline", "--memory",
-                  "--results", "--report"},
+                  "--results", "--report", "--resume"},
                  {"--quiet", "--verify-replicas"});
   if (a.has("--help")) {
     std::fputs(train_help, stdout);
@@ -403,8 +408,18 @@ int cmd_train(int argc, char** argv) {
     cfg.pipeline.schedule = "fixed";
   }
   print_plan(cfg);
-  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement, a.has("--verify-replicas"));
+  std::string resume;
+  if (a.has("--resume")) {
+    resume = a.options["--resume"];
+    if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
+  }
+  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement, a.has("--verify-replicas"),
+                       resume);
   print_placement(out.result);
+  for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
+  if (!out.result.checkpoints.empty())
+    std::printf("checkpoints: %zu written, the latest %s (%.1f ms writing in all)\n", out.result.checkpoints.size(),
+                out.result.checkpoints.back().c_str(), out.result.checkpoint_s * 1e3);
   if (out.result.dp > 1) {
     double ar = 0.0, hidden = 0.0;
     for (const auto& st : out.result.steps) {

@@ -28,5 +28,7 @@ using evaluated_atom = caf::atom_constant<caf::atom("evaluated")>;
 /// requester -> driver: train; also requester -> stage: hand over weights.
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
+/// driver -> stage: hand over weights and optimizer state for a checkpoint.
+using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 
 }  // namespace actorpipe

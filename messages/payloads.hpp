@@ -95,6 +95,13 @@ struct eval_result {
 /// Parameters by global name ("0.weight"), CPU copies.
 using named_params = std::vector<std::pair<std::string, at::Tensor>>;
 
+/// stage -> driver: what a checkpoint needs from one stage.
+struct stage_snapshot {
+  int rank = 0;
+  named_params weights;
+  std::string optimizer;  ///< torch::serialize archive of the optimizer's state
+};
+
 }  // namespace actorpipe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::activation_msg)
@@ -104,3 +111,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::apply_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::named_params)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::stage_snapshot)

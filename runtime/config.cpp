@@ -353,6 +353,7 @@ private:
   void read_train(const entry* e);
   void read_pipeline(const entry* e);
   void read_parallel(const entry* e);
+  void read_checkpoint(const entry* e);
   void read_device_name(const Node& d, const std::string& key, std::vector<std::string>& out);
   void read_compare(const entry* e);
   void read_partition(const entry& e);
@@ -373,13 +374,32 @@ const std::vector<std::string> layer_types{"linear", "relu", "gelu", "tanh", "dr
 void reader::load(const Node& root) {
   if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
-  const section top = read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare"});
+  const section top =
+      read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare", "checkpoint"});
   read_model(top.find("model"));
   read_data(top.find("data"));
   read_train(top.find("train"));
   read_parallel(top.find("parallel"));
   read_pipeline(top.find("pipeline"));
   read_compare(top.find("compare"));
+  read_checkpoint(top.find("checkpoint"));
+}
+
+// -- checkpoint --------------------------------------------------------------
+
+void reader::read_checkpoint(const entry* e) {
+  if (!e) return;
+  auto& c = cfg_.checkpoint;
+  const section s = read_map(e->value, "checkpoint", {"dir", "every"});
+  if (!read_string(s, "dir", c.dir) || c.dir.empty()) fail_key("checkpoint.dir", "expected a directory path");
+  fs::path p(c.dir);
+  if (p.is_relative()) p = fs::absolute(fs::path(cfg_.path)).parent_path() / p;
+  c.dir = p.lexically_normal().string();
+  c.every = 1;
+  if (read_int(s, "every", c.every)) at_least("checkpoint.every", c.every, 1);
+  if (cfg_.pipeline.schedule == "async")
+    fail_key("checkpoint", "async (PipeDream-2BW) has no step boundary where every stage's weights are one "
+                           "version; checkpoints need a synchronous schedule");
 }
 
 // -- parallel ----------------------------------------------------------------

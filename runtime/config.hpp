@@ -117,6 +117,12 @@ struct parallel_config {
   std::string allreduce = "auto";  ///< auto | gloo | nccl
 };
 
+/// On-disk checkpoints every `every` steps (0 = none) into `dir`.
+struct checkpoint_config {
+  std::string dir;
+  int64_t every = 0;
+};
+
 struct config {
   std::string path;  ///< the file it was read from, as given
   model_config model;
@@ -124,6 +130,7 @@ struct config {
   train_config train;
   pipeline_config pipeline;
   parallel_config parallel;
+  checkpoint_config checkpoint;
   /// Device of every (replica, stage) after loading; replica 0 is
   /// pipeline.devices.
   std::vector<std::vector<std::string>> replica_devices;

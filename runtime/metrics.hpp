@@ -38,6 +38,10 @@ struct train_result {
   std::string allreduce;       ///< their backend ("gloo", "nccl"); empty when dp = 1
   bool replicas_verified = false;  ///< every step's checksums compared equal
   bool split_backward = false;     ///< B is the input gradient, W separate (zb-*)
+  std::vector<std::string> checkpoints;  ///< files written, in order
+  double checkpoint_s = 0.0;             ///< time spent writing them
+  int64_t resumed_from = -1;             ///< the checkpoint's step when resumed
+  std::vector<std::string> notices;      ///< one line each: what went wrong and what was done
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

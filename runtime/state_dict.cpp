@@ -7,6 +7,10 @@
 // anything else is reported, never guessed at.
 #include "runtime/state_dict.hpp"
 
+#include <unistd.h>
+
+#include <fcntl.h>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
@@ -446,6 +450,12 @@ void save_tensors(const std::string& path, const named_tensors& tensors) {
       std::remove(tmp.c_str());
       throw std::runtime_error(tmp + ": cannot write");
     }
+  }
+  // The bytes reach the disk before the name does: a crash leaves the old
+  // file or the new one, never a torn one under PATH.
+  if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = std::strerror(errno);

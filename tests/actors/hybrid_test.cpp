@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <tuple>
 
 #include "actors/trainer.hpp"
@@ -111,6 +112,37 @@ TEST(HybridAllreduce, EveryReplicaGetsItsShareOfTheBatchInRankOrder) {
     for (const auto& e : step.stages[d * 2].events) forwards += e.op.kind == op_kind::F;
     EXPECT_EQ(forwards, 4) << "replica " << d;
   }
+}
+
+}  // namespace
+}  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// Checkpoints of a dp=2 x pp=2 mesh: resuming from one ends bitwise on the
+// uninterrupted run's weights.
+TEST(HybridCheckpoint, ResumingTheMeshFromACheckpointIsBitwiseUninterrupted) {
+  auto c = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  c.train.steps = 6;
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "actorpipe_hybrid_ckpt";
+  std::filesystem::remove_all(dir);
+  c.checkpoint.dir = dir.string();
+  c.checkpoint.every = 2;
+  train_options opts;
+  opts.verify_replicas = true;
+  auto full = run_training(c, opts);
+  ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
+  std::filesystem::remove(dir / "step_00000005.pt");
+  std::filesystem::remove(dir / "step_00000003.pt");
+  opts.resume_dir = dir.string();
+  auto resumed = run_training(c, opts);
+  EXPECT_EQ(resumed.result.resumed_from, 1);
+  EXPECT_EQ(resumed.result.steps.size(), 4u);
+  EXPECT_TRUE(resumed.result.replicas_verified);
+  ASSERT_EQ(full.weights.size(), resumed.weights.size());
+  for (size_t i = 0; i < full.weights.size(); ++i)
+    EXPECT_TRUE(torch::equal(full.weights[i].second, resumed.weights[i].second)) << full.weights[i].first;
 }
 
 }  // namespace

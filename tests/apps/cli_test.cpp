@@ -3,6 +3,7 @@
 // training run whose --save and --trace files Python's torch/json read back.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
@@ -662,6 +663,117 @@ TEST(CliProgress, ATerminalGetsALiveBarWithAnEta) {
   EXPECT_NE(r.out.find("\r[##############################] step 3/3  loss "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ETA 0.0 s"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no plain lines on a terminal";
+}
+
+}  // namespace
+}  // namespace actorpipe
+
+// -- checkpoints and --resume ---------------------------------------------------
+
+namespace actorpipe {
+namespace {
+
+const char* const checkpoint_config = R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: dropout, p: 0.2}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 256}
+train:
+  steps: 12
+  batch_size: 32
+  lr_schedule: {type: step, step_size: 3, gamma: 0.5}
+  clip_grad_norm: 0.5
+pipeline:
+  stages: 2
+  microbatches: 4
+  pace_ms: 4
+checkpoint:
+  dir: ckpt
+  every: 1
+)";
+
+void expect_bitwise(const std::string& a, const std::string& b) {
+  auto wa = load_tensors(a), wb = load_tensors(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    EXPECT_EQ(wa[i].first, wb[i].first);
+    EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
+  }
+}
+
+// The whole process is SIGKILLed mid-run; --resume continues from its last
+// checkpoint and ends on the uninterrupted run's weights, bit for bit.
+TEST(CliResume, SigkilledRunResumesToTheUninterruptedWeights) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "ck.yaml", checkpoint_config);
+  const std::string clean = (dir / "clean.pt").string(), resumed = (dir / "resumed.pt").string();
+  auto full = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(full.code, 0) << describe(full);
+  fs::remove_all(dir / "ckpt");
+
+  std::vector<std::string> args = {ACTORPIPE_BIN, "train", cfg, "--quiet"};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, ACTORPIPE_BIN, nullptr, nullptr, argv.data(), environ), 0);
+  // Kill it once a few checkpoints exist, somewhere inside a later step.
+  const fs::path third = dir / "ckpt" / "step_00000003.pt";
+  for (int i = 0; i < 3000 && !fs::exists(third); ++i) usleep(10000);
+  usleep(15000);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
+  ASSERT_FALSE(fs::exists(dir / "ckpt" / "step_00000011.pt"));
+
+  auto r = actorpipe({"train", cfg, "--quiet", "--resume", (dir / "ckpt").string(), "--save", resumed});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.err.find("note: resuming after step "), std::string::npos) << r.err;
+  expect_bitwise(clean, resumed);
+}
+
+// A torn newest checkpoint is named and skipped; the one before it is used.
+TEST(CliResume, TruncatedCheckpointIsNamedAndTheOneBeforeIsUsed) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "ck.yaml", checkpoint_config);
+  const std::string clean = (dir / "clean.pt").string(), resumed = (dir / "resumed.pt").string();
+  auto full = actorpipe({"train", cfg, "--quiet", "--save", clean, "--steps", "6"});
+  ASSERT_EQ(full.code, 0) << describe(full);
+  // Keep steps 0..2, tear step 3's file in half, drop the later ones.
+  const fs::path ck = dir / "ckpt";
+  for (int s = 4; s < 6; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
+  const fs::path torn = ck / "step_00000003.pt";
+  fs::resize_file(torn, fs::file_size(torn) / 2);
+  auto r = actorpipe({"train", cfg, "--quiet", "--steps", "6", "--resume", ck.string(), "--save", resumed});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.err.find("note: skipped " + torn.string() + ": "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("note: resuming after step 2 "), std::string::npos) << r.err;
+  expect_bitwise(clean, resumed);
+  // A flipped byte inside a tensor fails the checksum, named too (the
+  // resumed run wrote steps 3..5 again: drop them).
+  for (int s = 3; s < 6; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
+  const fs::path two = ck / "step_00000002.pt";
+  auto bytes = slurp(two);
+  at::Tensor weight;
+  for (auto& [name, t] : load_tensors(two.string()))
+    if (name == "model.0.weight") weight = t.contiguous();
+  ASSERT_TRUE(weight.defined());
+  const std::string raw(static_cast<const char*>(weight.data_ptr()), 32);
+  const auto at = bytes.find(raw);  // the tensor's stored bytes
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 5] ^= 0x5a;
+  write(two, bytes);
+  auto again = actorpipe({"train", cfg, "--quiet", "--steps", "6", "--resume", ck.string()});
+  EXPECT_EQ(again.code, 0) << describe(again);
+  EXPECT_NE(again.err.find("note: skipped " + two.string() + ": checksum mismatch, the file is corrupted"),
+            std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("note: resuming after step 1 "), std::string::npos) << again.err;
 }
 
 }  // namespace

@@ -632,6 +632,43 @@ pipeline:
   recompute: [true, maybe]
 )yaml",
        "{FILE}:8:21: pipeline.recompute[1]: expected true or false, found 'maybe'"},
+      {"CheckpointWithoutDir",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+checkpoint:
+  every: 5
+)yaml",
+       "{FILE}:6:1: checkpoint.dir: expected a directory path"},
+      {"CheckpointEveryZero",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+checkpoint:
+  dir: ck
+  every: 0
+)yaml",
+       "{FILE}:8:10: checkpoint.every: must be at least 1, found 0"},
+      {"CheckpointWithAsync",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  schedule: async
+  microbatches: 2
+checkpoint:
+  dir: ck
+)yaml",
+       "{FILE}:12:1: checkpoint: async (PipeDream-2BW) has no step boundary where every stage's weights are one version; checkpoints need a synchronous schedule"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
