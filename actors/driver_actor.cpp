@@ -35,6 +35,10 @@ struct driver_state {
   // Async: reports per step as they come, and when the last step closed.
   std::map<int64_t, std::vector<grads_report>> async_reports;
   clock_type::time_point last_close;
+  // Watchdog: ops fired over all stages at the last check, and when that
+  // count last moved.
+  int64_t fired_seen = -1;
+  clock_type::time_point progress_at;
   int64_t round = 0;       // lock-step clock
   int rounds_pending = 0;
 
@@ -42,6 +46,12 @@ struct driver_state {
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
+
+std::string fmt_seconds(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 int64_t since(const driver_state& s, clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t - s.setup.origin).count();
@@ -189,6 +199,60 @@ void on_grads(driver_ptr self, grads_report& r) {
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
 }
 
+// Every quarter of watchdog_s: ask each stage how many ops it has fired. No
+// change for watchdog_s (or a stage that does not answer) is a hang: the run
+// stops with every stage's row of the op grid, the stuck ones marked.
+void watch(driver_ptr self) {
+  auto& s = self->state;
+  const double limit = s.setup.cfg.supervision.watchdog_s;
+  if (limit <= 0 || s.finished) return;
+  const auto period = std::chrono::microseconds(std::max<int64_t>(20000, static_cast<int64_t>(limit * 250000)));
+  const int n = static_cast<int>(s.setup.stages.size());
+  auto pending = std::make_shared<int>(n);
+  auto rows = std::make_shared<std::vector<stage_status>>(n);
+  auto answered = std::make_shared<std::vector<char>>(n, 0);
+  auto conclude = [=] {
+    auto& st = self->state;
+    if (st.finished) return;
+    int64_t fired = 0;
+    bool all = true;
+    for (int i = 0; i < n; ++i) {
+      fired += (*rows)[i].fired;
+      all = all && (*answered)[i];
+    }
+    const auto now = clock_type::now();
+    if (all && fired != st.fired_seen) {
+      st.fired_seen = fired;
+      st.progress_at = now;
+    } else if (now - st.progress_at >= std::chrono::duration<double>(limit)) {
+      const int per_replica = n / st.setup.dp;
+      std::string grid = "watchdog: no op fired anywhere for " + fmt_seconds(limit) + " s; the op grid:\n";
+      for (int i = 0; i < n; ++i) {
+        const bool stuck = !(*answered)[i] || !(*rows)[i].done;
+        grid += (stuck ? ">> " : "   ") +
+                (st.setup.dp > 1 ? "replica " + std::to_string(i / per_replica) + " " : std::string()) +
+                ((*answered)[i] ? (*rows)[i].grid
+                                : "stage " + std::to_string(i % per_replica) + ": does not answer (blocked inside an op)") +
+                "\n";
+      }
+      finish(self, caf::make_error(caf::sec::runtime_error, grid));
+      return;
+    }
+    self->delayed_send(self, period, watchdog_atom::value);
+  };
+  for (int i = 0; i < n; ++i)
+    self->request(s.setup.stages[i], period, status_atom::value)
+        .then(
+            [=](stage_status& row) {
+              (*rows)[i] = std::move(row);
+              (*answered)[i] = 1;
+              if (--*pending == 0) conclude();
+            },
+            [=](caf::error&) {
+              if (--*pending == 0) conclude();
+            });
+}
+
 void advance(driver_ptr self) {
   auto& s = self->state;
   if (s.step < s.setup.cfg.train.steps)
@@ -327,6 +391,8 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
       [=](run_atom) -> caf::result<train_result> {
         auto& st = self->state;
         st.promise = self->make_response_promise();
+        st.progress_at = clock_type::now();
+        if (st.setup.cfg.supervision.watchdog_s > 0) self->send(self, watchdog_atom::value);
         if (st.setup.cfg.train.steps <= st.step) {
           start_eval(self);
         } else if (st.setup.async) {
@@ -337,6 +403,7 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         }
         return st.promise;
       },
+      [=](watchdog_atom) { watch(self); },
       [=](grads_atom, grads_report& r) {
         if (self->state.setup.async)
           on_async_report(self, r);

@@ -77,6 +77,7 @@ struct stage_state {
   std::map<int64_t, stage_stats> step_stats;
   std::map<int64_t, double> step_loss;
   int peak_versions = 0;
+  int64_t fired_total = 0;  // every op of the run, for the watchdog
   int64_t round = 0;                      // lock-step: the round being fired
   std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
   std::vector<gradient_msg> early_bwd;
@@ -403,6 +404,50 @@ void async_step(stage_ptr self, int64_t t) {
   self->send(s.driver, grads_atom::value, std::move(r));
 }
 
+// This stage's row of the op grid for a hang report: what it fired this
+// step, what is ready but not chosen, and what the next missing ops wait on.
+stage_status status_of(const stage_state& s) {
+  stage_status st;
+  st.rank = s.setup.rank;
+  st.fired = s.fired_total;
+  st.done = s.step < 0 || step_done(s);
+  std::ostringstream os;
+  os << "stage " << s.setup.rank << " (step " << s.step << "): fired [";
+  for (size_t i = 0; i < s.stats.events.size(); ++i) os << (i ? " " : "") << to_string(s.stats.events[i].op);
+  os << "]";
+  if (!st.done && s.step >= 0) {
+    const int m = s.setup.microbatches;
+    std::vector<std::string> ready;
+    for (int c = 0; c < s.setup.chunks; ++c)
+      for (int i = 0; i < m; ++i) {
+        if (s.fwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, c}));
+        if (s.bwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, c}));
+        if (s.w_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::W, i, c}));
+      }
+    os << "  ready, not chosen: [";
+    for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
+    os << "]";
+    for (int c = 0; c < s.setup.chunks; ++c) {
+      const int k = virtual_stage(s, c);
+      for (int i = 0; i < m; ++i)
+        if (!s.fwd_seen[slot(s, c, i)]) {
+          os << "; " << to_string(op_id{op_kind::F, i, c}) << " waits for its input from "
+             << (k == 0 ? std::string("the driver") : "stage " + std::to_string(s.plc.rank_of(k - 1)));
+          break;
+        }
+      for (int i = 0; i < m; ++i)
+        if (!s.bwd_seen[slot(s, c, i)]) {
+          os << "; " << to_string(op_id{op_kind::B, i, c})
+             << (last_virtual(s, c) ? std::string(" waits for its own forward")
+                                    : " waits for its gradient from stage " + std::to_string(s.plc.rank_of(k + 1)));
+          break;
+        }
+    }
+  }
+  st.grid = os.str();
+  return st;
+}
+
 // The CUDA caching allocator's view of this stage's device (only where
 // LibTorch was built with CUDA; a CPU build has no allocator to ask).
 void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t) {
@@ -443,6 +488,7 @@ bool fire_one(stage_ptr self) {
     if (op->kind == op_kind::F) ++s.open;
     if (op->kind == (s.split ? op_kind::W : op_kind::B)) --s.open;
   }
+  ++s.fired_total;
   const int kind = static_cast<int>(op->kind);
   s.measured[kind] += (static_cast<double>(end_ns - start_ns) - s.measured[kind]) /
                       static_cast<double>(++s.measured_n[kind]);
@@ -471,6 +517,7 @@ void on_tick(stage_ptr self) {
 
 void apply_update(stage_ptr self, const apply_msg& m) {
   auto& s = self->state;
+  ++s.fired_total;
   torch::NoGradGuard no_grad;
   if (m.clip_coef.defined()) {
     auto coef = m.clip_coef.to(torch::Device(s.setup.device));
@@ -496,6 +543,7 @@ uint64_t weights_checksum(const stage_state& s) {
 
 void evaluate(stage_ptr self, eval_msg m) {
   auto& s = self->state;
+  ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
   forward_ctx ctx{s.setup.seed, -1, 0, false};
   auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
@@ -626,6 +674,7 @@ caf::behavior running(stage_ptr self) {
                    m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
+      [=](status_atom) -> stage_status { return status_of(self->state); },
       [=](ckpt_atom) -> stage_snapshot {
         auto& st = self->state;
         stage_snapshot snap;

@@ -173,7 +173,10 @@ train_output run_training(const config& cfg, const train_options& opts) {
   caf::scoped_actor self{sys};
   std::string failure;
   auto on_error = [&](caf::error& err) {
-    if (failure.empty()) failure = sys.render(err);
+    if (!failure.empty()) return;
+    // Our own errors carry one readable string; others get CAF's rendering.
+    const auto& ctx = err.context();
+    failure = ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0) : sys.render(err);
   };
   for (int d = 0; d < dp; ++d) {
     std::vector<caf::actor> replica(stage_actors.begin() + d * stages, stage_actors.begin() + (d + 1) * stages);
@@ -202,6 +205,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
   });
   for (auto& st : stage_actors) self->send_exit(st, caf::exit_reason::user_shutdown);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
+  if (failure.rfind("watchdog:", 0) == 0) throw stuck_error(failure);
   if (!failure.empty()) throw std::runtime_error(failure);
   return out;
 }

@@ -2,6 +2,7 @@
 // One training run: build the model, place the stages, spawn the actors,
 // train, evaluate, collect the weights, shut everything down.
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "messages/payloads.hpp"
@@ -27,6 +28,12 @@ struct train_options {
   std::string resume_dir;
   /// Where a one-line notice goes (e.g. NCCL falling back to Gloo).
   std::function<void(const std::string&)> on_notice;
+};
+
+/// The run hung: no op fired for supervision.watchdog_s. what() holds the
+/// per-stage op grid, the stuck stages marked.
+struct stuck_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 struct train_output {

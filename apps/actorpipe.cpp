@@ -76,7 +76,8 @@ const char* train_help =
     "                    replicas after every step; the first difference fails the run\n"
     "  -h, --help        this help\n"
     "\n"
-    "exit codes: 0 done, 1 the run failed, 2 bad config or arguments\n";
+    "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
+    "(supervision.watchdog_s without an op anywhere; the op grid is printed)\n";
 
 const char* compare_help =
     "usage: actorpipe compare CONFIG [options]\n"
@@ -644,6 +645,9 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     std::fprintf(stderr, "actorpipe: %s\n", e.what());
     return exit_usage;
+  } catch (const stuck_error& e) {
+    std::fprintf(stderr, "actorpipe: %s", e.what());
+    return exit_stuck;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
     return exit_failed;

@@ -28,6 +28,9 @@ using evaluated_atom = caf::atom_constant<caf::atom("evaluated")>;
 /// requester -> driver: train; also requester -> stage: hand over weights.
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
+/// driver -> driver: time to look for a hang; driver -> stage: your state.
+using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
 /// driver -> stage: hand over weights and optimizer state for a checkpoint.
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 

@@ -95,6 +95,15 @@ struct eval_result {
 /// Parameters by global name ("0.weight"), CPU copies.
 using named_params = std::vector<std::pair<std::string, at::Tensor>>;
 
+/// stage -> driver (watchdog): ops fired so far, and this stage's row of
+/// the op grid: what it fired this step, what is ready, what waits on what.
+struct stage_status {
+  int rank = 0;
+  int64_t fired = 0;
+  bool done = false;  ///< every op of its current step ran
+  std::string grid;
+};
+
 /// stage -> driver: what a checkpoint needs from one stage.
 struct stage_snapshot {
   int rank = 0;
@@ -112,3 +121,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::named_params)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::stage_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::stage_status)

@@ -375,7 +375,7 @@ void reader::load(const Node& root) {
   if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
   const section top =
-      read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare", "checkpoint"});
+      read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare", "checkpoint", "supervision"});
   read_model(top.find("model"));
   read_data(top.find("data"));
   read_train(top.find("train"));
@@ -383,6 +383,11 @@ void reader::load(const Node& root) {
   read_pipeline(top.find("pipeline"));
   read_compare(top.find("compare"));
   read_checkpoint(top.find("checkpoint"));
+  if (const entry* se = top.find("supervision")) {
+    const section s = read_map(se->value, "supervision", {"watchdog_s"});
+    if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s))
+      non_negative("supervision.watchdog_s", cfg_.supervision.watchdog_s);
+  }
 }
 
 // -- checkpoint --------------------------------------------------------------

@@ -117,6 +117,12 @@ struct parallel_config {
   std::string allreduce = "auto";  ///< auto | gloo | nccl
 };
 
+/// Watching the run: with no op fired anywhere for watchdog_s seconds the
+/// run stops with the per-stage op grid (0 = no watchdog).
+struct supervision_config {
+  double watchdog_s = 60.0;
+};
+
 /// On-disk checkpoints every `every` steps (0 = none) into `dir`.
 struct checkpoint_config {
   std::string dir;
@@ -131,6 +137,7 @@ struct config {
   pipeline_config pipeline;
   parallel_config parallel;
   checkpoint_config checkpoint;
+  supervision_config supervision;
   /// Device of every (replica, stage) after loading; replica 0 is
   /// pipeline.devices.
   std::vector<std::vector<std::string>> replica_devices;

@@ -353,3 +353,34 @@ TEST(StepReport, LossIsTheBatchMeanCrossEntropy) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// A stage that never fires its backwards: nothing moves, and the watchdog
+// stops the run within watchdog_s (plus a check period) naming the stuck ops.
+TEST(Watchdog, AStageThatNeverFiresBackwardsStopsTheRunWithTheOpGrid) {
+  auto c = small_config("1f1b", 2, 2);
+  c.supervision.watchdog_s = 1.0;
+  train_options opts;
+  // Rank 1 runs its forwards and then nothing: its backwards are not in its order.
+  opts.fixed_order = {{{op_kind::F, 0, 0}, {op_kind::F, 1, 0}, {op_kind::B, 0, 0}, {op_kind::B, 1, 0}},
+                      {{op_kind::F, 0, 0}, {op_kind::F, 1, 0}}};
+  const auto begin = std::chrono::steady_clock::now();
+  try {
+    run_training(c, opts);
+    FAIL() << "the hang went unnoticed";
+  } catch (const stuck_error& e) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    EXPECT_LT(took, c.supervision.watchdog_s + 2.0);
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("watchdog: no op fired anywhere for 1 s; the op grid:\n", 0), 0u) << what;
+    EXPECT_NE(what.find(">> stage 0 (step 0): fired [F0 F1]  ready, not chosen: []; B0 waits for its gradient from stage 1"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find(">> stage 1 (step 0): fired [F0 F1]  ready, not chosen: [B0 B1]"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace actorpipe
