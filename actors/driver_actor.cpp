@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "messages/atoms.hpp"
@@ -38,6 +39,7 @@ struct driver_state {
   // Watchdog: ops fired over all stages at the last check, and when that
   // count last moved.
   int64_t fired_seen = -1;
+  std::string stop_reason;  // on_nonfinite: stop
   clock_type::time_point progress_at;
   int64_t round = 0;       // lock-step clock
   int rounds_pending = 0;
@@ -186,6 +188,26 @@ void on_grads(driver_ptr self, grads_report& r) {
   apply_msg m;
   m.step = s.step;
   m.lr = s.lr;
+  // A NaN or an infinity anywhere makes the global norm non-finite: no
+  // stage steps, and the report names where it first appeared.
+  if (!std::isfinite(total.item<double>())) {
+    m.skip = true;
+    const grads_report* first = nullptr;
+    for (const auto& rep : s.reports)
+      if (rep.nonfinite.mb >= 0 && (!first || rep.nonfinite.at_ns < first->nonfinite.at_ns)) first = &rep;
+    std::string where = first ? "first seen on " +
+                                    (s.setup.dp > 1 ? "replica " + std::to_string(first->replica) + " " : std::string()) +
+                                    "stage " + std::to_string(first->rank) + ", microbatch " +
+                                    std::to_string(first->nonfinite.mb) + ", in a" +
+                                    (first->nonfinite.where == "activation" ? "n activation" : " gradient")
+                              : std::string("in the gradients");
+    const bool stop = s.setup.cfg.supervision.on_nonfinite == "stop";
+    s.result.notices.push_back("step " + std::to_string(s.step) + ": non-finite value " + where + "; " +
+                               (stop ? "stopping (supervision.on_nonfinite: stop)"
+                                     : "step skipped, weights and optimizer state unchanged"));
+    s.result.skipped_steps.push_back(s.step);
+    if (stop) s.stop_reason = s.result.notices.back();
+  }
   m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
   if (max_norm > 0)
@@ -194,6 +216,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   auto& rec = s.result.steps.back();
   rec.step = s.step;
   rec.grad_norm = total.item<double>();
+  rec.skipped = m.skip;
   rec.lr = s.lr;
   for (auto& rep : s.reports) rec.loss += rep.loss_sum;
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
@@ -255,6 +278,13 @@ void watch(driver_ptr self) {
 
 void advance(driver_ptr self) {
   auto& s = self->state;
+  if (!s.stop_reason.empty()) {
+    finish(self, caf::make_error(caf::sec::runtime_error, s.stop_reason +
+                                                              (s.result.checkpoints.empty()
+                                                                   ? std::string()
+                                                                   : "; checkpoint " + s.result.checkpoints.back())));
+    return;
+  }
   if (s.step < s.setup.cfg.train.steps)
     start_step(self);
   else
@@ -351,7 +381,7 @@ void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int
   if (s.setup.on_step) s.setup.on_step(rec);
   ++s.step;
   const int64_t every = s.setup.cfg.checkpoint.every;
-  if (every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps))
+  if (every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps || !s.stop_reason.empty()))
     take_checkpoint(self);
   else
     advance(self);

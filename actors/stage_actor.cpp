@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <limits>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -78,6 +79,10 @@ struct stage_state {
   std::map<int64_t, double> step_loss;
   int peak_versions = 0;
   int64_t fired_total = 0;  // every op of the run, for the watchdog
+  // Per op of the step, the sum of its output on the device: read once,
+  // when the step's report goes out, so the hot path never syncs.
+  std::vector<std::pair<op_id, at::Tensor>> finite_checks;
+  std::vector<int64_t> finite_check_ns;
   int64_t round = 0;                      // lock-step: the round being fired
   std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
   std::vector<gradient_msg> early_bwd;
@@ -146,6 +151,8 @@ void begin_step(stage_state& s, int64_t step) {
   s.stash_bytes = 0;
   s.loss_sum = 0.0;
   s.stats = stage_stats{};
+  s.finite_checks.clear();
+  s.finite_check_ns.clear();
 }
 
 // Returns false (and counts it) for a message of an older step, or one
@@ -178,6 +185,40 @@ void pad(const stage_state& s, clock_type::time_point start) {
   if (s.setup.pace_ms > 0)
     std::this_thread::sleep_until(
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
+}
+
+// An injected NaN for (this step, mb, where), if the config asks for one.
+bool injected(const stage_state& s, int mb, const char* where) {
+  for (const auto& f : s.setup.faults)
+    if (f.kind == "nonfinite" && f.step == s.step && f.microbatch == mb && f.where == where) return true;
+  return false;
+}
+
+void check_finite(stage_state& s, op_id op, const at::Tensor& t, int64_t at_ns) {
+  if (!t.defined() || s.setup.async) return;
+  // One reduction per op: a NaN or an infinity anywhere in t makes its sum
+  // non-finite (a finite float32 tensor whose sum overflows would too: a
+  // false alarm that skips one step, never a missed NaN).
+  s.finite_checks.emplace_back(op, t.detach().sum());
+  s.finite_check_ns.push_back(at_ns);
+}
+
+// The first op of the step whose output held a NaN or an infinity.
+nonfinite_seen first_nonfinite(const stage_state& s) {
+  nonfinite_seen seen;
+  if (s.finite_checks.empty()) return seen;
+  std::vector<at::Tensor> flags;
+  for (const auto& c : s.finite_checks) flags.push_back(c.second);
+  auto bad = torch::isfinite(torch::stack(flags)).logical_not().to(torch::kCPU);
+  if (!bad.any().item<bool>()) return seen;
+  for (size_t i = 0; i < s.finite_checks.size(); ++i)
+    if (bad[static_cast<int64_t>(i)].item<bool>()) {
+      seen.mb = s.finite_checks[i].first.mb;
+      seen.where = s.finite_checks[i].first.kind == op_kind::F ? "activation" : "gradient";
+      seen.at_ns = s.finite_check_ns[i];
+      break;
+    }
+  return seen;
 }
 
 // Async: the step of stream microbatch g, and the weight version it uses.
@@ -227,6 +268,8 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights);
     if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
+  if (injected(s, mb, "activation")) out = out + std::numeric_limits<float>::quiet_NaN();
+  check_finite(s, {op_kind::F, mb, chunk}, out, now_ns(s));
   if (last_virtual(s, chunk)) {
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
@@ -269,6 +312,12 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   const int k = slot(s, chunk, mb);
   const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
   if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
+  if (injected(s, mb, "grad")) {
+    if (last)
+      s.stash[k].output = s.stash[k].output * std::numeric_limits<float>::quiet_NaN();
+    else
+      s.grads_in[k] = s.grads_in[k] + std::numeric_limits<float>::quiet_NaN();
+  }
   at::Tensor grad_in;
   if (!s.split) {
     auto e = std::move(s.stash[k]);
@@ -293,6 +342,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   }
   s.grads_in[k] = at::Tensor();
   if (!first) {
+    check_finite(s, {op_kind::B, mb, chunk}, grad_in, now_ns(s));
     auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
     gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
     if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
@@ -365,6 +415,7 @@ void report_grads(stage_ptr self) {
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
   }
   r.loss_sum = s.loss_sum;
+  r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
   s.stats = stage_stats{};
   self->send(s.driver, grads_atom::value, std::move(r));
@@ -519,6 +570,10 @@ void apply_update(stage_ptr self, const apply_msg& m) {
   auto& s = self->state;
   ++s.fired_total;
   torch::NoGradGuard no_grad;
+  if (m.skip) {  // a NaN or an infinity somewhere: weights and optimizer state stay as they were
+    for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+    return;
+  }
   if (m.clip_coef.defined()) {
     auto coef = m.clip_coef.to(torch::Device(s.setup.device));
     for (auto& p : s.params)

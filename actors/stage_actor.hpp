@@ -67,6 +67,9 @@ struct stage_setup {
   /// gradient (the replicas then drift apart, which --verify-replicas and
   /// the tests must catch).
   bool skip_allreduce = false;
+  /// Injected faults for this stage (nonfinite: a NaN into an activation or
+  /// a gradient of one microbatch of one step).
+  std::vector<fault_spec> faults;
   /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
   std::string optimizer_state;
 };

@@ -60,6 +60,13 @@ struct stage_stats {
   std::vector<std::array<int64_t, 3>> cuda_memory;
 };
 
+/// Where a stage first saw a NaN or an infinity in a step.
+struct nonfinite_seen {
+  int32_t mb = -1;       ///< -1: none seen
+  std::string where;     ///< "activation" | "gradient"
+  int64_t at_ns = 0;     ///< trace time, to order stages
+};
+
 /// stage -> driver when the step's last backward is done.
 struct grads_report {
   int rank = 0;
@@ -69,6 +76,7 @@ struct grads_report {
   std::vector<at::Tensor> grad_norms;
   double loss_sum = 0.0;  ///< last stage: sum of weighted microbatch losses
   stage_stats stats;
+  nonfinite_seen nonfinite;
 };
 
 /// driver -> stage: scale the gradients by clip_coef, then step with lr.
@@ -77,7 +85,9 @@ struct apply_msg {
   at::Tensor clip_coef;  ///< undefined = no clipping
   double lr = 0.0;
   bool checksum = false;  ///< answer with a checksum of the new weights
+  bool skip = false;      ///< a non-finite value was seen: drop the gradients, do not step
 };
+
 
 /// Held-out evaluation: a no-grad forward travelling down the stages.
 struct eval_msg {

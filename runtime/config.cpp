@@ -354,6 +354,7 @@ private:
   void read_pipeline(const entry* e);
   void read_parallel(const entry* e);
   void read_checkpoint(const entry* e);
+  void read_faults(const entry& e);
   void read_device_name(const Node& d, const std::string& key, std::vector<std::string>& out);
   void read_compare(const entry* e);
   void read_partition(const entry& e);
@@ -375,7 +376,8 @@ void reader::load(const Node& root) {
   if (!root.IsDefined() || root.IsNull()) fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) fail(root, "", "expected a map at the top level, found " + describe(root));
   const section top =
-      read_map(root, "", {"model", "data", "train", "parallel", "pipeline", "compare", "checkpoint", "supervision"});
+      read_map(root, "",
+               {"model", "data", "train", "parallel", "pipeline", "compare", "checkpoint", "supervision", "faults"});
   read_model(top.find("model"));
   read_data(top.find("data"));
   read_train(top.find("train"));
@@ -384,10 +386,12 @@ void reader::load(const Node& root) {
   read_compare(top.find("compare"));
   read_checkpoint(top.find("checkpoint"));
   if (const entry* se = top.find("supervision")) {
-    const section s = read_map(se->value, "supervision", {"watchdog_s"});
+    const section s = read_map(se->value, "supervision", {"watchdog_s", "on_nonfinite"});
     if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s))
       non_negative("supervision.watchdog_s", cfg_.supervision.watchdog_s);
+    read_choice(s, "on_nonfinite", "non-finite policy", {"skip", "stop"}, cfg_.supervision.on_nonfinite);
   }
+  if (const entry* fe = top.find("faults")) read_faults(*fe);
 }
 
 // -- checkpoint --------------------------------------------------------------
@@ -405,6 +409,47 @@ void reader::read_checkpoint(const entry* e) {
   if (cfg_.pipeline.schedule == "async")
     fail_key("checkpoint", "async (PipeDream-2BW) has no step boundary where every stage's weights are one "
                            "version; checkpoints need a synchronous schedule");
+}
+
+// -- faults ------------------------------------------------------------------
+
+void reader::read_faults(const entry& e) {
+  auto& f = cfg_.faults;
+  const section s = read_map(e.value, "faults", {"seed", "inject"});
+  int64_t seed = 0;
+  if (read_int(s, "seed", seed)) f.seed = static_cast<uint64_t>(seed);
+  const entry* ie = s.find("inject");
+  if (!ie) return;
+  if (!ie->value.IsSequence())
+    fail(value_mark(*ie), "faults.inject", "expected a list of faults, found " + describe(ie->value));
+  for (size_t i = 0; i < ie->value.size(); ++i) {
+    const Node n = ie->value[i];
+    const std::string key = item("faults.inject", i);
+    cfg_.marks[key] = to_mark(n.Mark());
+    if (!n.IsMap()) fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
+    const section fs = read_map(n, key, {"kind", "stage", "step", "microbatch", "where"});
+    fault_spec spec;
+    read_choice(fs, "kind", "fault kind (this build injects: nonfinite)", {"nonfinite"}, spec.kind);
+    if (spec.kind.empty()) fail_key(key, "needs a kind");
+    int64_t v = 0;
+    if (read_int(fs, "stage", v)) {
+      at_least(key + ".stage", v, 0);
+      if (v >= cfg_.pipeline.stages)
+        fail_key(key + ".stage", "stage " + std::to_string(v) + " does not exist (pipeline.stages " +
+                                     std::to_string(cfg_.pipeline.stages) + ")");
+      spec.stage = static_cast<int>(v);
+    }
+    if (read_int(fs, "step", spec.step)) at_least(key + ".step", spec.step, 0);
+    if (read_int(fs, "microbatch", v)) {
+      at_least(key + ".microbatch", v, 0);
+      if (v >= cfg_.pipeline.microbatches)
+        fail_key(key + ".microbatch", std::to_string(v) + " is not below pipeline.microbatches " +
+                                          std::to_string(cfg_.pipeline.microbatches));
+      spec.microbatch = static_cast<int>(v);
+    }
+    read_choice(fs, "where", "place for the value", {"grad", "activation"}, spec.where);
+    f.inject.push_back(spec);
+  }
 }
 
 // -- parallel ----------------------------------------------------------------

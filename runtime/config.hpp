@@ -121,6 +121,23 @@ struct parallel_config {
 /// run stops with the per-stage op grid (0 = no watchdog).
 struct supervision_config {
   double watchdog_s = 60.0;
+  /// A NaN or infinity before the optimizer step: skip the step (weights
+  /// and optimizer state unchanged) or stop after a checkpoint.
+  std::string on_nonfinite = "skip";
+};
+
+/// One injected fault (only `nonfinite` so far).
+struct fault_spec {
+  std::string kind;  ///< nonfinite
+  int stage = 0;
+  int64_t step = 0;
+  int microbatch = 0;
+  std::string where = "grad";  ///< grad | activation
+};
+
+struct faults_config {
+  uint64_t seed = 0;
+  std::vector<fault_spec> inject;
 };
 
 /// On-disk checkpoints every `every` steps (0 = none) into `dir`.
@@ -138,6 +155,7 @@ struct config {
   parallel_config parallel;
   checkpoint_config checkpoint;
   supervision_config supervision;
+  faults_config faults;
   /// Device of every (replica, stage) after loading; replica 0 is
   /// pipeline.devices.
   std::vector<std::vector<std::string>> replica_devices;

@@ -18,6 +18,7 @@ struct step_record {
   double pipeline_s = 0.0; ///< first microbatch in -> last backward done
   double bubble = 0.0;     ///< 1 - sum(busy) / (S * pipeline_s)
   double grad_norm = 0.0;  ///< global norm before clipping
+  bool skipped = false;    ///< a NaN or an infinity: no update this step
   int64_t start_ns = 0;    ///< since the run started
   /// Data parallel: mean allreduce time of a stage, and the share of all
   /// allreduce time spent while some stage still computed the step.
@@ -42,6 +43,7 @@ struct train_result {
   double checkpoint_s = 0.0;             ///< time spent writing them
   int64_t resumed_from = -1;             ///< the checkpoint's step when resumed
   std::vector<std::string> notices;      ///< one line each: what went wrong and what was done
+  std::vector<int64_t> skipped_steps;    ///< steps dropped for a NaN or an infinity
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -89,7 +90,10 @@ inline torch::nn::Sequential reference_net(const config& c) {
   return net;
 }
 
-inline std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms) {
+/// `skip`: steps whose update is dropped (their batch is consumed, StepLR
+/// still counts them), as a run skips a step that saw a NaN.
+inline std::map<std::string, at::Tensor> reference_weights(const config& c, std::vector<double>* norms,
+                                                           const std::set<int64_t>& skip = {}) {
   auto net = reference_net(c);
   auto data = load_dataset(c);
   std::unique_ptr<torch::optim::Optimizer> made;
@@ -104,6 +108,10 @@ inline std::map<std::string, at::Tensor> reference_weights(const config& c, std:
     if (step > 0 && step % c.train.lr_schedule.step_size == 0) lr *= c.train.lr_schedule.gamma;
     for (auto& g : opt.param_groups()) g.options().set_lr(lr);
     opt.zero_grad();
+    if (skip.count(step)) {
+      norms->push_back(std::nan(""));
+      continue;
+    }
     auto b = batch_for_step(data, c, step);
     int m = c.pipeline.microbatches;
     auto xs = b.x.chunk(m);

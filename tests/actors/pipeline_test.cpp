@@ -384,3 +384,44 @@ TEST(Watchdog, AStageThatNeverFiresBackwardsStopsTheRunWithTheOpGrid) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// A NaN injected into one gradient of step 5: the global check sees it
+// before the optimizer step, the step is skipped on every stage, and the
+// run equals a fault-free one that drops step 5's update.
+TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
+  for (const std::string where : {"grad", "activation"}) {
+    auto c = small_config("1f1b", 4, 8, true);
+    c.train.steps = 8;
+    c.faults.inject.push_back({"nonfinite", 1, 5, 2, where});
+    auto out = run_training(c);
+    std::vector<double> norms;
+    // The reference: the same run without the fault, minus step 5's update
+    // (no dropout, so the plain loop can be the reference).
+    auto plain = small_config("1f1b", 4, 8, false);
+    plain.train.steps = 8;
+    auto want = reference_weights(plain, &norms, {5});
+    auto mine = small_config("1f1b", 4, 8, false);
+    mine.train.steps = 8;
+    mine.faults.inject.push_back({"nonfinite", 1, 5, 2, where});
+    auto got = run_training(mine);
+    ASSERT_EQ(got.result.skipped_steps, std::vector<int64_t>{5});
+    for (auto& [name, w] : got.weights) {
+      const auto& r = want.at(name);
+      EXPECT_LE((w - r).abs().max().item<double>(), 1e-6 * r.abs().max().item<double>()) << where << " " << name;
+    }
+    ASSERT_EQ(got.result.notices.size(), 1u);
+    EXPECT_EQ(got.result.notices[0], "step 5: non-finite value first seen on stage 1, microbatch 2, in a" +
+                                         std::string(where == "grad" ? " gradient" : "n activation") +
+                                         "; step skipped, weights and optimizer state unchanged");
+    EXPECT_TRUE(got.result.steps[5].skipped);
+    // With dropout too the step is skipped and every weight stays finite.
+    ASSERT_EQ(out.result.skipped_steps, std::vector<int64_t>{5});
+    for (auto& [name, w] : out.weights) EXPECT_TRUE(torch::isfinite(w).all().item<bool>()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace actorpipe
