@@ -429,8 +429,13 @@ void reader::read_faults(const entry& e) {
     if (!n.IsMap()) fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
     const section fs = read_map(n, key, {"kind", "stage", "step", "microbatch", "where"});
     fault_spec spec;
-    read_choice(fs, "kind", "fault kind (this build injects: nonfinite)", {"nonfinite"}, spec.kind);
-    if (spec.kind.empty()) fail_key(key, "needs a kind");
+    if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
+    const std::vector<std::string> planned = {"kill_stage", "throw", "delay", "duplicate", "drop", "slow_stage"};
+    if (std::find(planned.begin(), planned.end(), spec.kind) != planned.end())
+      fail_key(key + ".kind", "fault kind '" + spec.kind + "' is not injected by this build yet; it injects nonfinite");
+    if (spec.kind != "nonfinite")
+      fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, {"nonfinite"}) +
+                                  " (known: nonfinite)");
     int64_t v = 0;
     if (read_int(fs, "stage", v)) {
       at_least(key + ".stage", v, 0);

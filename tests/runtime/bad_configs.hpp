@@ -669,6 +669,43 @@ checkpoint:
   dir: ck
 )yaml",
        "{FILE}:12:1: checkpoint: async (PipeDream-2BW) has no step boundary where every stage's weights are one version; checkpoints need a synchronous schedule"},
+      {"FaultKindNotInjectedYet",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+faults:
+  inject:
+    - {kind: kill_stage, stage: 0, step: 1}
+)yaml",
+       "{FILE}:8:14: faults.inject[0].kind: fault kind 'kill_stage' is not injected by this build yet; it injects nonfinite"},
+      {"FaultOnMissingStage",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  microbatches: 2
+faults:
+  inject:
+    - {kind: nonfinite, stage: 2, step: 1}
+)yaml",
+       "{FILE}:13:32: faults.inject[0].stage: stage 2 does not exist (pipeline.stages 2)"},
+      {"UnknownNonfinitePolicy",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+supervision:
+  on_nonfinite: ignore
+)yaml",
+       "{FILE}:7:17: supervision.on_nonfinite: unknown non-finite policy 'ignore' (known: skip, stop)"},
       {"CompareUnknownSchedule",
        R"yaml(model:
   layers:
