@@ -218,7 +218,13 @@ void on_grads(driver_ptr self, grads_report& r) {
   rec.grad_norm = total.item<double>();
   rec.skipped = m.skip;
   rec.lr = s.lr;
-  for (auto& rep : s.reports) rec.loss += rep.loss_sum;
+  int64_t correct = 0, samples = 0;
+  for (auto& rep : s.reports) {
+    rec.loss += rep.loss_sum;
+    correct += rep.correct;
+    samples += rep.samples;
+  }
+  if (samples > 0) rec.train_accuracy = static_cast<double>(correct) / static_cast<double>(samples);
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
 }
 

@@ -70,6 +70,7 @@ struct stage_state {
   int64_t measured_n[3] = {0, 0, 0};
   int64_t stash_bytes = 0;
   double loss_sum = 0.0;
+  int64_t correct = 0, samples = 0;  // last stage: training accuracy of the step
   stage_stats stats;
   bool tick_pending = false;
   // Async: versions[t] is step t's copy of weight version max(t-1, 0); its
@@ -150,6 +151,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
   s.stash_bytes = 0;
   s.loss_sum = 0.0;
+  s.correct = s.samples = 0;
   s.stats = stage_stats{};
   s.finite_checks.clear();
   s.finite_check_ns.clear();
@@ -274,10 +276,13 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
     auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
-    if (s.setup.async)
+    if (s.setup.async) {
       s.step_loss[step_of(s, mb)] += loss.item<double>();
-    else
+    } else {
       s.loss_sum += loss.item<double>();
+      s.correct += out.argmax(1).eq(y).sum().item<int64_t>();
+      s.samples += y.size(0);
+    }
     e.output = s.setup.recompute ? at::Tensor() : loss;
     s.bwd_ready[chunk].insert(mb);  // the loss starts the backward right here
     s.bwd_seen[k] = 1;
@@ -415,6 +420,8 @@ void report_grads(stage_ptr self) {
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
   }
   r.loss_sum = s.loss_sum;
+  r.correct = s.correct;
+  r.samples = s.samples;
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
   s.stats = stage_stats{};

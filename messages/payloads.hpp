@@ -75,6 +75,8 @@ struct grads_report {
   /// Per chunk: per-parameter 2-norms (float32, CPU) in layer order.
   std::vector<at::Tensor> grad_norms;
   double loss_sum = 0.0;  ///< last stage: sum of weighted microbatch losses
+  int64_t correct = 0;    ///< last stage: training samples classified right this step
+  int64_t samples = 0;
   stage_stats stats;
   nonfinite_seen nonfinite;
 };

@@ -19,6 +19,7 @@ struct step_record {
   double bubble = 0.0;     ///< 1 - sum(busy) / (S * pipeline_s)
   double grad_norm = 0.0;  ///< global norm before clipping
   bool skipped = false;    ///< a NaN or an infinity: no update this step
+  double train_accuracy = -1.0;  ///< of this step's batch, as the forward saw it
   int64_t start_ns = 0;    ///< since the run started
   /// Data parallel: mean allreduce time of a stage, and the share of all
   /// allreduce time spent while some stage still computed the step.

@@ -177,7 +177,9 @@ std::string results_json(const train_result& r) {
     os << "    {\"step\": " << s.step << ", \"loss\": " << fmt("%.9g", s.loss) << ", \"lr\": " << fmt("%.9g", s.lr)
        << ", \"step_s\": " << fmt("%.9g", s.step_s) << ", \"pipeline_s\": " << fmt("%.9g", s.pipeline_s)
        << ", \"bubble\": " << fmt("%.6f", s.bubble) << ", \"grad_norm\": " << fmt("%.9g", s.grad_norm)
-       << ", \"allreduce_s\": " << fmt("%.9g", s.allreduce_s) << ", \"stages\": [";
+       << ", \"allreduce_s\": " << fmt("%.9g", s.allreduce_s) << ", \"train_accuracy\": "
+       << (s.train_accuracy < 0 ? std::string("null") : fmt("%.6f", s.train_accuracy))
+       << ", \"skipped\": " << (s.skipped ? "true" : "false") << ", \"stages\": [";
     for (size_t k = 0; k < s.stages.size(); ++k) {
       const auto& st = s.stages[k];
       const double busy = static_cast<double>(st.busy_ns) * 1e-9;
@@ -201,14 +203,17 @@ std::string results_json(const train_result& r) {
 
 namespace {
 
-std::string loss_svg(const std::vector<train_result>& runs) {
+// One curve per run over the steps: value(step_record) < 0 is no point.
+template <class Value>
+std::string curve_svg(const std::vector<train_result>& runs, const std::string& title, Value value) {
   const double left = 60, top = 30, plot_w = 700, plot_h = 220, right = 150;
   size_t steps = 1;
   double lo = 1e300, hi = -1e300;
   for (const auto& r : runs)
     for (const auto& s : r.steps) {
-      lo = std::min(lo, s.loss);
-      hi = std::max(hi, s.loss);
+      if (value(s) < 0) continue;
+      lo = std::min(lo, value(s));
+      hi = std::max(hi, value(s));
       steps = std::max(steps, r.steps.size());
     }
   if (!(hi > lo)) hi = lo + 1.0;
@@ -216,16 +221,17 @@ std::string loss_svg(const std::vector<train_result>& runs) {
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right << "\" height=\""
      << top + plot_h + 40 << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"" << left
-     << "\" y=\"18\" font-size=\"14\">training loss per step</text>\n<rect x=\"" << left << "\" y=\"" << top
+     << "\" y=\"18\" font-size=\"14\">" << escape(title) << "</text>\n<rect x=\"" << left << "\" y=\"" << top
      << "\" width=\"" << plot_w << "\" height=\"" << plot_h << "\" fill=\"#f8f8f8\"/>\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     std::ostringstream pts;
     for (size_t k = 0; k < runs[i].steps.size(); ++k) {
+      if (value(runs[i].steps[k]) < 0) continue;
       const double x = left + plot_w * (steps > 1 ? static_cast<double>(k) / (steps - 1) : 0.0);
-      const double y = top + plot_h * (1.0 - (runs[i].steps[k].loss - lo) / (hi - lo));
+      const double y = top + plot_h * (1.0 - (value(runs[i].steps[k]) - lo) / (hi - lo));
       pts << (k ? " " : "") << fmt("%.1f", x) << "," << fmt("%.1f", y);
     }
-    os << "<polyline class=\"loss\" fill=\"none\" stroke=\"" << palette(i) << "\" stroke-width=\"1.5\" points=\""
+    os << "<polyline class=\"curve\" fill=\"none\" stroke=\"" << palette(i) << "\" stroke-width=\"1.5\" points=\""
        << pts.str() << "\"/><text x=\"" << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\""
        << palette(i) << "\">" << escape(runs[i].schedule) << "</text>\n";
   }
@@ -261,7 +267,11 @@ std::string html_report(const std::string& title, const std::string& config_text
        << "</td><td>" << escape(mem) << "</td><td>"
        << (r.test_accuracy < 0 ? std::string("-") : fmt("%.2f%%", r.test_accuracy * 100.0)) << "</td></tr>\n";
   }
-  os << "</table></section>\n<section><h2>Loss</h2>\n" << loss_svg(runs) << "</section>\n";
+  os << "</table></section>\n<section><h2>Loss and accuracy</h2>\n"
+     << curve_svg(runs, "training loss per step", [](const step_record& s) { return s.loss; })
+     << curve_svg(runs, "training accuracy per step (the step's batch, as its forward saw it)",
+                  [](const step_record& s) { return s.train_accuracy; })
+     << "<p>Held-out accuracy at the end: in the table.</p></section>\n";
   double span = 0.0;
   for (const auto& r : runs) span = std::max(span, step_span_ms(r));
   os << "<section><h2>Timelines</h2><p>The last step of each run, measured, on one time axis (0 .. "

@@ -425,3 +425,23 @@ TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// The step's training accuracy is what its forward saw: step 0 with the
+// initial weights equals one module's forward on the same batch.
+TEST(StepReport, TrainingAccuracyIsTheForwardsOnTheStepsBatch) {
+  auto c = small_config("gpipe", 4, 8);
+  c.train.steps = 1;
+  auto out = run_training(c);
+  auto net = reference_net(c);
+  auto b = batch_for_step(load_dataset(c), c, 0);
+  torch::NoGradGuard no_grad;
+  const double want = net->forward(b.x).argmax(1).eq(b.y).sum().item<double>() / static_cast<double>(b.y.size(0));
+  ASSERT_EQ(out.result.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(out.result.steps[0].train_accuracy, want);
+}
+
+}  // namespace
+}  // namespace actorpipe

@@ -636,6 +636,11 @@ TEST(ReportInBrowser, LoadsWithoutConsoleErrorsHoldsTheRunsNumbersAndALanePerSta
        at = timeline.find("class=\"lane\"", at + 1))
     ++lanes;
   EXPECT_EQ(lanes, 2u);
+  // Two curves: loss and training accuracy.
+  size_t curves = 0;
+  for (size_t at = dom.out.find("class=\"curve\""); at != std::string::npos; at = dom.out.find("class=\"curve\"", at + 1))
+    ++curves;
+  EXPECT_EQ(curves, 2u);
 
   const std::string shot = (dir / "run.png").string();
   auto png = headless({"--window-size=1300,1800", "--screenshot=" + shot}, page);
