@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
@@ -20,6 +21,7 @@
 #include "runtime/lr.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
+#include "runtime/seed.hpp"
 
 namespace actorpipe {
 
@@ -53,6 +55,16 @@ struct stage_state {
 
   int64_t step = -1;
   std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // by chunk
+  // Backward inputs that arrived ahead of their turn: per chunk, B runs in
+  // ascending microbatch order (the gradient sums stay bitwise the same
+  // when messages are delayed or reordered), so B(mb) is ready only once
+  // B(mb - 1) has run.
+  std::vector<mb_set> bwd_arrived;
+  std::vector<int> bwd_next;
+  // Forwards too: a delayed activation must not let a later microbatch take
+  // the in-flight slot its predecessor needs (that deadlocks 1F1B).
+  std::vector<mb_set> fwd_arrived;
+  std::vector<int> fwd_next;
   bool split = false;  // the policy runs B and W as separate ops
   // The rest is indexed by slot = chunk * M + mb.
   std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
@@ -80,6 +92,8 @@ struct stage_state {
   std::map<int64_t, double> step_loss;
   int peak_versions = 0;
   int64_t fired_total = 0;  // every op of the run, for the watchdog
+  uint64_t dropped = 0;     // duplicate or stale messages since the last report
+  std::chrono::steady_clock::time_point slowed_op_start;  // slow_stage: the op already slowed
   // Per op of the step, the sum of its output on the device: read once,
   // when the step's report goes out, so the hot path never syncs.
   std::vector<std::pair<op_id, at::Tensor>> finite_checks;
@@ -139,6 +153,12 @@ void begin_step(stage_state& s, int64_t step) {
   s.step = step;
   s.fwd_ready.assign(s.setup.chunks, mb_set{});
   s.bwd_ready.assign(s.setup.chunks, mb_set{});
+  s.bwd_arrived.assign(s.setup.chunks, mb_set{});
+  for (auto& r : s.bwd_arrived) r.reset(m);
+  s.bwd_next.assign(s.setup.chunks, 0);
+  s.fwd_arrived.assign(s.setup.chunks, mb_set{});
+  for (auto& r : s.fwd_arrived) r.reset(m);
+  s.fwd_next.assign(s.setup.chunks, 0);
   s.w_ready.assign(s.setup.chunks, mb_set{});
   for (auto& r : s.fwd_ready) r.reset(m);
   for (auto& r : s.bwd_ready) r.reset(m);
@@ -157,18 +177,45 @@ void begin_step(stage_state& s, int64_t step) {
   s.finite_check_ns.clear();
 }
 
+// B(chunk, bwd_next) becomes ready when its input is there.
+void promote_backward(stage_state& s, int chunk) {
+  const int next = s.bwd_next[chunk];
+  if (next < s.setup.microbatches && s.bwd_arrived[chunk].contains(next)) {
+    s.bwd_arrived[chunk].erase(next);
+    s.bwd_ready[chunk].insert(next);
+  }
+}
+
+void promote_forward(stage_state& s, int chunk) {
+  const int next = s.fwd_next[chunk];
+  if (next < s.setup.microbatches && s.fwd_arrived[chunk].contains(next)) {
+    s.fwd_arrived[chunk].erase(next);
+    s.fwd_ready[chunk].insert(next);
+  }
+}
+
+void arrive_forward(stage_state& s, int chunk, int mb) {
+  s.fwd_arrived[chunk].insert(mb);
+  promote_forward(s, chunk);
+}
+
+void arrive_backward(stage_state& s, int chunk, int mb) {
+  s.bwd_arrived[chunk].insert(mb);
+  promote_backward(s, chunk);
+}
+
 // Returns false (and counts it) for a message of an older step, or one
 // whose op input already arrived.
 bool accept(stage_state& s, const msg_header& h, std::vector<char>& seen) {
   if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
       h.chunk >= s.setup.chunks) {
-    ++s.stats.duplicates;
+    ++s.dropped;
     return false;
   }
   if (h.step > s.step) begin_step(s, h.step);
   auto& flag = seen[slot(s, h.chunk, h.mb)];
   if (flag) {
-    ++s.stats.duplicates;
+    ++s.dropped;
     return false;
   }
   flag = 1;
@@ -183,10 +230,53 @@ void schedule_tick(stage_ptr self) {
 
 // pace_ms: the op's results leave the stage only once its padded time is
 // over, as they would from a slower device.
-void pad(const stage_state& s, clock_type::time_point start) {
+void pad(stage_state& s, clock_type::time_point start) {
   if (s.setup.pace_ms > 0)
     std::this_thread::sleep_until(
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
+  // slow_stage: the op takes `factor` times as long as it did (once per op:
+  // pad runs again after ops that send nothing).
+  if (s.slowed_op_start == start) return;
+  s.slowed_op_start = start;
+  for (const auto& f : s.setup.faults)
+    if (f.kind == "slow_stage" && f.factor > 1.0) {
+      const auto took = clock_type::now() - start;
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(took * f.factor));
+    }
+}
+
+// Sends an activation or a gradient, through the injected faults: a message
+// picked (by faults.seed and its ids, never by timing) is sent twice, or
+// held back. Receivers drop the duplicate; the delay only moves time.
+template <class Atom, class Msg>
+void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg msg) {
+  auto& s = self->state;
+  const auto& h = msg.h;
+  const uint64_t kind = std::is_same<Atom, fwd_atom>::value ? 0 : 1;
+  double delay_ms = 0.0;
+  bool twice = false;
+  for (size_t i = 0; i < s.setup.faults.size(); ++i) {
+    const auto& f = s.setup.faults[i];
+    if (f.kind != "duplicate" && f.kind != "delay") continue;
+    if (f.kind == "delay" && ((f.from >= 0 && f.from != s.setup.rank) || (f.to >= 0 && f.to != to_rank))) continue;
+    const uint64_t draw = derive_seed(s.setup.fault_seed, {i, static_cast<uint64_t>(h.step), static_cast<uint64_t>(h.mb),
+                                                           static_cast<uint64_t>(h.chunk), kind,
+                                                           static_cast<uint64_t>(s.setup.rank),
+                                                           static_cast<uint64_t>(s.setup.replica)});
+    if (static_cast<double>(draw >> 11) * 0x1.0p-53 >= f.probability) continue;
+    if (f.kind == "duplicate") twice = true;
+    else delay_ms = std::max(delay_ms, f.ms);
+  }
+  if (twice) {
+    ++s.stats.injected_duplicates;
+    self->send(to, atom, msg);
+  }
+  if (delay_ms > 0) {
+    ++s.stats.injected_delays;
+    self->delayed_send(to, std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)), atom, std::move(msg));
+  } else {
+    self->send(to, atom, std::move(msg));
+  }
 }
 
 // An injected NaN for (this step, mb, where), if the config asks for one.
@@ -284,7 +374,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
       s.samples += y.size(0);
     }
     e.output = s.setup.recompute ? at::Tensor() : loss;
-    s.bwd_ready[chunk].insert(mb);  // the loss starts the backward right here
+    arrive_backward(s, chunk, mb);  // the loss starts the backward right here
     s.bwd_seen[k] = 1;
   } else {
     if (!s.setup.recompute) e.output = out;
@@ -292,7 +382,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     activation_msg down{{0, s.step, mb, next.chunk, s.round}, out.detach(), msg.y};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
     pad(s, start);
-    self->send(next.to, fwd_atom::value, std::move(down));
+    deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
   }
   s.stash[k] = std::move(e);
   ++s.stashed;
@@ -352,7 +442,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
     gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
     if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
     pad(s, start);
-    self->send(prev.to, bwd_atom::value, std::move(up));
+    deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
   }
   ++s.bwd_done;
 }
@@ -424,6 +514,8 @@ void report_grads(stage_ptr self) {
   r.samples = s.samples;
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
+  r.stats.duplicates = s.dropped;  // since the last report, between steps too
+  s.dropped = 0;
   s.stats = stage_stats{};
   self->send(s.driver, grads_atom::value, std::move(r));
 }
@@ -454,7 +546,8 @@ void async_step(stage_ptr self, int64_t t) {
   // Peaks since the last report; counts of what was dropped.
   r.stats.peak_stash = s.stats.peak_stash;
   r.stats.peak_stash_bytes = s.stats.peak_stash_bytes;
-  r.stats.duplicates = s.stats.duplicates;
+  r.stats.duplicates = s.dropped;
+  s.dropped = 0;
   r.stats.peak_versions = s.peak_versions;
   s.stats.peak_stash = s.stashed;
   s.stats.peak_stash_bytes = s.stash_bytes;
@@ -532,10 +625,14 @@ bool fire_one(stage_ptr self) {
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
     s.fwd_ready[op->chunk].erase(op->mb);
+    ++s.fwd_next[op->chunk];
     fire_forward(self, op->chunk, op->mb, start);
+    promote_forward(s, op->chunk);
   } else if (op->kind == op_kind::B) {
     s.bwd_ready[op->chunk].erase(op->mb);
+    ++s.bwd_next[op->chunk];
     fire_backward(self, op->chunk, op->mb, start);
+    promote_backward(s, op->chunk);
   } else {
     s.w_ready[op->chunk].erase(op->mb);
     fire_weight(self, op->chunk, op->mb);
@@ -627,15 +724,16 @@ void evaluate(stage_ptr self, eval_msg m) {
 void on_activation(stage_ptr self, activation_msg& m) {
   auto& s = self->state;
   if (!accept(s, m.h, s.fwd_seen)) return;
-  s.fwd_ready[m.h.chunk].insert(m.h.mb);
-  s.inputs[slot(s, m.h.chunk, m.h.mb)] = std::move(m);
+  const int chunk = m.h.chunk, mb = m.h.mb;
+  s.inputs[slot(s, chunk, mb)] = std::move(m);
+  arrive_forward(s, chunk, mb);
   schedule_tick(self);
 }
 
 void on_gradient(stage_ptr self, gradient_msg& m) {
   auto& s = self->state;
   if (!accept(s, m.h, s.bwd_seen)) return;
-  s.bwd_ready[m.h.chunk].insert(m.h.mb);
+  arrive_backward(s, m.h.chunk, m.h.mb);
   s.grads_in[slot(s, m.h.chunk, m.h.mb)] = std::move(m.g);
   schedule_tick(self);
 }

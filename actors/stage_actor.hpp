@@ -70,6 +70,7 @@ struct stage_setup {
   /// Injected faults for this stage (nonfinite: a NaN into an activation or
   /// a gradient of one microbatch of one step).
   std::vector<fault_spec> faults;
+  uint64_t fault_seed = 0;  ///< faults.seed: which messages a probability picks
   /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
   std::string optimizer_state;
 };

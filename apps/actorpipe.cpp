@@ -347,6 +347,28 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
+// What was injected and what the runtime did about it; stragglers.
+void print_fault_report(const train_result& r) {
+  uint64_t dup = 0, delayed = 0;
+  for (const auto& st : r.steps)
+    for (const auto& s : st.stages) {
+      dup += s.injected_duplicates;
+      delayed += s.injected_delays;
+    }
+  if (dup + delayed + r.duplicates + r.skipped_steps.size() > 0)
+    std::printf("faults: %llu messages sent twice, %llu held back; %llu duplicate or stale messages dropped; "
+                "%zu steps skipped for a NaN or an infinity\n",
+                static_cast<unsigned long long>(dup), static_cast<unsigned long long>(delayed),
+                static_cast<unsigned long long>(r.duplicates), r.skipped_steps.size());
+  const auto speeds = stage_speeds(r);
+  const int per = std::max(1, r.stages);
+  for (size_t i = 0; i < speeds.size(); ++i)
+    if (speeds[i] > 0 && speeds[i] < 0.75)
+      std::printf("straggler: %sstage %d runs at %.2f of the median stage's speed\n",
+                  r.dp > 1 ? ("replica " + std::to_string(i / per) + " ").c_str() : "", static_cast<int>(i % per),
+                  speeds[i]);
+}
+
 // --timeline, --memory, --results (one run) and --report (any number).
 void write_outputs(args& a, const config& cfg, const std::vector<train_result>& runs) {
   auto emit = [&](const char* flag, const std::string& text, const char* what) {
@@ -418,6 +440,7 @@ int cmd_train(int argc, char** argv) {
                        resume);
   print_placement(out.result);
   for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
+  print_fault_report(out.result);
   if (!out.result.checkpoints.empty())
     std::printf("checkpoints: %zu written, the latest %s (%.1f ms writing in all)\n", out.result.checkpoints.size(),
                 out.result.checkpoints.back().c_str(), out.result.checkpoint_s * 1e3);

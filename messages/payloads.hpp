@@ -45,6 +45,8 @@ struct stage_stats {
   int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
   uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
   int peak_versions = 0;         ///< async: most weight versions held at once
+  uint64_t injected_duplicates = 0;  ///< messages this stage sent twice on purpose
+  uint64_t injected_delays = 0;      ///< messages it held back on purpose
   /// Data parallel: the gradient allreduce over this stage's replicas
   /// (trace time, ns; both 0 when there was none).
   int64_t allreduce_start_ns = 0;

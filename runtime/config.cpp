@@ -427,15 +427,35 @@ void reader::read_faults(const entry& e) {
     const std::string key = item("faults.inject", i);
     cfg_.marks[key] = to_mark(n.Mark());
     if (!n.IsMap()) fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
-    const section fs = read_map(n, key, {"kind", "stage", "step", "microbatch", "where"});
+    const section fs =
+        read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms", "factor"});
     fault_spec spec;
     if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
-    const std::vector<std::string> planned = {"kill_stage", "throw", "delay", "duplicate", "drop", "slow_stage"};
+    const std::vector<std::string> planned = {"kill_stage", "throw", "drop"};
+    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage"};
     if (std::find(planned.begin(), planned.end(), spec.kind) != planned.end())
-      fail_key(key + ".kind", "fault kind '" + spec.kind + "' is not injected by this build yet; it injects nonfinite");
-    if (spec.kind != "nonfinite")
-      fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, {"nonfinite"}) +
-                                  " (known: nonfinite)");
+      fail_key(key + ".kind", "fault kind '" + spec.kind +
+                                  "' is not injected by this build yet; it injects nonfinite, duplicate, delay and "
+                                  "slow_stage");
+    if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
+      fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, kinds) +
+                                  " (known: " + join(kinds) + ")");
+    auto stage_index = [&](const char* name, int& out) {
+      int64_t x = 0;
+      if (!read_int(fs, name, x)) return;
+      at_least(key + "." + name, x, 0);
+      if (x >= cfg_.pipeline.stages)
+        fail_key(key + "." + name, "stage " + std::to_string(x) + " does not exist (pipeline.stages " +
+                                       std::to_string(cfg_.pipeline.stages) + ")");
+      out = static_cast<int>(x);
+    };
+    stage_index("from", spec.from);
+    stage_index("to", spec.to);
+    if (read_number(fs, "probability", spec.probability) && !(spec.probability >= 0 && spec.probability <= 1))
+      fail_key(key + ".probability", "must be within [0, 1], found " + std::to_string(spec.probability));
+    if (read_number(fs, "ms", spec.ms)) non_negative(key + ".ms", spec.ms);
+    if (read_number(fs, "factor", spec.factor) && !(spec.factor >= 1.0))
+      fail_key(key + ".factor", "must be at least 1 (a slower stage), found " + std::to_string(spec.factor));
     int64_t v = 0;
     if (read_int(fs, "stage", v)) {
       at_least(key + ".stage", v, 0);

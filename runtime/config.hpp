@@ -128,11 +128,15 @@ struct supervision_config {
 
 /// One injected fault (only `nonfinite` so far).
 struct fault_spec {
-  std::string kind;  ///< nonfinite
-  int stage = 0;
+  std::string kind;  ///< nonfinite | duplicate | delay | slow_stage
+  int stage = 0;     ///< nonfinite, slow_stage
   int64_t step = 0;
   int microbatch = 0;
   std::string where = "grad";  ///< grad | activation
+  int from = -1, to = -1;      ///< delay: messages from stage `from` to stage `to` (-1: any)
+  double probability = 0.0;    ///< duplicate, delay: per message, drawn from faults.seed
+  double ms = 0.0;             ///< delay
+  double factor = 1.0;         ///< slow_stage: every op takes this many times as long
 };
 
 struct faults_config {

@@ -48,4 +48,26 @@ std::vector<int> peak_stash_count(const train_result& r) {
   return peak;
 }
 
+std::vector<double> stage_speeds(const train_result& r) {
+  std::vector<double> busy, ops;
+  for (size_t t = r.steps.size() > 1 ? 1 : 0; t < r.steps.size(); ++t) {
+    const auto& st = r.steps[t].stages;
+    busy.resize(std::max(busy.size(), st.size()), 0.0);
+    ops.resize(busy.size(), 0.0);
+    for (size_t i = 0; i < st.size(); ++i) {
+      busy[i] += static_cast<double>(st[i].busy_ns);
+      ops[i] += static_cast<double>(st[i].events.size());
+    }
+  }
+  std::vector<double> mean;
+  for (size_t i = 0; i < busy.size(); ++i) mean.push_back(ops[i] > 0 ? busy[i] / ops[i] : 0.0);
+  if (mean.empty()) return {};
+  std::vector<double> sorted = mean;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  std::vector<double> speed;
+  for (double m : mean) speed.push_back(m > 0 ? median / m : 0.0);
+  return speed;
+}
+
 }  // namespace actorpipe

@@ -60,6 +60,11 @@ double measured_bubble(const std::vector<stage_stats>& stages, int64_t span_ns);
 double mean_step_seconds(const train_result& r);
 /// Mean measured bubble, with the same warm-up rule.
 double mean_bubble(const train_result& r);
+/// Per stage (replica-major), its speed against the median stage: the
+/// median of the stages' mean op times over its own. A stage slowed 3x
+/// scores about 0.33. Steps after the first; empty without ops.
+std::vector<double> stage_speeds(const train_result& r);
+
 /// Largest peak_stash_bytes (and count) per stage over all steps.
 std::vector<int64_t> peak_stash_bytes(const train_result& r);
 std::vector<int> peak_stash_count(const train_result& r);

@@ -445,3 +445,75 @@ TEST(StepReport, TrainingAccuracyIsTheForwardsOnTheStepsBatch) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+fault_spec message_fault(const char* kind, double p, double ms = 0.0, int from = -1, int to = -1) {
+  fault_spec f;
+  f.kind = kind;
+  f.probability = p;
+  f.ms = ms;
+  f.from = from;
+  f.to = to;
+  return f;
+}
+
+uint64_t injected_duplicates(const train_result& r) {
+  uint64_t n = 0;
+  for (const auto& st : r.steps)
+    for (const auto& s : st.stages) n += s.injected_duplicates;
+  return n;
+}
+
+// Duplicated and delayed messages change timing only: every duplicate is
+// dropped and counted, and the weights are the clean run's, bit for bit.
+TEST(MessageFaults, DuplicatesAndDelaysLeaveTheWeightsBitwiseEqualAndAreCounted) {
+  for (const std::string schedule : {"1f1b", "zb-h1", "interleaved"}) {
+    auto clean = small_config(schedule, 4, 8, true);
+    auto faulty = clean;
+    faulty.faults.seed = 11;
+    faulty.faults.inject = {message_fault("duplicate", 0.05), message_fault("delay", 0.05, 2.0)};
+    auto a = run_training(clean), b = run_training(faulty);
+    EXPECT_TRUE(bitwise_equal(a.weights, b.weights)) << schedule;
+    EXPECT_GT(injected_duplicates(b.result), 0u) << schedule;
+    // Every duplicate that arrived before the run ended was dropped and
+    // counted; one sent during the last step may land after it.
+    EXPECT_GT(b.result.duplicates, 0u) << schedule;
+    EXPECT_LE(b.result.duplicates, injected_duplicates(b.result)) << schedule;
+    EXPECT_EQ(a.result.duplicates, 0u);
+  }
+}
+
+// The same fault seed picks the same messages: the injected counts repeat.
+TEST(MessageFaults, TheFaultSeedPicksTheSameMessagesEveryRun) {
+  auto c = small_config("1f1b", 4, 8);
+  c.faults.seed = 3;
+  c.faults.inject = {message_fault("duplicate", 0.2)};
+  auto a = run_training(c), b = run_training(c);
+  ASSERT_EQ(a.result.steps.size(), b.result.steps.size());
+  for (size_t t = 0; t < a.result.steps.size(); ++t)
+    for (size_t r = 0; r < a.result.steps[t].stages.size(); ++r)
+      EXPECT_EQ(a.result.steps[t].stages[r].injected_duplicates, b.result.steps[t].stages[r].injected_duplicates);
+  c.faults.seed = 4;
+  EXPECT_NE(injected_duplicates(run_training(c).result), injected_duplicates(a.result));
+}
+
+// A stage slowed 3x scores about 0.33 against the median stage.
+TEST(Stragglers, AStageSlowedThreeTimesScoresAboutAThird) {
+  auto c = small_config("1f1b", 4, 4);
+  c.train.steps = 3;
+  c.pipeline.pace_ms = 2.0;  // ops long enough that sleeping scales them
+  fault_spec slow;
+  slow.kind = "slow_stage";
+  slow.stage = 2;
+  slow.factor = 3.0;
+  c.faults.inject = {slow};
+  auto speeds = stage_speeds(run_training(c).result);
+  ASSERT_EQ(speeds.size(), 4u);
+  EXPECT_NEAR(speeds[2], 1.0 / 3.0, 0.06);
+  for (int r : {0, 1, 3}) EXPECT_NEAR(speeds[r], 1.0, 0.15) << r;
+}
+
+}  // namespace
+}  // namespace actorpipe
