@@ -188,6 +188,8 @@ void on_grads(driver_ptr self, grads_report& r) {
   apply_msg m;
   m.step = s.step;
   m.lr = s.lr;
+  if (std::find(s.setup.skip_steps.begin(), s.setup.skip_steps.end(), s.step) != s.setup.skip_steps.end())
+    m.skip = true;
   // A NaN or an infinity anywhere makes the global norm non-finite: no
   // stage steps, and the report names where it first appeared.
   if (!std::isfinite(total.item<double>())) {

@@ -36,6 +36,8 @@ struct driver_setup {
   /// Async schedule: no apply round; stages step themselves and report
   /// each step; the driver keeps two steps of microbatches in flight.
   bool async = false;
+  /// Steps to drop the update of, on purpose.
+  std::vector<int64_t> skip_steps;
   /// Resuming: the first step to run (the checkpoint's step + 1).
   int64_t first_step = 0;
 };

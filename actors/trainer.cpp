@@ -171,6 +171,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
   ds.plc = plc;
   ds.async = !pol->flushes();
   ds.first_step = resume.step + 1;
+  ds.skip_steps = opts.skip_steps;
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};

@@ -24,6 +24,9 @@ struct train_options {
   bool verify_replicas = false;
   /// Test hook: this replica skips its allreduce (-1: none does).
   int skip_allreduce_replica = -1;
+  /// Steps whose update is dropped on purpose (the clean twin of a run that
+  /// skipped them for a NaN).
+  std::vector<int64_t> skip_steps;
   /// Resume from the newest loadable checkpoint in this directory.
   std::string resume_dir;
   /// Where a one-line notice goes (e.g. NCCL falling back to Gloo).

@@ -72,6 +72,8 @@ const char* train_help =
     "  --memory PATH     SVG of each stage's stashed activation bytes over the last step\n"
     "  --results PATH    JSON: per-step metrics, per-stage busy, idle and peak memory, summary\n"
     "  --report PATH     one self-contained HTML page: config, table, loss, timeline, memory\n"
+    "  --verify-against-clean  train again without the injected faults (skipping the\n"
+    "                    same steps) and check the final weights are bitwise equal\n"
     "  --verify-replicas (parallel.dp > 1) compare every stage's weight checksum across\n"
     "                    replicas after every step; the first difference fails the run\n"
     "  -h, --help        this help\n"
@@ -396,7 +398,7 @@ int cmd_train(int argc, char** argv) {
   auto a = parse(argc, argv, 2,
                  {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import", "--timeline", "--memory",
                   "--results", "--report", "--resume"},
-                 {"--quiet", "--verify-replicas"});
+                 {"--quiet", "--verify-replicas", "--verify-against-clean"});
   if (a.has("--help")) {
     std::fputs(train_help, stdout);
     return exit_ok;
@@ -441,6 +443,30 @@ int cmd_train(int argc, char** argv) {
   print_placement(out.result);
   for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
   print_fault_report(out.result);
+  if (a.has("--verify-against-clean")) {
+    // The same run without the injected faults, dropping the same steps'
+    // updates as this one did: recovery must have lost nothing.
+    config clean = cfg;
+    clean.faults.inject.clear();
+    clean.checkpoint.every = 0;
+    train_options opts;
+    opts.skip_steps = out.result.skipped_steps;
+    auto twin = run_training(clean, opts);
+    size_t differ = 0;
+    std::string first;
+    for (size_t i = 0; i < out.weights.size() && i < twin.weights.size(); ++i)
+      if (!out.weights[i].second.equal(twin.weights[i].second)) {
+        if (first.empty()) first = out.weights[i].first;
+        ++differ;
+      }
+    if (out.weights.size() != twin.weights.size() || differ > 0) {
+      std::fprintf(stderr, "actorpipe: verify: %zu of %zu tensors differ from the fault-free run (first: %s)\n", differ,
+                   out.weights.size(), first.c_str());
+      return exit_failed;
+    }
+    std::printf("verify: final weights bitwise equal to a fault-free run (%zu tensors%s)\n", out.weights.size(),
+                out.result.skipped_steps.empty() ? "" : ", the same steps skipped");
+  }
   if (!out.result.checkpoints.empty())
     std::printf("checkpoints: %zu written, the latest %s (%.1f ms writing in all)\n", out.result.checkpoints.size(),
                 out.result.checkpoints.back().c_str(), out.result.checkpoint_s * 1e3);

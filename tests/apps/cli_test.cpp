@@ -783,3 +783,31 @@ TEST(CliResume, TruncatedCheckpointIsNamedAndTheOneBeforeIsUsed) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// The chaos scenario: duplicates, delays, a slow stage and a NaN at once;
+// the report counts them and the weights equal a fault-free run's.
+TEST(CliFaults, ChaosScenarioReportsItsFaultsAndVerifiesAgainstACleanRun) {
+  const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/chaos.yaml";
+  auto r = actorpipe({"train", path, "--quiet", "--verify-against-clean"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.err.find("note: step 12: non-finite value first seen on stage 2, microbatch 6, in an activation"),
+            std::string::npos)
+      << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(faults: (\d+) messages sent twice, (\d+) held back; (\d+) duplicate)")))
+      << r.out;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_GT(std::stoi(m[2]), 0);
+  EXPECT_LE(std::stoi(m[3]), std::stoi(m[1]));
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(straggler: stage 1 runs at 0\.[23]\d of the median stage's speed)")))
+      << r.out;
+  EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run (8 tensors, the same steps skipped)"),
+            std::string::npos)
+      << r.out;
+}
+
+}  // namespace
+}  // namespace actorpipe

@@ -679,7 +679,7 @@ faults:
   inject:
     - {kind: kill_stage, stage: 0, step: 1}
 )yaml",
-       "{FILE}:8:14: faults.inject[0].kind: fault kind 'kill_stage' is not injected by this build yet; it injects nonfinite"},
+       "{FILE}:8:14: faults.inject[0].kind: fault kind 'kill_stage' is not injected by this build yet; it injects nonfinite, duplicate, delay and slow_stage"},
       {"FaultOnMissingStage",
        R"yaml(model:
   layers:
