@@ -302,7 +302,7 @@ void advance(driver_ptr self) {
 // At a step boundary every stage holds one weight version: collect replica
 // 0's weights and optimizer states, write them, go on. A failed write is
 // reported and leaves the previous checkpoint the latest.
-void take_checkpoint(driver_ptr self) {
+void take_checkpoint(driver_ptr self, bool to_disk) {
   auto& s = self->state;
   const int stages = static_cast<int>(s.setup.stages.size()) / s.setup.dp;
   auto pending = std::make_shared<int>(stages);
@@ -323,14 +323,17 @@ void take_checkpoint(driver_ptr self) {
             return std::stoi(a.first) < std::stoi(b.first);
           });
           const auto begin = clock_type::now();
-          try {
-            auto path = save_checkpoint(st.setup.cfg.checkpoint.dir, c);
-            st.result.checkpoints.push_back(path);
-          } catch (const std::exception& e) {
-            st.result.notices.push_back(std::string("checkpoint after step ") + std::to_string(c.step) +
-                                        " failed: " + e.what() + "; the previous one stays the latest");
+          if (to_disk) {
+            try {
+              auto path = save_checkpoint(st.setup.cfg.checkpoint.dir, c);
+              st.result.checkpoints.push_back(path);
+            } catch (const std::exception& e) {
+              st.result.notices.push_back(std::string("checkpoint after step ") + std::to_string(c.step) +
+                                          " failed: " + e.what() + "; the previous one stays the latest");
+            }
           }
           st.result.checkpoint_s += std::chrono::duration<double>(clock_type::now() - begin).count();
+          if (st.setup.last_good) *st.setup.last_good = std::move(c);
           advance(self);
         });
 }
@@ -389,8 +392,10 @@ void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int
   if (s.setup.on_step) s.setup.on_step(rec);
   ++s.step;
   const int64_t every = s.setup.cfg.checkpoint.every;
-  if (every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps || !s.stop_reason.empty()))
-    take_checkpoint(self);
+  const bool to_disk =
+      every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps || !s.stop_reason.empty());
+  if (to_disk || (s.setup.last_good && s.step < s.setup.cfg.train.steps))
+    take_checkpoint(self, to_disk);
   else
     advance(self);
 }
@@ -422,8 +427,9 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
     const std::string who = self->state.setup.dp > 1 ? "replica " + std::to_string(rank / per_replica) + " stage " +
                                                            std::to_string(rank % per_replica)
                                                      : "stage " + std::to_string(rank);
-    finish(self, caf::make_error(caf::sec::runtime_error,
-                                 who + " stopped: " + self->system().render(dm.reason)));
+    finish(self, caf::make_error(caf::sec::runtime_error, who + " stopped at step " +
+                                                              std::to_string(self->state.step) + ": " +
+                                                              self->system().render(dm.reason)));
   });
   return {
       [=](run_atom) -> caf::result<train_result> {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/checkpoint.hpp"
 #include "runtime/config.hpp"
 #include "runtime/data.hpp"
 #include "runtime/metrics.hpp"
@@ -36,6 +37,9 @@ struct driver_setup {
   /// Async schedule: no apply round; stages step themselves and report
   /// each step; the driver keeps two steps of microbatches in flight.
   bool async = false;
+  /// Supervision: the weights and optimizer states at the last step
+  /// boundary, kept in memory for a restart (null: none kept).
+  std::shared_ptr<checkpoint> last_good;
   /// Steps to drop the update of, on purpose.
   std::vector<int64_t> skip_steps;
   /// Resuming: the first step to run (the checkpoint's step + 1).

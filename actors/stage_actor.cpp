@@ -621,6 +621,9 @@ bool fire_one(stage_ptr self) {
                s.w_ready.data(),   s.w_done,           s.open,             s.measured};
   auto op = s.pol->next(v);
   if (!op) return false;
+  for (const auto& f : s.setup.faults)
+    if (f.kind == "throw" && f.step == s.step && f.op == to_string(*op))
+      throw std::runtime_error("injected fault: throw in " + f.op + " at step " + std::to_string(s.step));
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
@@ -658,6 +661,11 @@ bool fire_one(stage_ptr self) {
     return true;
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
+  for (const auto& f : s.setup.faults)
+    if (f.kind == "kill_stage" && f.step == s.step && f.op == to_string(*op)) {
+      self->quit(caf::exit_reason::kill);  // dies right after firing the op, as the fault asks
+      return false;
+    }
   s.stats.memory.emplace_back(end_ns, s.stash_bytes);
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;

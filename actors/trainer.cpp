@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <thread>
 
@@ -19,7 +20,14 @@
 
 namespace actorpipe {
 
-train_output run_training(const config& cfg, const train_options& opts) {
+namespace {
+
+// One attempt: a fresh actor system, stages built from `from` (a checkpoint
+// in memory or on disk, or the config's initial weights), run to the end or
+// to the first failure. When `last_good` is set, every step boundary is kept
+// there for a restart.
+train_output run_attempt(const config& cfg, const train_options& opts, const checkpoint* from,
+                         std::shared_ptr<checkpoint> last_good) {
   auto data = std::make_shared<const dataset>(load_dataset(cfg));
   const int stages = cfg.pipeline.stages;
   const int microbatches =
@@ -32,7 +40,9 @@ train_output run_training(const config& cfg, const train_options& opts) {
   // Resuming: the newest checkpoint that loads; a torn or corrupted newer
   // one is named and skipped.
   checkpoint resume;
-  if (!opts.resume_dir.empty()) {
+  if (from) {
+    resume = *from;
+  } else if (!opts.resume_dir.empty()) {
     std::vector<std::string> problems;
     resume = load_latest_checkpoint(opts.resume_dir, &problems);
     for (const auto& p : problems)
@@ -172,6 +182,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
   ds.async = !pol->flushes();
   ds.first_step = resume.step + 1;
   ds.skip_steps = opts.skip_steps;
+  ds.last_good = last_good;
   auto driver = spawn_driver(sys, std::move(ds));
 
   caf::scoped_actor self{sys};
@@ -212,6 +223,72 @@ train_output run_training(const config& cfg, const train_options& opts) {
   if (failure.rfind("watchdog:", 0) == 0) throw stuck_error(failure);
   if (!failure.empty()) throw std::runtime_error(failure);
   return out;
+}
+
+}  // namespace
+
+train_output run_training(const config& cfg, const train_options& opts) {
+  if (cfg.supervision.max_restarts <= 0) return run_attempt(cfg, opts, nullptr, nullptr);
+
+  // Supervised: a stage that dies (or throws) takes its attempt down; the
+  // next attempt starts new actors from the last step boundary, so no actor
+  // or message of the old one survives, and re-runs the step.
+  config c = cfg;
+  auto last_good = std::make_shared<checkpoint>();
+  std::vector<step_record> steps;
+  std::vector<std::string> notices;
+  std::vector<int64_t> restarts_at;
+  train_options o = opts;
+  auto boundary_at = std::chrono::steady_clock::now();  // when the last step closed
+  o.on_step = [&steps, &opts, &boundary_at](const step_record& r) {
+    steps.push_back(r);
+    boundary_at = std::chrono::steady_clock::now();
+    if (opts.on_step) opts.on_step(r);
+  };
+  double recovery_s = 0.0;
+  for (;;) {
+    const bool resumed = last_good->step >= 0;
+    const checkpoint from = *last_good;
+    boundary_at = std::chrono::steady_clock::now();
+    try {
+      auto out = run_attempt(c, o, resumed ? &from : nullptr, last_good);
+      out.result.steps = std::move(steps);
+      out.result.notices.insert(out.result.notices.begin(), notices.begin(), notices.end());
+      out.result.restarts = static_cast<int>(restarts_at.size());
+      out.result.recovery_s = recovery_s;
+      return out;
+    } catch (const stuck_error&) {
+      throw;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      const auto at = what.find(" stopped at step ");
+      if (at == std::string::npos) throw;
+      const int64_t failed = std::stoll(what.substr(at + 17));
+      restarts_at.push_back(failed);
+      int64_t recent = 0;
+      for (int64_t s : restarts_at) recent += s > failed - c.supervision.window_steps;
+      if (recent > c.supervision.max_restarts)
+        throw restart_limit_error(what + "; " + std::to_string(recent) + " restarts within " +
+                                  std::to_string(c.supervision.window_steps) + " steps exceed supervision.max_restarts " +
+                                  std::to_string(c.supervision.max_restarts) +
+                                  (c.checkpoint.every > 0 ? "; the last good checkpoint is in " + c.checkpoint.dir : ""));
+      // Faults of the failed step have fired; the re-run must not meet them again.
+      std::vector<fault_spec> left;
+      for (const auto& f : c.faults.inject)
+        if (!((f.kind == "kill_stage" || f.kind == "throw") && f.step <= failed)) left.push_back(f);
+      c.faults.inject = left;
+      // Steps recorded past the boundary we roll back to are re-run.
+      while (!steps.empty() && steps.back().step > last_good->step) steps.pop_back();
+      // Lost: the failed step's work, from its boundary to the failure.
+      const double lost = std::chrono::duration<double>(std::chrono::steady_clock::now() - boundary_at).count();
+      recovery_s += lost;
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f", lost * 1e3);
+      notices.push_back("restart " + std::to_string(restarts_at.size()) + ": " + what + "; rolled back to after step " +
+                        std::to_string(last_good->step) + " and re-ran from step " +
+                        std::to_string(last_good->step + 1) + " (" + ms + " ms of work lost)");
+    }
+  }
 }
 
 }  // namespace actorpipe

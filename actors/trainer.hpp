@@ -39,6 +39,12 @@ struct stuck_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Supervision gave up: more restarts within supervision.window_steps than
+/// supervision.max_restarts allows. what() says what failed and where.
+struct restart_limit_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct train_output {
   train_result result;
   named_params weights;  ///< final parameters, global names, CPU

@@ -37,6 +37,7 @@ constexpr int exit_ok = 0;
 constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_stuck = 3;
+constexpr int exit_gave_up = 4;  // more restarts than supervision allows
 
 const char* main_help =
     "usage: actorpipe COMMAND [ARGS]\n"
@@ -79,7 +80,8 @@ const char* train_help =
     "  -h, --help        this help\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
-    "(supervision.watchdog_s without an op anywhere; the op grid is printed)\n";
+    "(supervision.watchdog_s without an op anywhere; the op grid is printed), 4 more\n"
+    "restarts than supervision.max_restarts within supervision.window_steps\n";
 
 const char* compare_help =
     "usage: actorpipe compare CONFIG [options]\n"
@@ -357,6 +359,9 @@ void print_fault_report(const train_result& r) {
       dup += s.injected_duplicates;
       delayed += s.injected_delays;
     }
+  if (r.restarts > 0)
+    std::printf("restarts: %d, %.1f ms of work lost to them (%.1f ms per restart)\n", r.restarts, r.recovery_s * 1e3,
+                r.recovery_s * 1e3 / r.restarts);
   if (dup + delayed + r.duplicates + r.skipped_steps.size() > 0)
     std::printf("faults: %llu messages sent twice, %llu held back; %llu duplicate or stale messages dropped; "
                 "%zu steps skipped for a NaN or an infinity\n",
@@ -697,6 +702,9 @@ int main(int argc, char** argv) {
   } catch (const stuck_error& e) {
     std::fprintf(stderr, "actorpipe: %s", e.what());
     return exit_stuck;
+  } catch (const restart_limit_error& e) {
+    std::fprintf(stderr, "actorpipe: gave up: %s\n", e.what());
+    return exit_gave_up;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
     return exit_failed;

@@ -7,6 +7,8 @@
 // No torch here: this file must compile in seconds.
 #include "runtime/config.hpp"
 
+#include "messages/ops.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -386,7 +388,12 @@ void reader::load(const Node& root) {
   read_compare(top.find("compare"));
   read_checkpoint(top.find("checkpoint"));
   if (const entry* se = top.find("supervision")) {
-    const section s = read_map(se->value, "supervision", {"watchdog_s", "on_nonfinite"});
+    const section s =
+        read_map(se->value, "supervision", {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps"});
+    if (read_small_int(s, "max_restarts", cfg_.supervision.max_restarts))
+      at_least("supervision.max_restarts", cfg_.supervision.max_restarts, 0);
+    if (read_small_int(s, "window_steps", cfg_.supervision.window_steps))
+      at_least("supervision.window_steps", cfg_.supervision.window_steps, 1);
     if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s))
       non_negative("supervision.watchdog_s", cfg_.supervision.watchdog_s);
     read_choice(s, "on_nonfinite", "non-finite policy", {"skip", "stop"}, cfg_.supervision.on_nonfinite);
@@ -428,15 +435,15 @@ void reader::read_faults(const entry& e) {
     cfg_.marks[key] = to_mark(n.Mark());
     if (!n.IsMap()) fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
     const section fs =
-        read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms", "factor"});
+        read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms", "factor",
+                          "after_op", "op"});
     fault_spec spec;
     if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
-    const std::vector<std::string> planned = {"kill_stage", "throw", "drop"};
-    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage"};
+    const std::vector<std::string> planned = {"drop"};
+    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw"};
     if (std::find(planned.begin(), planned.end(), spec.kind) != planned.end())
-      fail_key(key + ".kind", "fault kind '" + spec.kind +
-                                  "' is not injected by this build yet; it injects nonfinite, duplicate, delay and "
-                                  "slow_stage");
+      fail_key(key + ".kind", "fault kind '" + spec.kind + "' is not injected by this build yet; it injects " +
+                                  join(kinds));
     if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
       fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, kinds) +
                                   " (known: " + join(kinds) + ")");
@@ -456,6 +463,15 @@ void reader::read_faults(const entry& e) {
     if (read_number(fs, "ms", spec.ms)) non_negative(key + ".ms", spec.ms);
     if (read_number(fs, "factor", spec.factor) && !(spec.factor >= 1.0))
       fail_key(key + ".factor", "must be at least 1 (a slower stage), found " + std::to_string(spec.factor));
+    if (spec.kind == "kill_stage" || spec.kind == "throw") {
+      const char* name = spec.kind == "kill_stage" ? "after_op" : "op";
+      if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
+      if (!parse_op(spec.op))
+        fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found '" + spec.op + "'");
+      if (cfg_.parallel.dp > 1)
+        fail_key(key + ".kind", spec.kind + " restarts the pipeline; with parallel.dp > 1 its replica's peers "
+                                            "would wait in their allreduce: not supported yet");
+    }
     int64_t v = 0;
     if (read_int(fs, "stage", v)) {
       at_least(key + ".stage", v, 0);

@@ -124,6 +124,11 @@ struct supervision_config {
   /// A NaN or infinity before the optimizer step: skip the step (weights
   /// and optimizer state unchanged) or stop after a checkpoint.
   std::string on_nonfinite = "skip";
+  /// Restarts after a stage died or threw: at most max_restarts within any
+  /// window_steps steps (0: a death ends the run). Each step boundary is
+  /// then kept in memory to roll back to.
+  int max_restarts = 0;
+  int window_steps = 10;
 };
 
 /// One injected fault (only `nonfinite` so far).
@@ -137,6 +142,7 @@ struct fault_spec {
   double probability = 0.0;    ///< duplicate, delay: per message, drawn from faults.seed
   double ms = 0.0;             ///< delay
   double factor = 1.0;         ///< slow_stage: every op takes this many times as long
+  std::string op;              ///< kill_stage: after firing this op ("F5"); throw: inside it
 };
 
 struct faults_config {

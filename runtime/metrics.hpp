@@ -45,6 +45,8 @@ struct train_result {
   int64_t resumed_from = -1;             ///< the checkpoint's step when resumed
   std::vector<std::string> notices;      ///< one line each: what went wrong and what was done
   std::vector<int64_t> skipped_steps;    ///< steps dropped for a NaN or an infinity
+  int restarts = 0;                      ///< supervised restarts after a stage died
+  double recovery_s = 0.0;               ///< wall time of the attempts that failed
   std::vector<std::string> devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;

@@ -12,6 +12,7 @@
 #include "runtime/config.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/seed.hpp"
 #include "runtime/simulator.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
@@ -513,6 +514,61 @@ TEST(Stragglers, AStageSlowedThreeTimesScoresAboutAThird) {
   ASSERT_EQ(speeds.size(), 4u);
   EXPECT_NEAR(speeds[2], 1.0 / 3.0, 0.06);
   for (int r : {0, 1, 3}) EXPECT_NEAR(speeds[r], 1.0, 0.15) << r;
+}
+
+}  // namespace
+}  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// 20 seeded runs: a random stage dies right after a random op of a random
+// step. Supervision restarts the pipeline from the last step boundary, and
+// the final weights are the fault-free run's, bit for bit.
+TEST(Supervision, AStageKilledAtARandomOpIsRestartedAndLosesNothing) {
+  auto clean = small_config("1f1b", 4, 4, true);
+  clean.train.steps = 4;
+  clean.supervision.max_restarts = 3;
+  const auto want = run_training(clean).weights;
+  const auto canon = canonical_order("1f1b", 4, 4);
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const uint64_t r = derive_seed(seed, {1});
+    fault_spec kill;
+    kill.kind = seed % 4 == 0 ? "throw" : "kill_stage";
+    kill.stage = static_cast<int>(r % 4);
+    kill.step = static_cast<int64_t>((r >> 8) % 4);
+    const auto& ops = canon[kill.stage];
+    kill.op = to_string(ops[(r >> 16) % ops.size()]);
+    auto c = clean;
+    c.faults.inject = {kill};
+    auto out = run_training(c);
+    EXPECT_EQ(out.result.restarts, 1) << kill.kind << " stage " << kill.stage << " step " << kill.step << " " << kill.op;
+    EXPECT_TRUE(bitwise_equal(want, out.weights)) << kill.kind << " stage " << kill.stage << " step " << kill.step
+                                                  << " " << kill.op;
+    EXPECT_EQ(out.result.steps.size(), 4u);
+  }
+}
+
+// Too many deaths within the window: the run gives up, saying what failed.
+TEST(Supervision, RestartsBeyondTheLimitGiveUp) {
+  auto c = small_config("1f1b", 2, 2);
+  c.train.steps = 4;
+  c.supervision.max_restarts = 1;
+  c.supervision.window_steps = 10;
+  fault_spec a, b;
+  a.kind = b.kind = "kill_stage";
+  a.stage = 0, a.step = 1, a.op = "F0";
+  b.stage = 1, b.step = 2, b.op = "B1";
+  c.faults.inject = {a, b};
+  try {
+    run_training(c);
+    FAIL() << "no give-up";
+  } catch (const restart_limit_error& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 1 stopped at step 2: exit_reason(kill); 2 restarts within 10 steps "
+                                         "exceed supervision.max_restarts 1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -796,6 +796,11 @@ TEST(CliFaults, ChaosScenarioReportsItsFaultsAndVerifiesAgainstACleanRun) {
   EXPECT_NE(r.err.find("note: step 12: non-finite value first seen on stage 2, microbatch 6, in an activation"),
             std::string::npos)
       << r.err;
+  EXPECT_NE(r.err.find("note: restart 1: stage 2 stopped at step 3: exit_reason(kill); rolled back to after step 2"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("injected fault: throw in B2 at step 7"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(restarts: 2, [0-9.]+ ms of work lost)"))) << r.out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(faults: (\d+) messages sent twice, (\d+) held back; (\d+) duplicate)")))
       << r.out;

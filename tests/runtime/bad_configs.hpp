@@ -677,9 +677,9 @@ checkpoint:
     - {type: linear, in: 8, out: 3}
 faults:
   inject:
-    - {kind: kill_stage, stage: 0, step: 1}
+    - {kind: drop, from: 0, to: 1, step: 1}
 )yaml",
-       "{FILE}:8:14: faults.inject[0].kind: fault kind 'kill_stage' is not injected by this build yet; it injects nonfinite, duplicate, delay and slow_stage"},
+       "{FILE}:8:14: faults.inject[0].kind: fault kind 'drop' is not injected by this build yet; it injects nonfinite, duplicate, delay, slow_stage, kill_stage, throw"},
       {"FaultOnMissingStage",
        R"yaml(model:
   layers:
