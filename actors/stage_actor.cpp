@@ -69,6 +69,11 @@ struct stage_state {
   // The rest is indexed by slot = chunk * M + mb.
   std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
   std::vector<activation_msg> inputs;
+  // What this stage sent this step, by its own slot, to send again when a
+  // receiver reports it missing (a dropped message).
+  std::vector<activation_msg> sent_fwd;
+  std::vector<gradient_msg> sent_bwd;
+  bool recheck_pending = false;
   std::vector<at::Tensor> grads_in;
   std::vector<stash_entry> stash;
   int fwd_done = 0;
@@ -166,6 +171,8 @@ void begin_step(stage_state& s, int64_t step) {
   s.fwd_seen.assign(slots, 0);
   s.bwd_seen.assign(slots, 0);
   s.inputs.assign(slots, activation_msg{});
+  s.sent_fwd.assign(slots, activation_msg{});
+  s.sent_bwd.assign(slots, gradient_msg{});
   s.grads_in.assign(slots, at::Tensor());
   s.stash.assign(slots, stash_entry{});
   s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
@@ -255,6 +262,13 @@ void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg m
   const uint64_t kind = std::is_same<Atom, fwd_atom>::value ? 0 : 1;
   double delay_ms = 0.0;
   bool twice = false;
+  for (const auto& f : s.setup.faults)  // drop: the message of op f.op at step f.step, once
+    if (f.kind == "drop" && f.step == h.step && (f.from < 0 || f.from == s.setup.rank) &&
+        (f.to < 0 || f.to == to_rank) &&
+        f.op == to_string(op_id{kind == 0 ? op_kind::F : op_kind::B, h.mb, h.chunk})) {
+      ++s.stats.injected_drops;
+      return;
+    }
   for (size_t i = 0; i < s.setup.faults.size(); ++i) {
     const auto& f = s.setup.faults[i];
     if (f.kind != "duplicate" && f.kind != "delay") continue;
@@ -382,6 +396,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     activation_msg down{{0, s.step, mb, next.chunk, s.round}, out.detach(), msg.y};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
     pad(s, start);
+    s.sent_fwd[k] = down;
     deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
   }
   s.stash[k] = std::move(e);
@@ -442,6 +457,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
     gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
     if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
     pad(s, start);
+    s.sent_bwd[k] = up;
     deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
   }
   ++s.bwd_done;
@@ -578,6 +594,17 @@ stage_status status_of(const stage_state& s) {
     os << "  ready, not chosen: [";
     for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
     os << "]";
+    std::vector<std::string> queued;  // inputs there, but an earlier microbatch goes first
+    for (int c = 0; c < s.setup.chunks; ++c)
+      for (int i = 0; i < m; ++i) {
+        if (s.fwd_arrived[c].contains(i)) queued.push_back(to_string(op_id{op_kind::F, i, c}));
+        if (s.bwd_arrived[c].contains(i)) queued.push_back(to_string(op_id{op_kind::B, i, c}));
+      }
+    if (!queued.empty()) {
+      os << "  in order after them: [";
+      for (size_t i = 0; i < queued.size(); ++i) os << (i ? " " : "") << queued[i];
+      os << "]";
+    }
     for (int c = 0; c < s.setup.chunks; ++c) {
       const int k = virtual_stage(s, c);
       for (int i = 0; i < m; ++i)
@@ -673,9 +700,63 @@ bool fire_one(stage_ptr self) {
   return true;
 }
 
+// Idle with the step unfinished: if nothing fires for op_timeout, ask the
+// senders of the next missing inputs to send them again.
+void arm_recheck(stage_ptr self) {
+  auto& s = self->state;
+  if (s.setup.op_timeout_ms <= 0 || s.recheck_pending || s.step < 0 || step_done(s) || s.setup.lockstep) return;
+  s.recheck_pending = true;
+  self->delayed_send(caf::actor_cast<caf::actor>(self), std::chrono::microseconds(static_cast<int64_t>(s.setup.op_timeout_ms * 1000)),
+                     recheck_atom::value, s.fired_total, s.step);
+}
+
+void on_recheck(stage_ptr self, int64_t fired_then, int64_t step) {
+  auto& s = self->state;
+  s.recheck_pending = false;
+  if (s.step < 0 || step_done(s)) return;
+  if (s.step != step || s.fired_total != fired_then) {  // armed earlier; look again from now
+    arm_recheck(self);
+    return;
+  }
+  const int m = s.setup.microbatches;
+  for (int c = 0; c < s.setup.chunks; ++c) {
+    const int k = virtual_stage(s, c);
+    const int f = s.fwd_next[c], b = s.bwd_next[c];
+    if (k > 0 && f < m && !s.fwd_seen[slot(s, c, f)]) {
+      auto from = hop_to(s, k - 1);
+      self->send(from.to, resend_atom::value, int32_t{0}, s.step, int32_t{f}, from.chunk);
+      ++s.stats.resend_requests;
+    }
+    if (!last_virtual(s, c) && b < m && !s.bwd_seen[slot(s, c, b)]) {
+      auto from = hop_to(s, k + 1);
+      self->send(from.to, resend_atom::value, int32_t{1}, s.step, int32_t{b}, from.chunk);
+      ++s.stats.resend_requests;
+    }
+  }
+  arm_recheck(self);
+}
+
+void on_resend(stage_ptr self, int32_t kind, int64_t step, int32_t mb, int32_t chunk) {
+  auto& s = self->state;
+  if (step != s.step || mb < 0 || mb >= s.setup.microbatches || chunk < 0 || chunk >= s.setup.chunks) return;
+  const int k = slot(s, chunk, mb);
+  if (kind == 0 && s.sent_fwd[k].x.defined()) {
+    auto to = hop_to(s, virtual_stage(s, chunk) + 1);
+    self->send(to.to, fwd_atom::value, s.sent_fwd[k]);
+    ++s.stats.retransmits;
+  } else if (kind == 1 && s.sent_bwd[k].g.defined()) {
+    auto to = hop_to(s, virtual_stage(s, chunk) - 1);
+    self->send(to.to, bwd_atom::value, s.sent_bwd[k]);
+    ++s.stats.retransmits;
+  }
+}
+
 void on_tick(stage_ptr self) {
   self->state.tick_pending = false;
-  if (fire_one(self)) schedule_tick(self);
+  if (fire_one(self))
+    schedule_tick(self);
+  else
+    arm_recheck(self);
 }
 
 void apply_update(stage_ptr self, const apply_msg& m) {
@@ -823,6 +904,8 @@ caf::behavior running(stage_ptr self) {
           on_gradient(self, m);
       },
       [=](tick_atom) { on_tick(self); },
+      [=](recheck_atom, int64_t fired_then, int64_t step) { on_recheck(self, fired_then, step); },
+      [=](resend_atom, int32_t kind, int64_t step, int32_t mb, int32_t chunk) { on_resend(self, kind, step, mb, chunk); },
       [=](round_atom, int64_t round) {
         auto& st = self->state;
         st.round = round;

@@ -71,6 +71,7 @@ struct stage_setup {
   /// a gradient of one microbatch of one step).
   std::vector<fault_spec> faults;
   uint64_t fault_seed = 0;  ///< faults.seed: which messages a probability picks
+  double op_timeout_ms = 0.0;  ///< ask again for an input missing this long (0: never)
   /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
   std::string optimizer_state;
 };

@@ -146,8 +146,9 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.chunks = chunks;
       st.optimizer = cfg.train.optimizer;
       for (const auto& f : cfg.faults.inject)
-        if (f.kind == "duplicate" || f.kind == "delay" || f.stage == r) st.faults.push_back(f);
+        if (f.kind == "duplicate" || f.kind == "delay" || f.kind == "drop" || f.stage == r) st.faults.push_back(f);
       st.fault_seed = cfg.faults.seed;
+      st.op_timeout_ms = cfg.supervision.op_timeout_ms;
       if (resume.step >= 0) {
         if (static_cast<int>(resume.optimizer.size()) != stages)
           throw std::runtime_error(opts.resume_dir + ": the checkpoint has optimizer state for " +

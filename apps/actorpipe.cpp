@@ -362,11 +362,20 @@ void print_fault_report(const train_result& r) {
   if (r.restarts > 0)
     std::printf("restarts: %d, %.1f ms of work lost to them (%.1f ms per restart)\n", r.restarts, r.recovery_s * 1e3,
                 r.recovery_s * 1e3 / r.restarts);
-  if (dup + delayed + r.duplicates + r.skipped_steps.size() > 0)
-    std::printf("faults: %llu messages sent twice, %llu held back; %llu duplicate or stale messages dropped; "
-                "%zu steps skipped for a NaN or an infinity\n",
+  uint64_t lost = 0, asked = 0, resent = 0;
+  for (const auto& st : r.steps)
+    for (const auto& s : st.stages) {
+      lost += s.injected_drops;
+      asked += s.resend_requests;
+      resent += s.retransmits;
+    }
+  if (dup + delayed + lost + r.duplicates + r.skipped_steps.size() > 0)
+    std::printf("faults: %llu messages sent twice, %llu held back, %llu dropped (%llu asked for again, %llu resent); "
+                "%llu duplicate or stale messages dropped; %zu steps skipped for a NaN or an infinity\n",
                 static_cast<unsigned long long>(dup), static_cast<unsigned long long>(delayed),
-                static_cast<unsigned long long>(r.duplicates), r.skipped_steps.size());
+                static_cast<unsigned long long>(lost), static_cast<unsigned long long>(asked),
+                static_cast<unsigned long long>(resent), static_cast<unsigned long long>(r.duplicates),
+                r.skipped_steps.size());
   const auto speeds = stage_speeds(r);
   const int per = std::max(1, r.stages);
   for (size_t i = 0; i < speeds.size(); ++i)

@@ -31,6 +31,10 @@ using weights_atom = caf::atom_constant<caf::atom("weights")>;
 /// driver -> driver: time to look for a hang; driver -> stage: your state.
 using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+/// stage -> stage: an input it waited op_timeout for; send it again.
+using resend_atom = caf::atom_constant<caf::atom("resend")>;
+/// stage -> itself: look for a missing input (a dropped message).
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 /// driver -> stage: hand over weights and optimizer state for a checkpoint.
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 

@@ -47,6 +47,9 @@ struct stage_stats {
   int peak_versions = 0;         ///< async: most weight versions held at once
   uint64_t injected_duplicates = 0;  ///< messages this stage sent twice on purpose
   uint64_t injected_delays = 0;      ///< messages it held back on purpose
+  uint64_t injected_drops = 0;       ///< messages it never sent, on purpose
+  uint64_t resend_requests = 0;      ///< inputs it asked for again after op_timeout
+  uint64_t retransmits = 0;          ///< messages it sent again when asked
   /// Data parallel: the gradient allreduce over this stage's replicas
   /// (trace time, ns; both 0 when there was none).
   int64_t allreduce_start_ns = 0;

@@ -389,7 +389,10 @@ void reader::load(const Node& root) {
   read_checkpoint(top.find("checkpoint"));
   if (const entry* se = top.find("supervision")) {
     const section s =
-        read_map(se->value, "supervision", {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps"});
+        read_map(se->value, "supervision",
+                 {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms"});
+    if (read_number(s, "op_timeout_ms", cfg_.supervision.op_timeout_ms))
+      non_negative("supervision.op_timeout_ms", cfg_.supervision.op_timeout_ms);
     if (read_small_int(s, "max_restarts", cfg_.supervision.max_restarts))
       at_least("supervision.max_restarts", cfg_.supervision.max_restarts, 0);
     if (read_small_int(s, "window_steps", cfg_.supervision.window_steps))
@@ -439,11 +442,8 @@ void reader::read_faults(const entry& e) {
                           "after_op", "op"});
     fault_spec spec;
     if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
-    const std::vector<std::string> planned = {"drop"};
-    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw"};
-    if (std::find(planned.begin(), planned.end(), spec.kind) != planned.end())
-      fail_key(key + ".kind", "fault kind '" + spec.kind + "' is not injected by this build yet; it injects " +
-                                  join(kinds));
+    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw",
+                                            "drop"};
     if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
       fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, kinds) +
                                   " (known: " + join(kinds) + ")");
@@ -463,12 +463,12 @@ void reader::read_faults(const entry& e) {
     if (read_number(fs, "ms", spec.ms)) non_negative(key + ".ms", spec.ms);
     if (read_number(fs, "factor", spec.factor) && !(spec.factor >= 1.0))
       fail_key(key + ".factor", "must be at least 1 (a slower stage), found " + std::to_string(spec.factor));
-    if (spec.kind == "kill_stage" || spec.kind == "throw") {
+    if (spec.kind == "kill_stage" || spec.kind == "throw" || spec.kind == "drop") {
       const char* name = spec.kind == "kill_stage" ? "after_op" : "op";
       if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
       if (!parse_op(spec.op))
         fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found '" + spec.op + "'");
-      if (cfg_.parallel.dp > 1)
+      if (cfg_.parallel.dp > 1 && spec.kind != "drop")
         fail_key(key + ".kind", spec.kind + " restarts the pipeline; with parallel.dp > 1 its replica's peers "
                                             "would wait in their allreduce: not supported yet");
     }

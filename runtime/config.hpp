@@ -129,6 +129,9 @@ struct supervision_config {
   /// then kept in memory to roll back to.
   int max_restarts = 0;
   int window_steps = 10;
+  /// A stage that waited this long for its next input asks the sender to
+  /// send it again (a dropped message). 0: never.
+  double op_timeout_ms = 500.0;
 };
 
 /// One injected fault (only `nonfinite` so far).

@@ -669,7 +669,7 @@ checkpoint:
   dir: ck
 )yaml",
        "{FILE}:12:1: checkpoint: async (PipeDream-2BW) has no step boundary where every stage's weights are one version; checkpoints need a synchronous schedule"},
-      {"FaultKindNotInjectedYet",
+      {"UnknownFaultKind",
        R"yaml(model:
   layers:
     - {type: linear, in: 4, out: 8}
@@ -677,9 +677,9 @@ checkpoint:
     - {type: linear, in: 8, out: 3}
 faults:
   inject:
-    - {kind: drop, from: 0, to: 1, step: 1}
+    - {kind: dorp, from: 0, to: 1, step: 1}
 )yaml",
-       "{FILE}:8:14: faults.inject[0].kind: fault kind 'drop' is not injected by this build yet; it injects nonfinite, duplicate, delay, slow_stage, kill_stage, throw"},
+       "{FILE}:8:14: faults.inject[0].kind: unknown fault kind 'dorp'; did you mean 'drop'? (known: nonfinite, duplicate, delay, slow_stage, kill_stage, throw, drop)"},
       {"FaultOnMissingStage",
        R"yaml(model:
   layers:
