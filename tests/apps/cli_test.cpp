@@ -802,11 +802,16 @@ TEST(CliFaults, ChaosScenarioReportsItsFaultsAndVerifiesAgainstACleanRun) {
   EXPECT_NE(r.err.find("injected fault: throw in B2 at step 7"), std::string::npos) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(restarts: 2, [0-9.]+ ms of work lost)"))) << r.out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(faults: (\d+) messages sent twice, (\d+) held back; (\d+) duplicate)")))
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(R"(faults: (\d+) messages sent twice, (\d+) held back, (\d+) dropped \((\d+) asked for again, (\d+) resent\); (\d+) duplicate)")))
       << r.out;
   EXPECT_GT(std::stoi(m[1]), 0);
   EXPECT_GT(std::stoi(m[2]), 0);
-  EXPECT_LE(std::stoi(m[3]), std::stoi(m[1]));
+  EXPECT_EQ(std::stoi(m[3]), 1);  // the dropped F3 of step 9
+  EXPECT_GE(std::stoi(m[4]), 1);
+  EXPECT_GE(std::stoi(m[5]), 1);
+  EXPECT_LE(std::stoi(m[6]), std::stoi(m[1]) + std::stoi(m[5]));
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(straggler: stage 1 runs at 0\.[23]\d of the median stage's speed)")))
       << r.out;
   EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run (8 tensors, the same steps skipped)"),
