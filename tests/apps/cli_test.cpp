@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -817,6 +818,68 @@ TEST(CliFaults, ChaosScenarioReportsItsFaultsAndVerifiesAgainstACleanRun) {
   EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run (8 tensors, the same steps skipped)"),
             std::string::npos)
       << r.out;
+}
+
+}  // namespace
+}  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+const char* const hang_base = R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 256}
+train:
+  steps: 4
+  batch_size: 32
+pipeline:
+  stages: 3
+  microbatches: 4
+)";
+
+// A lost message nobody asks for again (op_timeout_ms: 0) hangs the run:
+// the watchdog stops it with exit 3 and names the op that waits.
+TEST(CliFaults, AHangExitsThreeWithTheOpGridWithinTheWatchdogTime) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "hang.yaml", std::string(hang_base) + R"(supervision:
+  watchdog_s: 1
+  op_timeout_ms: 0
+faults:
+  inject:
+    - {kind: drop, from: 0, to: 1, step: 1, op: F2}
+)");
+  const auto begin = std::chrono::steady_clock::now();
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.code, 3) << describe(r);
+  EXPECT_LT(took, 1.0 + 2.0 + 1.0) << "watchdog_s + 2 s, plus the process start";
+  EXPECT_NE(r.err.find("actorpipe: watchdog: no op fired anywhere for 1 s; the op grid:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(">> stage 1 (step 1):"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("F2 waits for its input from stage 0"), std::string::npos) << r.err;
+}
+
+// More deaths than supervision allows within the window: exit 4.
+TEST(CliFaults, TooManyRestartsExitFour) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "deaths.yaml", std::string(hang_base) + R"(supervision:
+  max_restarts: 1
+  window_steps: 10
+faults:
+  inject:
+    - {kind: kill_stage, stage: 0, step: 1, after_op: F0}
+    - {kind: throw, stage: 2, step: 2, op: B1}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 4) << describe(r);
+  EXPECT_NE(r.err.find("actorpipe: gave up: stage 2 stopped at step 2:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
 }  // namespace
