@@ -11,6 +11,8 @@
 #include "messages/payloads.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/lr.hpp"
+#include "runtime/model.hpp"
+#include "runtime/text.hpp"
 
 namespace actorpipe {
 
@@ -48,12 +50,6 @@ struct driver_state {
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
-
-std::string fmt_seconds(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
 
 int64_t since(const driver_state& s, clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t - s.setup.origin).count();
@@ -192,7 +188,8 @@ void on_grads(driver_ptr self, grads_report& r) {
     m.skip = true;
   // A NaN or an infinity anywhere makes the global norm non-finite: no
   // stage steps, and the report names where it first appeared.
-  if (!std::isfinite(total.item<double>())) {
+  const double total_norm = total.item<double>();
+  if (!std::isfinite(total_norm)) {
     m.skip = true;
     const grads_report* first = nullptr;
     for (const auto& rep : s.reports)
@@ -217,7 +214,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   s.result.steps.push_back(step_record{});
   auto& rec = s.result.steps.back();
   rec.step = s.step;
-  rec.grad_norm = total.item<double>();
+  rec.grad_norm = total_norm;
   rec.skipped = m.skip;
   rec.lr = s.lr;
   int64_t correct = 0, samples = 0;
@@ -257,7 +254,7 @@ void watch(driver_ptr self) {
       st.progress_at = now;
     } else if (now - st.progress_at >= std::chrono::duration<double>(limit)) {
       const int per_replica = n / st.setup.dp;
-      std::string grid = "watchdog: no op fired anywhere for " + fmt_seconds(limit) + " s; the op grid:\n";
+      std::string grid = "watchdog: no op fired anywhere for " + fmt("%g", limit) + " s; the op grid:\n";
       for (int i = 0; i < n; ++i) {
         const bool stuck = !(*answered)[i] || !(*rows)[i].done;
         grid += (stuck ? ">> " : "   ") +
@@ -319,9 +316,7 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
             for (auto& w : sn.weights) c.weights.push_back(std::move(w));
             c.optimizer.push_back(std::move(sn.optimizer));
           }
-          std::stable_sort(c.weights.begin(), c.weights.end(), [](const auto& a, const auto& b) {
-            return std::stoi(a.first) < std::stoi(b.first);
-          });
+          sort_by_layer(c.weights);
           const auto begin = clock_type::now();
           if (to_disk) {
             try {

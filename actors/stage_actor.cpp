@@ -184,21 +184,22 @@ void begin_step(stage_state& s, int64_t step) {
   s.finite_check_ns.clear();
 }
 
-// B(chunk, bwd_next) becomes ready when its input is there.
-void promote_backward(stage_state& s, int chunk) {
-  const int next = s.bwd_next[chunk];
-  if (next < s.setup.microbatches && s.bwd_arrived[chunk].contains(next)) {
-    s.bwd_arrived[chunk].erase(next);
-    s.bwd_ready[chunk].insert(next);
+// Per chunk, ops of one kind run in microbatch order: an input that arrived
+// ahead of its turn waits in `arrived`; the next one in order moves to
+// `ready` once it is there.
+void promote(mb_set& arrived, mb_set& ready, int next, int microbatches) {
+  if (next < microbatches && arrived.contains(next)) {
+    arrived.erase(next);
+    ready.insert(next);
   }
 }
 
 void promote_forward(stage_state& s, int chunk) {
-  const int next = s.fwd_next[chunk];
-  if (next < s.setup.microbatches && s.fwd_arrived[chunk].contains(next)) {
-    s.fwd_arrived[chunk].erase(next);
-    s.fwd_ready[chunk].insert(next);
-  }
+  promote(s.fwd_arrived[chunk], s.fwd_ready[chunk], s.fwd_next[chunk], s.setup.microbatches);
+}
+
+void promote_backward(stage_state& s, int chunk) {
+  promote(s.bwd_arrived[chunk], s.bwd_ready[chunk], s.bwd_next[chunk], s.setup.microbatches);
 }
 
 void arrive_forward(stage_state& s, int chunk, int mb) {

@@ -16,6 +16,7 @@
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/partition.hpp"
+#include "runtime/text.hpp"
 #include "runtime/policies/fixed_order.hpp"
 
 namespace actorpipe {
@@ -216,9 +217,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
               },
               on_error);
   // Model order (layer index), whatever stage or chunk held a layer.
-  std::stable_sort(out.weights.begin(), out.weights.end(), [](const auto& a, const auto& b) {
-    return std::stoi(a.first) < std::stoi(b.first);
-  });
+  sort_by_layer(out.weights);
   for (auto& st : stage_actors) self->send_exit(st, caf::exit_reason::user_shutdown);
   self->send_exit(driver, caf::exit_reason::user_shutdown);
   if (failure.rfind("watchdog:", 0) == 0) throw stuck_error(failure);
@@ -283,11 +282,9 @@ train_output run_training(const config& cfg, const train_options& opts) {
       // Lost: the failed step's work, from its boundary to the failure.
       const double lost = std::chrono::duration<double>(std::chrono::steady_clock::now() - boundary_at).count();
       recovery_s += lost;
-      char ms[32];
-      std::snprintf(ms, sizeof ms, "%.1f", lost * 1e3);
       notices.push_back("restart " + std::to_string(restarts_at.size()) + ": " + what + "; rolled back to after step " +
                         std::to_string(last_good->step) + " and re-ran from step " +
-                        std::to_string(last_good->step + 1) + " (" + ms + " ms of work lost)");
+                        std::to_string(last_good->step + 1) + " (" + fmt("%.1f", lost * 1e3) + " ms of work lost)");
     }
   }
 }

@@ -353,28 +353,16 @@ void write_file(const std::string& path, const std::string& text) {
 
 // What was injected and what the runtime did about it; stragglers.
 void print_fault_report(const train_result& r) {
-  uint64_t dup = 0, delayed = 0;
-  for (const auto& st : r.steps)
-    for (const auto& s : st.stages) {
-      dup += s.injected_duplicates;
-      delayed += s.injected_delays;
-    }
   if (r.restarts > 0)
     std::printf("restarts: %d, %.1f ms of work lost to them (%.1f ms per restart)\n", r.restarts, r.recovery_s * 1e3,
                 r.recovery_s * 1e3 / r.restarts);
-  uint64_t lost = 0, asked = 0, resent = 0;
-  for (const auto& st : r.steps)
-    for (const auto& s : st.stages) {
-      lost += s.injected_drops;
-      asked += s.resend_requests;
-      resent += s.retransmits;
-    }
-  if (dup + delayed + lost + r.duplicates + r.skipped_steps.size() > 0)
+  const auto f = count_message_faults(r);
+  if (f.sent_twice + f.held_back + f.dropped + r.duplicates + r.skipped_steps.size() > 0)
     std::printf("faults: %llu messages sent twice, %llu held back, %llu dropped (%llu asked for again, %llu resent); "
                 "%llu duplicate or stale messages dropped; %zu steps skipped for a NaN or an infinity\n",
-                static_cast<unsigned long long>(dup), static_cast<unsigned long long>(delayed),
-                static_cast<unsigned long long>(lost), static_cast<unsigned long long>(asked),
-                static_cast<unsigned long long>(resent), static_cast<unsigned long long>(r.duplicates),
+                static_cast<unsigned long long>(f.sent_twice), static_cast<unsigned long long>(f.held_back),
+                static_cast<unsigned long long>(f.dropped), static_cast<unsigned long long>(f.asked_again),
+                static_cast<unsigned long long>(f.resent), static_cast<unsigned long long>(r.duplicates),
                 r.skipped_steps.size());
   const auto speeds = stage_speeds(r);
   const int per = std::max(1, r.stages);

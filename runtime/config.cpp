@@ -472,14 +472,8 @@ void reader::read_faults(const entry& e) {
         fail_key(key + ".kind", spec.kind + " restarts the pipeline; with parallel.dp > 1 its replica's peers "
                                             "would wait in their allreduce: not supported yet");
     }
+    stage_index("stage", spec.stage);
     int64_t v = 0;
-    if (read_int(fs, "stage", v)) {
-      at_least(key + ".stage", v, 0);
-      if (v >= cfg_.pipeline.stages)
-        fail_key(key + ".stage", "stage " + std::to_string(v) + " does not exist (pipeline.stages " +
-                                     std::to_string(cfg_.pipeline.stages) + ")");
-      spec.stage = static_cast<int>(v);
-    }
     if (read_int(fs, "step", spec.step)) at_least(key + ".step", spec.step, 0);
     if (read_int(fs, "microbatch", v)) {
       at_least(key + ".microbatch", v, 0);

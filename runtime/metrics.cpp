@@ -48,6 +48,19 @@ std::vector<int> peak_stash_count(const train_result& r) {
   return peak;
 }
 
+message_fault_counts count_message_faults(const train_result& r) {
+  message_fault_counts c;
+  for (const auto& step : r.steps)
+    for (const auto& s : step.stages) {
+      c.sent_twice += s.injected_duplicates;
+      c.held_back += s.injected_delays;
+      c.dropped += s.injected_drops;
+      c.asked_again += s.resend_requests;
+      c.resent += s.retransmits;
+    }
+  return c;
+}
+
 std::vector<double> stage_speeds(const train_result& r) {
   std::vector<double> busy, ops;
   for (size_t t = r.steps.size() > 1 ? 1 : 0; t < r.steps.size(); ++t) {

@@ -62,6 +62,17 @@ double measured_bubble(const std::vector<stage_stats>& stages, int64_t span_ns);
 double mean_step_seconds(const train_result& r);
 /// Mean measured bubble, with the same warm-up rule.
 double mean_bubble(const train_result& r);
+/// Injected message faults and the recovery they caused, over every step
+/// and stage of a run.
+struct message_fault_counts {
+  uint64_t sent_twice = 0;
+  uint64_t held_back = 0;
+  uint64_t dropped = 0;
+  uint64_t asked_again = 0;
+  uint64_t resent = 0;
+};
+message_fault_counts count_message_faults(const train_result& r);
+
 /// Per stage (replica-major), its speed against the median stage: the
 /// median of the stages' mean op times over its own. A stage slowed 3x
 /// scores about 0.33. Steps after the first; empty without ops.

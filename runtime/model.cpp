@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -103,6 +104,11 @@ std::vector<at::Tensor> layer_stack::parameters() const {
 
 void layer_stack::to(const std::string& device) {
   for (auto& l : layers_) l.to(device);
+}
+
+void sort_by_layer(std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::stable_sort(params.begin(), params.end(),
+                   [](const auto& a, const auto& b) { return std::stoi(a.first) < std::stoi(b.first); });
 }
 
 std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs) {

@@ -75,6 +75,10 @@ private:
 /// whose keys or shapes do not match.
 std::vector<layer> build_layers(const config& cfg);
 
+/// Orders parameters named by global layer index ("3.weight") in model
+/// order, whichever stage or chunk held them; stable within a layer.
+void sort_by_layer(std::vector<std::pair<std::string, at::Tensor>>& params);
+
 /// Parameter count of each layer spec (without building anything).
 std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs);
 

@@ -6,17 +6,12 @@
 #include <sstream>
 
 #include "runtime/canonical.hpp"
+#include "runtime/text.hpp"
 #include "runtime/timeline_svg.hpp"
 
 namespace actorpipe {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // Renders rows as a box table; column widths from the content.
 std::string box(const std::vector<std::vector<std::string>>& rows) {

@@ -7,29 +7,12 @@
 
 #include "runtime/canonical.hpp"
 #include "runtime/report.hpp"
+#include "runtime/text.hpp"
 #include "runtime/timeline_svg.hpp"
 
 namespace actorpipe {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
 
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -110,7 +93,7 @@ std::string memory_svg(const train_result& r, int step) {
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right << "\" height=\""
      << top + plot_h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  os << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">activation memory per stage, " << escape(r.schedule)
+  os << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">activation memory per stage, " << xml_escape(r.schedule)
      << (rec ? ", step " + std::to_string(rec->step) : std::string()) << "</text>\n";
   if (!rec) return os.str() + "</svg>\n";
   const double span = std::max(1e-9, step_span_ms(r, step));
@@ -139,7 +122,7 @@ std::string memory_svg(const train_result& r, int step) {
     os << "<polyline class=\"memory\" fill=\"none\" stroke=\"" << palette(i) << "\" stroke-width=\"1.5\" points=\""
        << pts.str() << "\"/>\n";
     os << "<text x=\"" << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\"" << palette(i)
-       << "\">" << escape(lane_name(r, i)) << ": peak " << escape(human_bytes(peak)) << "</text>\n";
+       << "\">" << xml_escape(lane_name(r, i)) << ": peak " << xml_escape(human_bytes(peak)) << "</text>\n";
     // CUDA: the allocator's allocated bytes, dashed, on the same scale.
     const auto& cuda = rec->stages[i].cuda_memory;
     if (!cuda.empty()) {
@@ -153,12 +136,12 @@ std::string memory_svg(const train_result& r, int step) {
       os << "<polyline class=\"cuda\" fill=\"none\" stroke=\"" << palette(i)
          << "\" stroke-dasharray=\"4 3\" stroke-width=\"1\" points=\"" << cpts.str() << "\"/>\n<text x=\""
          << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * (rec->stages.size() + i) << "\" fill=\"" << palette(i)
-         << "\">cuda allocated peak " << escape(human_bytes(cuda_peak)) << ", reserved "
-         << escape(human_bytes(reserved_peak)) << "</text>\n";
+         << "\">cuda allocated peak " << xml_escape(human_bytes(cuda_peak)) << ", reserved "
+         << xml_escape(human_bytes(reserved_peak)) << "</text>\n";
     }
   }
   os << "<text x=\"" << left - 6 << "\" y=\"" << top + 10 << "\" text-anchor=\"end\">"
-     << escape(human_bytes(top_bytes)) << "</text><text x=\"" << left - 6 << "\" y=\"" << top + plot_h
+     << xml_escape(human_bytes(top_bytes)) << "</text><text x=\"" << left - 6 << "\" y=\"" << top + plot_h
      << "\" text-anchor=\"end\">0</text>\n";
   os << "<text x=\"" << left + plot_w << "\" y=\"" << top + plot_h + 18 << "\" text-anchor=\"end\">time (ms) 0 .. "
      << fmt("%.2f", span) << "; bytes of activations held for the backward</text>\n</svg>\n";
@@ -221,7 +204,7 @@ std::string curve_svg(const std::vector<train_result>& runs, const std::string& 
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right << "\" height=\""
      << top + plot_h + 40 << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"" << left
-     << "\" y=\"18\" font-size=\"14\">" << escape(title) << "</text>\n<rect x=\"" << left << "\" y=\"" << top
+     << "\" y=\"18\" font-size=\"14\">" << xml_escape(title) << "</text>\n<rect x=\"" << left << "\" y=\"" << top
      << "\" width=\"" << plot_w << "\" height=\"" << plot_h << "\" fill=\"#f8f8f8\"/>\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     std::ostringstream pts;
@@ -233,7 +216,7 @@ std::string curve_svg(const std::vector<train_result>& runs, const std::string& 
     }
     os << "<polyline class=\"curve\" fill=\"none\" stroke=\"" << palette(i) << "\" stroke-width=\"1.5\" points=\""
        << pts.str() << "\"/><text x=\"" << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\""
-       << palette(i) << "\">" << escape(runs[i].schedule) << "</text>\n";
+       << palette(i) << "\">" << xml_escape(runs[i].schedule) << "</text>\n";
   }
   os << "<text x=\"" << left - 6 << "\" y=\"" << top + 10 << "\" text-anchor=\"end\">" << fmt("%.3g", hi)
      << "</text><text x=\"" << left - 6 << "\" y=\"" << top + plot_h << "\" text-anchor=\"end\">" << fmt("%.3g", lo)
@@ -247,12 +230,12 @@ std::string curve_svg(const std::vector<train_result>& runs, const std::string& 
 std::string html_report(const std::string& title, const std::string& config_text,
                         const std::vector<train_result>& runs) {
   std::ostringstream os;
-  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape(title)
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title)
      << "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
         "td:first-child{text-align:left}pre{background:#f6f6f6;padding:8px;overflow:auto}"
         "section{margin-bottom:28px}</style></head>\n<body>\n<h1>"
-     << escape(title) << "</h1>\n";
+     << xml_escape(title) << "</h1>\n";
   os << "<section><h2>Results</h2>\n<table id=\"results\"><tr><th>schedule</th><th>S</th><th>dp</th><th>M</th>"
         "<th>mean step (ms)</th><th>final loss</th><th>bubble (theory)</th><th>bubble (measured)</th>"
         "<th>peak activations per stage</th><th>test acc</th></tr>\n";
@@ -260,11 +243,11 @@ std::string html_report(const std::string& title, const std::string& config_text
     std::string mem;
     for (auto b : peak_stash_bytes(r)) mem += (mem.empty() ? "" : " / ") + human_bytes(b);
     const double a = analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks);
-    os << "<tr class=\"run\"><td>" << escape(r.schedule) << "</td><td>" << r.stages << "</td><td>" << r.dp
+    os << "<tr class=\"run\"><td>" << xml_escape(r.schedule) << "</td><td>" << r.stages << "</td><td>" << r.dp
        << "</td><td>" << r.microbatches << "</td><td>" << fmt("%.2f", mean_step_seconds(r) * 1e3) << "</td><td>"
        << (r.steps.empty() ? std::string("-") : fmt("%.4f", r.steps.back().loss)) << "</td><td>"
        << (std::isnan(a) ? std::string("n/a") : fmt("%.3f", a)) << "</td><td>" << fmt("%.3f", mean_bubble(r))
-       << "</td><td>" << escape(mem) << "</td><td>"
+       << "</td><td>" << xml_escape(mem) << "</td><td>"
        << (r.test_accuracy < 0 ? std::string("-") : fmt("%.2f%%", r.test_accuracy * 100.0)) << "</td></tr>\n";
   }
   os << "</table></section>\n<section><h2>Loss and accuracy</h2>\n"
@@ -279,7 +262,7 @@ std::string html_report(const std::string& title, const std::string& config_text
   for (const auto& r : runs) os << "<div class=\"timeline\">" << run_timeline_svg(r, -1, span) << "</div>\n";
   os << "</section>\n<section><h2>Activation memory</h2>\n";
   for (const auto& r : runs) os << "<div class=\"memory\">" << memory_svg(r) << "</div>\n";
-  os << "</section>\n<section><h2>Config</h2><pre>" << escape(config_text) << "</pre></section>\n</body></html>\n";
+  os << "</section>\n<section><h2>Config</h2><pre>" << xml_escape(config_text) << "</pre></section>\n</body></html>\n";
   return os.str();
 }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/text.hpp"
+
 namespace actorpipe {
 
 namespace {
@@ -28,23 +30,6 @@ const char* input_colour(int chunk) {
   return i[chunk < 0 ? 0 : chunk > 3 ? 3 : chunk];
 }
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string timeline_svg(const std::string& title, const std::vector<timeline_lane>& lanes,
@@ -55,19 +40,19 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
   const double width = left + plot_w + right;
   const double scale = span > 0 ? plot_w / span : 0.0;
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
-     << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt("%.2f", width) << "\" height=\""
+     << fmt("%.2f", height) << "\" viewBox=\"0 0 " << fmt("%.2f", width) << " " << fmt("%.2f", height)
      << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  os << "<text x=\"" << num(left) << "\" y=\"20\" font-size=\"14\">" << escape(title) << "</text>\n";
+  os << "<text x=\"" << fmt("%.2f", left) << "\" y=\"20\" font-size=\"14\">" << xml_escape(title) << "</text>\n";
   for (size_t i = 0; i < lanes.size(); ++i) {
     const double y = top + i * (lane_h + gap);
     double busy = 0.0;
     os << "<g class=\"lane\" data-lane=\"" << i << "\">\n";
-    os << "<text x=\"" << num(left - 8) << "\" y=\"" << num(y + lane_h * 0.65)
-       << "\" text-anchor=\"end\">" << escape(lanes[i].name) << "</text>\n";
-    os << "<rect x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\"" << num(plot_w)
-       << "\" height=\"" << num(lane_h) << "\" fill=\"#f4f4f4\"/>\n";
+    os << "<text x=\"" << fmt("%.2f", left - 8) << "\" y=\"" << fmt("%.2f", y + lane_h * 0.65)
+       << "\" text-anchor=\"end\">" << xml_escape(lanes[i].name) << "</text>\n";
+    os << "<rect x=\"" << fmt("%.2f", left) << "\" y=\"" << fmt("%.2f", y) << "\" width=\"" << fmt("%.2f", plot_w)
+       << "\" height=\"" << fmt("%.2f", lane_h) << "\" fill=\"#f4f4f4\"/>\n";
     for (const auto& b : lanes[i].blocks) {
       const bool op = b.kind == block_kind::op;
       if (op) busy += b.end - b.start;  // the bubble counts compute only
@@ -82,31 +67,31 @@ std::string timeline_svg(const std::string& title, const std::vector<timeline_la
                          : b.input_grad                    ? "I" + to_string(b.op).substr(1)
                                                            : to_string(b.op);
       os << "<rect class=\"" << (op ? "op" : b.kind == block_kind::allreduce ? "allreduce" : "optimizer")
-         << "\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\""
-         << num(lane_h) << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << name
-         << " [" << num(b.start) << ", " << num(b.end) << "] " << unit << "</title></rect>\n";
+         << "\" x=\"" << fmt("%.2f", x) << "\" y=\"" << fmt("%.2f", y) << "\" width=\"" << fmt("%.2f", w) << "\" height=\""
+         << fmt("%.2f", lane_h) << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << name
+         << " [" << fmt("%.2f", b.start) << ", " << fmt("%.2f", b.end) << "] " << unit << "</title></rect>\n";
       if (w >= 12)
-        os << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + lane_h * 0.65)
+        os << "<text x=\"" << fmt("%.2f", x + w / 2) << "\" y=\"" << fmt("%.2f", y + lane_h * 0.65)
            << "\" text-anchor=\"middle\" fill=\"white\">"
            << (op ? std::to_string(b.op.mb) : b.kind == block_kind::allreduce ? std::string("AR") : std::string("opt"))
            << "</text>\n";
     }
     const double bubble = bubble_span > 0 ? 1.0 - busy / bubble_span : 0.0;
-    os << "<text x=\"" << num(left + plot_w + 6) << "\" y=\"" << num(y + lane_h * 0.65)
-       << "\">bubble " << num(bubble * 100) << "%</text>\n</g>\n";
+    os << "<text x=\"" << fmt("%.2f", left + plot_w + 6) << "\" y=\"" << fmt("%.2f", y + lane_h * 0.65)
+       << "\">bubble " << fmt("%.2f", bubble * 100) << "%</text>\n</g>\n";
   }
   const double axis_y = top + lanes.size() * (lane_h + gap) + 4;
-  os << "<line x1=\"" << num(left) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(left + plot_w)
-     << "\" y2=\"" << num(axis_y) << "\" stroke=\"#333\"/>\n";
+  os << "<line x1=\"" << fmt("%.2f", left) << "\" y1=\"" << fmt("%.2f", axis_y) << "\" x2=\"" << fmt("%.2f", left + plot_w)
+     << "\" y2=\"" << fmt("%.2f", axis_y) << "\" stroke=\"#333\"/>\n";
   for (int k = 0; k <= 10; ++k) {
     const double t = span * k / 10.0;
     const double x = left + t * scale;
-    os << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x) << "\" y2=\""
-       << num(axis_y + 4) << "\" stroke=\"#333\"/><text x=\"" << num(x) << "\" y=\""
-       << num(axis_y + 16) << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+    os << "<line x1=\"" << fmt("%.2f", x) << "\" y1=\"" << fmt("%.2f", axis_y) << "\" x2=\"" << fmt("%.2f", x) << "\" y2=\""
+       << fmt("%.2f", axis_y + 4) << "\" stroke=\"#333\"/><text x=\"" << fmt("%.2f", x) << "\" y=\""
+       << fmt("%.2f", axis_y + 16) << "\" text-anchor=\"middle\">" << fmt("%.2f", t) << "</text>\n";
   }
-  os << "<text x=\"" << num(left + plot_w) << "\" y=\"" << num(axis_y + 30)
-     << "\" text-anchor=\"end\">time (" << escape(unit)
+  os << "<text x=\"" << fmt("%.2f", left + plot_w) << "\" y=\"" << fmt("%.2f", axis_y + 30)
+     << "\" text-anchor=\"end\">time (" << xml_escape(unit)
      << ")  F blue, B green, I teal, W orange, lighter for later chunks; numbers are microbatches;"
         " AR allreduce, opt optimizer step</text>\n";
   os << "</svg>\n";

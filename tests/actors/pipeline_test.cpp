@@ -462,12 +462,7 @@ fault_spec message_fault(const char* kind, double p, double ms = 0.0, int from =
   return f;
 }
 
-uint64_t injected_duplicates(const train_result& r) {
-  uint64_t n = 0;
-  for (const auto& st : r.steps)
-    for (const auto& s : st.stages) n += s.injected_duplicates;
-  return n;
-}
+uint64_t injected_duplicates(const train_result& r) { return count_message_faults(r).sent_twice; }
 
 // Duplicated and delayed messages change timing only: every duplicate is
 // dropped and counted, and the weights are the clean run's, bit for bit.
@@ -595,16 +590,10 @@ TEST(MessageFaults, ADroppedMessageIsRequestedAgainAndNothingIsLost) {
     c.faults.inject = {drop};
     auto a = run_training(clean), b = run_training(c);
     EXPECT_TRUE(bitwise_equal(a.weights, b.weights)) << op;
-    uint64_t drops = 0, asks = 0, resent = 0;
-    for (const auto& st : b.result.steps)
-      for (const auto& s : st.stages) {
-        drops += s.injected_drops;
-        asks += s.resend_requests;
-        resent += s.retransmits;
-      }
-    EXPECT_EQ(drops, 1u) << op;
-    EXPECT_GE(asks, 1u) << op;
-    EXPECT_GE(resent, 1u) << op;
+    const auto faults = count_message_faults(b.result);
+    EXPECT_EQ(faults.dropped, 1u) << op;
+    EXPECT_GE(faults.asked_again, 1u) << op;
+    EXPECT_GE(faults.resent, 1u) << op;
   }
 }
 

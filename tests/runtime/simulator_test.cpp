@@ -315,15 +315,8 @@ TEST(SimulatedZeroBubbleIdle, IsAThirdOfOneFOneBsWhenFBAndWCostTheSame) {
 
 // -- zb-v ------------------------------------------------------------------------
 
-class SimulatedZeroBubbleV : public ::testing::TestWithParam<zb_shape> {
-protected:
-  cost_model cost() const {
-    cost_model c;
-    c.b = std::get<2>(GetParam());
-    c.w = 1.0;
-    return c;
-  }
-};
+// The same shapes and costs as ZB-H1's suite, its own instantiation.
+class SimulatedZeroBubbleV : public SimulatedZeroBubble {};
 
 TEST_P(SimulatedZeroBubbleV, OrderEqualsThePapersConstruction) {
   auto [s, m, b] = GetParam();
