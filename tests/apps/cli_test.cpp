@@ -128,7 +128,12 @@ std::string describe(const run_result& r) {
 
 /// Two saved state dicts hold the same names and the same bits.
 void expect_bitwise(const std::string& a, const std::string& b) {
-  expect_bitwise(a, b);
+  auto wa = load_tensors(a), wb = load_tensors(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    EXPECT_EQ(wa[i].first, wb[i].first);
+    EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
+  }
 }
 
 // -- bad configs ----------------------------------------------------------------
