@@ -32,6 +32,8 @@ struct driver_state {
   std::vector<uint64_t> checksums;
   int reported = 0;
   int applied = 0;
+  int64_t applying = -1;  // the step whose optimizer acks are awaited
+  bool overlapped = false;  // that step's successor already started
   int eval_pending = 0;
   eval_result eval_total;
   bool finished = false;
@@ -82,17 +84,19 @@ void start_step(driver_ptr self) {
   if (s.step > 0 && cfg.train.lr_schedule.type == "step" &&
       s.step % cfg.train.lr_schedule.step_size == 0)
     s.lr *= cfg.train.lr_schedule.gamma;  // chained, like torch's StepLR
-  auto b = batch_for_step(*s.setup.data, cfg, s.step);
+  // The null and sim devices take empty microbatches.
+  const bool data = !is_measuring_device(cfg.pipeline.devices.front());
+  auto b = data ? batch_for_step(*s.setup.data, cfg, s.step) : batch{};
   // The global batch in rank order over the replicas (torch.chunk), each
   // share into its microbatches; losses are weighted by the global size.
-  auto shares = s.setup.dp > 1 ? split_microbatches(b, s.setup.dp) : std::vector<batch>{b};
+  auto shares = s.setup.dp > 1 && data ? split_microbatches(b, s.setup.dp) : std::vector<batch>(s.setup.dp, b);
   s.reports.assign(s.setup.stages.size(), grads_report{});
-  s.checksums.assign(s.setup.stages.size(), 0);
-  s.reported = s.applied = 0;
+  s.reported = 0;
   s.step_start = clock_type::now();
   const size_t per_replica = s.setup.stages.size() / static_cast<size_t>(s.setup.dp);
   for (size_t d = 0; d < shares.size(); ++d) {
-    auto mbs = split_microbatches(shares[d], s.setup.microbatches);
+    auto mbs = data ? split_microbatches(shares[d], s.setup.microbatches)
+                    : std::vector<batch>(static_cast<size_t>(s.setup.microbatches));
     for (size_t i = 0; i < mbs.size(); ++i)
       self->send(s.setup.stages[d * per_replica], fwd_atom::value,
                  activation_msg{{0, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y});
@@ -103,8 +107,9 @@ void start_step(driver_ptr self) {
 // Async: step t's microbatches join the stream as numbers t*M .. t*M+M-1.
 void feed_async_step(driver_ptr self, int64_t t) {
   auto& s = self->state;
-  auto b = batch_for_step(*s.setup.data, s.setup.cfg, t);
-  auto mbs = split_microbatches(b, s.setup.microbatches);
+  auto mbs = is_measuring_device(s.setup.cfg.pipeline.devices.front())
+                 ? std::vector<batch>(static_cast<size_t>(s.setup.microbatches))
+                 : split_microbatches(batch_for_step(*s.setup.data, s.setup.cfg, t), s.setup.microbatches);
   for (size_t i = 0; i < mbs.size(); ++i)
     self->send(s.setup.stages.front(), fwd_atom::value,
                activation_msg{{0, 0, static_cast<int32_t>(t * s.setup.microbatches + static_cast<int64_t>(i)), 0, 0},
@@ -150,7 +155,7 @@ void start_eval(driver_ptr self) {
   auto& s = self->state;
   const auto& d = *s.setup.data;
   int64_t n = d.test_x.defined() ? d.test_x.size(0) : 0;
-  if (n == 0) {
+  if (n == 0 || is_measuring_device(s.setup.cfg.pipeline.devices.front())) {
     finish(self);
     return;
   }
@@ -162,6 +167,8 @@ void start_eval(driver_ptr self) {
                eval_msg{d.test_x.slice(0, i, e), d.test_y.slice(0, i, e)});
   }
 }
+
+void allreduce_figures(step_record& rec);
 
 void on_grads(driver_ptr self, grads_report& r) {
   auto& s = self->state;
@@ -224,7 +231,31 @@ void on_grads(driver_ptr self, grads_report& r) {
     samples += rep.samples;
   }
   if (samples > 0) rec.train_accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+  rec.pipeline_s = static_cast<double>(s.pipeline_ns) * 1e-9;
+  rec.start_ns = since(s, s.step_start);
+  for (auto& rep : s.reports) {
+    s.result.duplicates += rep.stats.duplicates;
+    rec.stages.push_back(std::move(rep.stats));
+  }
+  rec.bubble = measured_bubble(rec.stages, s.pipeline_ns);
+  allreduce_figures(rec);
+  s.checksums.assign(s.setup.stages.size(), 0);
+  s.applied = 0;
+  s.applying = s.step;
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
+  // The next step need not wait for the optimizer acks: every stage handles
+  // this apply before anything of the next step reaches it (the driver sent
+  // it first, and each stage's inputs come from stages that did the same).
+  // Not where the boundary is also a snapshot, a check or the end.
+  const int64_t next = s.step + 1;
+  const int64_t every = s.setup.cfg.checkpoint.every;
+  s.overlapped = next < s.setup.cfg.train.steps && s.stop_reason.empty() && !s.setup.last_good &&
+                 !(every > 0 && next % every == 0) && !(s.setup.verify_replicas && s.setup.dp > 1) &&
+                 !s.setup.cfg.pipeline.lockstep;
+  if (s.overlapped) {
+    s.step = next;
+    start_step(self);
+  }
 }
 
 // Every quarter of watchdog_s: ask each stage how many ops it has fired. No
@@ -353,11 +384,15 @@ void allreduce_figures(step_record& rec) {
 
 void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int64_t opt_begin, int64_t opt_end) {
   auto& s = self->state;
-  if (step != s.step || index < 0 || index >= static_cast<int>(s.checksums.size())) return;
+  if (step != s.applying || index < 0 || index >= static_cast<int>(s.checksums.size())) return;
+  auto it = std::find_if(s.result.steps.rbegin(), s.result.steps.rend(), [&](const step_record& r) { return r.step == step; });
+  if (it == s.result.steps.rend()) return;
+  auto& rec = *it;
   s.checksums[index] = checksum;
-  s.reports[index].stats.optimizer_start_ns = opt_begin;
-  s.reports[index].stats.optimizer_end_ns = opt_end;
+  rec.stages[index].optimizer_start_ns = opt_begin;
+  rec.stages[index].optimizer_end_ns = opt_end;
   if (++s.applied < static_cast<int>(s.setup.stages.size())) return;
+  s.applying = -1;
   if (s.setup.verify_replicas && s.setup.dp > 1) {
     const int per_replica = static_cast<int>(s.checksums.size()) / s.setup.dp;
     for (int d = 1; d < s.setup.dp; ++d)
@@ -373,18 +408,9 @@ void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int
         }
     s.result.replicas_verified = true;
   }
-  auto& rec = s.result.steps.back();
-  auto end = clock_type::now();
-  rec.step_s = std::chrono::duration<double>(end - s.step_start).count();
-  rec.pipeline_s = static_cast<double>(s.pipeline_ns) * 1e-9;
-  rec.start_ns = since(s, s.step_start);
-  for (auto& rep : s.reports) {
-    s.result.duplicates += rep.stats.duplicates;
-    rec.stages.push_back(std::move(rep.stats));
-  }
-  rec.bubble = measured_bubble(rec.stages, s.pipeline_ns);
-  allreduce_figures(rec);
+  rec.step_s = static_cast<double>(since(s, clock_type::now()) - rec.start_ns) * 1e-9;
   if (s.setup.on_step) s.setup.on_step(rec);
+  if (s.overlapped) return;  // the next step runs already
   ++s.step;
   const int64_t every = s.setup.cfg.checkpoint.every;
   const bool to_disk =

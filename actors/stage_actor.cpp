@@ -103,6 +103,7 @@ struct stage_state {
   // when the step's report goes out, so the hot path never syncs.
   std::vector<std::pair<op_id, at::Tensor>> finite_checks;
   std::vector<int64_t> finite_check_ns;
+  at::Tensor nothing;  // null and sim devices: every activation and gradient
   int64_t round = 0;                      // lock-step: the round being fired
   std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
   std::vector<gradient_msg> early_bwd;
@@ -180,6 +181,10 @@ void begin_step(stage_state& s, int64_t step) {
   s.loss_sum = 0.0;
   s.correct = s.samples = 0;
   s.stats = stage_stats{};
+  // Sized once per step: no reallocation on the firing path.
+  const size_t ops = static_cast<size_t>(slots) * (s.split ? 3 : 2);
+  s.stats.events.reserve(ops);
+  s.stats.memory.reserve(ops);
   s.finite_checks.clear();
   s.finite_check_ns.clear();
 }
@@ -236,9 +241,22 @@ void schedule_tick(stage_ptr self) {
   self->send(self, tick_atom::value);
 }
 
+bool computes(const stage_state& s) { return s.setup.work == stage_setup::work_kind::compute; }
+
 // pace_ms: the op's results leave the stage only once its padded time is
-// over, as they would from a slower device.
-void pad(stage_state& s, clock_type::time_point start) {
+// over, as they would from a slower device. The sim device's op takes its
+// time the same way.
+// The sim device's op ends on time: a sleep overshoots by tens of
+// microseconds here, so the last stretch is a yielding spin.
+void sim_wait(clock_type::time_point deadline) {
+  constexpr auto spin = std::chrono::microseconds(100);
+  if (deadline - clock_type::now() > spin) std::this_thread::sleep_until(deadline - spin);
+  while (clock_type::now() < deadline) std::this_thread::yield();
+}
+
+void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
+  if (s.setup.work == stage_setup::work_kind::timed)
+    sim_wait(start + std::chrono::nanoseconds(static_cast<int64_t>(s.setup.sim_ms[static_cast<int>(kind)] * 1e6)));
   if (s.setup.pace_ms > 0)
     std::this_thread::sleep_until(
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
@@ -302,7 +320,7 @@ bool injected(const stage_state& s, int mb, const char* where) {
 }
 
 void check_finite(stage_state& s, op_id op, const at::Tensor& t, int64_t at_ns) {
-  if (!t.defined() || s.setup.async) return;
+  if (!t.defined() || s.setup.async || !computes(s)) return;
   // One reduction per op: a NaN or an infinity anywhere in t makes its sum
   // non-finite (a finite float32 tensor whose sum overflows would too: a
   // false alarm that skips one step, never a missed NaN).
@@ -343,8 +361,11 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   const int k = slot(s, chunk, mb);
   const bool first = first_virtual(s, chunk);
   auto msg = std::move(s.inputs[k]);
+  const bool work = computes(s);
   at::Tensor x = msg.x;
-  if (first)
+  if (!work)
+    x = s.nothing;
+  else if (first)
     x = x.to(torch::Device(s.setup.device));
   else
     x = x.detach().requires_grad_(true);
@@ -363,7 +384,9 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   stash_entry e;
   e.input = x;
   at::Tensor out;
-  if (s.setup.recompute) {
+  if (!work) {
+    out = s.nothing;
+  } else if (s.setup.recompute) {
     // Keep the input alone; B runs this forward again with autograd on.
     torch::NoGradGuard no_grad;
     out = s.setup.layers[chunk]->forward(x, ctx, nullptr, weights);
@@ -377,7 +400,10 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   }
   if (injected(s, mb, "activation")) out = out + std::numeric_limits<float>::quiet_NaN();
   check_finite(s, {op_kind::F, mb, chunk}, out, now_ns(s));
-  if (last_virtual(s, chunk)) {
+  if (last_virtual(s, chunk) && !work) {
+    arrive_backward(s, chunk, mb);
+    s.bwd_seen[k] = 1;
+  } else if (last_virtual(s, chunk)) {
     auto y = msg.y.to(out.device());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
     auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
@@ -394,9 +420,9 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   } else {
     if (!s.setup.recompute) e.output = out;
     auto next = hop_to(s, virtual_stage(s, chunk) + 1);
-    activation_msg down{{0, s.step, mb, next.chunk, s.round}, out.detach(), msg.y};
+    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? out.detach() : out, msg.y};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
-    pad(s, start);
+    pad(s, start, op_kind::F);
     s.sent_fwd[k] = down;
     deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
   }
@@ -418,10 +444,30 @@ void rematerialize(const stage_state& s, int chunk, stash_entry& e) {
   e.output = out;
 }
 
+// The gradient of B(mb)'s input goes up to the previous virtual stage once
+// the op's time is over.
+void send_backward(stage_ptr self, int chunk, int mb, const at::Tensor& grad_in, clock_type::time_point start) {
+  auto& s = self->state;
+  auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
+  gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
+  if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
+  pad(s, start, op_kind::B);
+  s.sent_bwd[slot(s, chunk, mb)] = up;
+  deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
+}
+
 void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
   const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
+  if (!computes(s)) {
+    if (s.split) s.w_ready[chunk].insert(mb);
+    else --s.stashed;
+    s.grads_in[k] = at::Tensor();
+    if (!first) send_backward(self, chunk, mb, s.nothing, start);
+    ++s.bwd_done;
+    return;
+  }
   if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
   if (injected(s, mb, "grad")) {
     if (last)
@@ -454,12 +500,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   s.grads_in[k] = at::Tensor();
   if (!first) {
     check_finite(s, {op_kind::B, mb, chunk}, grad_in, now_ns(s));
-    auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
-    gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
-    if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
-    pad(s, start);
-    s.sent_bwd[k] = up;
-    deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
+    send_backward(self, chunk, mb, grad_in, start);
   }
   ++s.bwd_done;
 }
@@ -470,7 +511,7 @@ void fire_weight(stage_ptr self, int chunk, int mb) {
   auto& s = self->state;
   auto e = std::move(s.stash[slot(s, chunk, mb)]);
   auto& params = s.chunk_params[chunk];
-  if (!params.empty()) {
+  if (!params.empty() && computes(s)) {
     std::vector<at::Tensor> grad_outputs;
     if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
     auto grads = torch::autograd::grad({e.output}, params, grad_outputs, /*retain_graph=*/false,
@@ -668,7 +709,7 @@ bool fire_one(stage_ptr self) {
     s.w_ready[op->chunk].erase(op->mb);
     fire_weight(self, op->chunk, op->mb);
   }
-  pad(s, start);  // ops that send nothing
+  pad(s, start, op->kind);  // ops that send nothing
   int64_t end_ns = now_ns(s);
   if (op->chunk == 0) {
     if (op->kind == op_kind::F) ++s.open;
@@ -879,10 +920,12 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
       [=](wire_atom, std::vector<caf::actor> ranks, caf::actor driver) {
         auto& st = self->state;
         // Runs on this stage's own thread: the intra-op pool size is per thread.
-        at::set_num_threads(std::max(1, st.setup.intra_op_threads));
+        if (!st.setup.shared_thread) at::set_num_threads(std::max(1, st.setup.intra_op_threads));
         // A paced op should end on time: the default 50 us timer slack would
         // add to every op on the critical path.
-        if (st.setup.pace_ms > 0) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+        if (st.setup.pace_ms > 0 || st.setup.work == stage_setup::work_kind::timed)
+          prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+        st.nothing = at::empty({0});
         st.ranks = std::move(ranks);
         st.driver = std::move(driver);
         self->become(running(self));
@@ -954,6 +997,7 @@ caf::behavior running(stage_ptr self) {
 }  // namespace
 
 caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup) {
+  if (setup.shared_thread) return sys.spawn(stage_behavior, std::move(setup));
   return sys.spawn<caf::detached>(stage_behavior, std::move(setup));
 }
 

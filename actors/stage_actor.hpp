@@ -48,6 +48,15 @@ struct stage_setup {
   std::vector<std::string> devices;  ///< every rank's, to place what is sent there
   int intra_op_threads = 1;
   double pace_ms = 0.0;
+  /// What an op does: run the layers, nothing (the null device: empty
+  /// activations, only the runtime is left), or nothing for sim_ms[kind]
+  /// (the sim device; a full backward's time includes W's).
+  enum class work_kind { compute, none, timed };
+  work_kind work = work_kind::compute;
+  double sim_ms[3] = {0.0, 0.0, 0.0};  ///< by op_kind: F, B, W
+  /// Run on CAF's shared scheduler instead of a thread of its own (the null
+  /// device: its ops never block).
+  bool shared_thread = false;
   /// Activation recomputation: F stashes only its input, B runs F again.
   bool recompute = false;
   bool lockstep = false;  ///< fire only on the driver's round messages
@@ -76,7 +85,7 @@ struct stage_setup {
   std::string optimizer_state;
 };
 
-/// Spawns a stage on its own thread.
+/// Spawns a stage on its own thread (or, shared_thread, on the scheduler).
 caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup);
 
 }  // namespace actorpipe

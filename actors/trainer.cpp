@@ -111,6 +111,10 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
+  // An idle worker polls a while, then sleeps on a condition variable that a
+  // new message wakes at once. CAF's middle phase (sleeps of 50 us between
+  // polls) would add up to 100 us to each driver message at a step boundary.
+  sys_cfg.set("work-stealing.moderate-poll-attempts", 0);
   caf::actor_system sys{sys_cfg};
   auto origin = std::chrono::steady_clock::now();
 
@@ -138,6 +142,17 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.batch_size = cfg.train.batch_size;
       st.device = devices[r];
       st.devices = devices;
+      if (is_measuring_device(st.device)) {
+        // Nothing runs on it: the layers and the tensors stay on the CPU.
+        st.work = st.device == "null" ? stage_setup::work_kind::none : stage_setup::work_kind::timed;
+        const auto& pc = cfg.pipeline;
+        st.sim_ms[0] = pc.sim_f_ms;
+        st.sim_ms[1] = pol->splits_backward() ? pc.sim_b_ms : pc.sim_b_ms + pc.sim_w_ms;
+        st.sim_ms[2] = pc.sim_w_ms;
+        st.device = "cpu";
+        st.devices.assign(devices.size(), "cpu");
+        st.shared_thread = pc.threads == "shared";
+      }
       st.intra_op_threads = threads;
       st.pace_ms = cfg.pipeline.pace_ms;
       st.recompute = r < static_cast<int>(cfg.pipeline.recompute.size()) && cfg.pipeline.recompute[r];

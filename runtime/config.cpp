@@ -708,7 +708,7 @@ void reader::read_pipeline(const entry* e) {
   auto& p = cfg_.pipeline;
   const section s = read_map(e ? e->value : Node(), "pipeline",
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                              "pace_ms", "lockstep", "virtual_stages", "max_inflight", "recompute"});
+                              "pace_ms", "lockstep", "virtual_stages", "max_inflight", "recompute", "sim_ms", "threads"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
   const bool interleaved = p.schedule == "interleaved";
   const bool v_shape = p.schedule == "zb-v";
@@ -806,6 +806,32 @@ void reader::read_pipeline(const entry* e) {
     }
   }
   p.devices = cfg_.replica_devices.front();
+  // A measuring device stands for every stage: a real stage next to one
+  // would get empty activations.
+  const std::string& first = cfg_.replica_devices.front().front();
+  auto measuring = is_measuring_device;
+  for (const auto& replica : cfg_.replica_devices)
+    for (const auto& d : replica)
+      if ((measuring(d) || measuring(first)) && d != first)
+        fail_key("pipeline.devices", "the " + (measuring(d) ? d : first) + " device runs every stage or none; found " +
+                                         first + " next to " + d);
+  if (const entry* se = s.find("sim_ms")) {
+    const std::string key = "pipeline.sim_ms";
+    const section ss = read_map(se->value, key, {"F", "B", "W"});
+    if (read_number(ss, "F", p.sim_f_ms)) non_negative(key + ".F", p.sim_f_ms);
+    if (read_number(ss, "B", p.sim_b_ms)) non_negative(key + ".B", p.sim_b_ms);
+    if (read_number(ss, "W", p.sim_w_ms)) non_negative(key + ".W", p.sim_w_ms);
+    if (p.devices.front() != "sim")
+      fail_key(key, "only the sim device takes op times; pipeline.devices is " + p.devices.front());
+  }
+  read_choice(s, "threads", "threads mode", {"dedicated", "shared"}, p.threads);
+  if (p.threads.empty()) p.threads = p.devices.front() == "null" && dp == 1 ? "shared" : "dedicated";
+  if (p.threads == "shared" && p.devices.front() != "null")
+    fail_key("pipeline.threads", "shared runs the stages on CAF's scheduler, which only the null device's ops "
+                                 "never block; a stage on " + p.devices.front() + " needs its own thread (dedicated)");
+  if (p.threads == "shared" && dp > 1)
+    fail_key("pipeline.threads", "shared: the allreduce over parallel.dp " + std::to_string(dp) +
+                                     " replicas blocks a stage's thread until its peers join; use dedicated");
   if (cfg_.parallel.allreduce == "nccl")
     for (const auto& replica : cfg_.replica_devices)
       for (const auto& d : replica)
@@ -915,13 +941,14 @@ void reader::read_devices(const entry& e) {
 void reader::read_device_name(const Node& d, const std::string& key, std::vector<std::string>& out) {
   {
     cfg_.marks[key] = to_mark(d.Mark());
-    if (!d.IsScalar()) fail(d, key, "expected a device (cpu or cuda:N), found " + describe(d));
-    const std::string name = d.Scalar();
+    // YAML reads a bare `null` as no value: here it names the null device.
+    if (!d.IsScalar() && !d.IsNull()) fail(d, key, "expected a device (cpu, cuda:N, null or sim), found " + describe(d));
+    const std::string name = d.IsNull() ? "null" : d.Scalar();
     const bool is_cuda = name.size() > 5 && name.compare(0, 5, "cuda:") == 0 &&
                          name.size() <= 9 &&  // keeps stoi in range
                          std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c) != 0; });
-    if (name != "cpu" && !is_cuda)
-      fail(d, key, "unknown device '" + name + "'; expected cpu or cuda:N");
+    if (name != "cpu" && name != "null" && name != "sim" && !is_cuda)
+      fail(d, key, "unknown device '" + name + "'; expected cpu, cuda:N, null or sim");
     if (is_cuda) {
       const int n = std::stoi(name.substr(5));
       if (n >= env_.cuda_devices)

@@ -79,6 +79,10 @@ struct train_config {
   uint64_t seed = 42;
 };
 
+/// The null and sim devices do no work: they measure the runtime and the
+/// schedules, not a model.
+inline bool is_measuring_device(const std::string& d) { return d == "null" || d == "sim"; }
+
 struct pipeline_config {
   int stages = 1;
   /// Inclusive layer ranges, one per virtual stage (stages x
@@ -93,8 +97,18 @@ struct pipeline_config {
   /// (virtual_stages - 1) S.
   int max_inflight = 0;
   int microbatches = 1;
-  /// One device per stage after loading: "cpu" or "cuda:N".
+  /// One device per stage after loading: "cpu", "cuda:N", or one of the
+  /// two measuring devices (every stage alike): "null" (ops do no work,
+  /// activations are empty tensors: what is left is the runtime) and
+  /// "sim" (an op does no work but takes sim_ms of its kind).
   std::vector<std::string> devices;
+  /// The sim device's op times in ms, as the simulator's cost model: a full
+  /// backward (policies that do not split it) takes B + W.
+  double sim_f_ms = 1.0, sim_b_ms = 1.0, sim_w_ms = 0.0;
+  /// Where the stage actors run: "dedicated" (a thread each: an op blocks
+  /// its thread while it computes) or "shared" (CAF's scheduler, for the
+  /// null device, whose ops never block). Empty = the device's default.
+  std::string threads;
   int intra_op_threads = 0;  ///< per stage; 0 = cores / stages, at least 1
   /// Every op is padded to at least this wall time (a stand-in for a
   /// slower device). 0 = off.

@@ -737,7 +737,65 @@ pipeline:
   stages: 2
   devices: [cpu, gpu]
 )yaml",
-       "{FILE}:8:18: pipeline.devices[1]: unknown device 'gpu'; expected cpu or cuda:N"},
+       "{FILE}:8:18: pipeline.devices[1]: unknown device 'gpu'; expected cpu, cuda:N, null or sim"},
+      {"DevicesNullNextToCpu",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [cpu, null]
+)yaml",
+       "{FILE}:8:3: pipeline.devices: the null device runs every stage or none; found cpu next to null"},
+      {"SimTimesWithoutTheSimDevice",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [cpu, cpu]
+  sim_ms: {F: 1, B: 2}
+)yaml",
+       "{FILE}:9:3: pipeline.sim_ms: only the sim device takes op times; pipeline.devices is cpu"},
+      {"SimTimeNegative",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [sim, sim]
+  sim_ms: {F: 1, B: -2}
+)yaml",
+       "{FILE}:9:21: pipeline.sim_ms.B: must be at least 0, found -2"},
+      {"SharedThreadsForACpuStage",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  threads: shared
+)yaml",
+       "{FILE}:8:12: pipeline.threads: shared runs the stages on CAF's scheduler, which only the null device's ops never block; a stage on cpu needs its own thread (dedicated)"},
+      {"ThreadsUnknown",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [null, null]
+  threads: pooled
+)yaml",
+       "{FILE}:9:12: pipeline.threads: unknown threads mode 'pooled' (known: dedicated, shared)"},
       {"DevicesCudaUnavailable",
        R"yaml(model:
   layers:

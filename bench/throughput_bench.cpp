@@ -1,0 +1,149 @@
+// CPU throughput: the reference notebook's four-part MLP (configs/seed_mlp.yaml)
+// as a 2-stage 1F1B pipeline with one intra-op thread per stage, against a
+// plain single-module LibTorch loop with two intra-op threads: the same
+// global batch (256), the same 32 microbatches (gradient accumulation),
+// Adam, clipping at 1.0. Samples per second, and their ratio, from one run
+// (the two alternate, three rounds each; the medians are compared).
+//
+//   build/throughput_bench [--steps N] [--rounds R] [--schedule NAME]
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "bench/bench_pipeline.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+
+namespace {
+
+using namespace actorpipe;
+using clock_type = std::chrono::steady_clock;
+
+// seed_mlp.yaml with its pipeline section replaced.
+config mlp_config(int stages, const std::string& schedule, int steps) {
+  std::ifstream in(ACTORPIPE_SOURCE_DIR "/configs/seed_mlp.yaml");
+  if (!in) throw std::runtime_error(ACTORPIPE_SOURCE_DIR "/configs/seed_mlp.yaml: cannot read it");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string y = text.str();
+  y = y.substr(0, y.find("\npipeline:"));
+  const auto at = y.find("  steps: 50");
+  if (at != std::string::npos) y.replace(at, 11, "  steps: " + std::to_string(steps));
+  y += "\npipeline:\n  stages: " + std::to_string(stages) + "\n  schedule: " + schedule +
+       "\n  microbatches: 32\n  intra_op_threads: 1\n  devices: auto\nsupervision: {watchdog_s: 0}\n";
+  char path[] = "/tmp/actorpipe_bench_XXXXXX.yaml";
+  const int fd = mkstemps(path, 5);
+  if (fd < 0) throw std::runtime_error("cannot create a temporary config");
+  close(fd);
+  { std::ofstream(path) << y; }
+  auto cfg = load_config(path);
+  std::remove(path);
+  return cfg;
+}
+
+// The loop a LibTorch user writes: one Sequential, torch's dropout, the
+// batch in microbatches with gradient accumulation, clip, Adam.
+double plain_samples_per_s(const config& c, int warmup, int threads) {
+  at::set_num_threads(threads);
+  auto layers = build_layers(c);
+  torch::nn::Sequential net;
+  for (const auto& l : layers) {
+    const auto& s = l.spec();
+    if (s.type == "linear") {
+      torch::nn::Linear m(s.in, s.out);
+      torch::NoGradGuard g;
+      for (auto& [name, t] : l.parameters()) m->named_parameters()[name].copy_(t);
+      net->push_back(m);
+    } else if (s.type == "relu") {
+      net->push_back(torch::nn::ReLU());
+    } else if (s.type == "dropout") {
+      net->push_back(torch::nn::Dropout(s.p));
+    } else {
+      throw std::runtime_error("the plain loop has no " + s.type + " layer");
+    }
+  }
+  net->train();
+  auto data = load_dataset(c);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));
+  clock_type::time_point start;
+  for (int64_t step = 0; step < c.train.steps; ++step) {
+    if (step == warmup) start = clock_type::now();
+    opt.zero_grad();
+    auto b = batch_for_step(data, c, step);
+    auto xs = b.x.chunk(c.pipeline.microbatches);
+    auto ys = b.y.chunk(c.pipeline.microbatches);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto loss = torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]) *
+                  (static_cast<double>(xs[i].size(0)) / static_cast<double>(b.x.size(0)));
+      loss.backward();
+    }
+    torch::nn::utils::clip_grad_norm_(net->parameters(), c.train.clip_grad_norm);
+    opt.step();
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - start).count();
+  return static_cast<double>((c.train.steps - warmup) * c.train.batch_size) / s;
+}
+
+double pipeline_samples_per_s(const config& c, int warmup) {
+  auto out = run_training(c);
+  auto f = bench::figures(out.result, warmup);
+  return static_cast<double>(f.steps * c.train.batch_size) / f.seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 12, rounds = 3;
+  std::string schedule = "1f1b";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: throughput_bench [--steps N] [--rounds R] [--schedule NAME]\n"
+                  "The seed MLP as a 2-stage pipeline (1 intra-op thread per stage) against a plain\n"
+                  "LibTorch loop (2 intra-op threads), samples/s and their ratio. Defaults: 12 steps\n"
+                  "(2 warm-up), 3 rounds, 1f1b.\n");
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "throughput_bench: %s needs a value (see --help)\n", a.c_str());
+      return 2;
+    }
+    if (a == "--steps") steps = std::atoi(argv[++i]);
+    else if (a == "--rounds") rounds = std::atoi(argv[++i]);
+    else if (a == "--schedule") schedule = argv[++i];
+    else {
+      std::fprintf(stderr, "throughput_bench: unknown option %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (steps < 3 || rounds < 1) {
+    std::fprintf(stderr, "throughput_bench: --steps must be at least 3 and --rounds at least 1\n");
+    return 2;
+  }
+  const int warmup = 2;
+  const auto pipe_cfg = mlp_config(2, schedule, steps);
+  const auto plain_cfg = mlp_config(1, "gpipe", steps);
+  std::vector<double> pipe, plain;
+  for (int r = 0; r < rounds; ++r) {
+    plain.push_back(plain_samples_per_s(plain_cfg, warmup, 2));
+    pipe.push_back(pipeline_samples_per_s(pipe_cfg, warmup));
+    std::printf("round %d: plain loop (2 threads) %.0f samples/s, 2-stage %s (1 thread each) %.0f samples/s\n", r + 1,
+                plain.back(), schedule.c_str(), pipe.back());
+    std::fflush(stdout);
+  }
+  const double a = median(pipe), b = median(plain);
+  std::printf("median: plain %.0f samples/s, pipeline %.0f samples/s, pipeline / plain = %.3f\n", b, a, a / b);
+  return 0;
+}
