@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         shape.schedule = schedule;
         shape.stages = s;
         shape.microbatches = m;
-        shape.steps = 4;
+        shape.steps = 6;
         shape.device = "sim";
         shape.f_ms = shape.b_ms = shape.w_ms = g_op_ms;
         const std::string name = std::string("sim/") + schedule + "/S" + std::to_string(s) + "/M" + std::to_string(m);

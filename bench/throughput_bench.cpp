@@ -91,9 +91,15 @@ double plain_samples_per_s(const config& c, int warmup, int threads) {
   return static_cast<double>((c.train.steps - warmup) * c.train.batch_size) / s;
 }
 
-double pipeline_samples_per_s(const config& c, int warmup) {
+// Also the mean busy time per step of each stage (ms): the slowest stage
+// bounds the pipeline.
+double pipeline_samples_per_s(const config& c, int warmup, std::vector<double>* busy_ms) {
   auto out = run_training(c);
   auto f = bench::figures(out.result, warmup);
+  busy_ms->assign(static_cast<size_t>(c.pipeline.stages), 0.0);
+  for (size_t i = static_cast<size_t>(warmup); i < out.result.steps.size(); ++i)
+    for (size_t r = 0; r < busy_ms->size(); ++r)
+      (*busy_ms)[r] += static_cast<double>(out.result.steps[i].stages[r].busy_ns) * 1e-6 / f.steps;
   return static_cast<double>(f.steps * c.train.batch_size) / f.seconds;
 }
 
@@ -135,15 +141,25 @@ int main(int argc, char** argv) {
   const int warmup = 2;
   const auto pipe_cfg = mlp_config(2, schedule, steps);
   const auto plain_cfg = mlp_config(1, "gpipe", steps);
-  std::vector<double> pipe, plain;
+  std::vector<double> pipe, plain, plain1;
+  std::vector<double> busy;
   for (int r = 0; r < rounds; ++r) {
     plain.push_back(plain_samples_per_s(plain_cfg, warmup, 2));
-    pipe.push_back(pipeline_samples_per_s(pipe_cfg, warmup));
-    std::printf("round %d: plain loop (2 threads) %.0f samples/s, 2-stage %s (1 thread each) %.0f samples/s\n", r + 1,
-                plain.back(), schedule.c_str(), pipe.back());
+    pipe.push_back(pipeline_samples_per_s(pipe_cfg, warmup, &busy));
+    plain1.push_back(plain_samples_per_s(plain_cfg, warmup, 1));
+    std::printf("round %d: plain loop (2 threads) %.0f samples/s, 2-stage %s (1 thread each) %.0f samples/s "
+                "(stages busy %.0f / %.0f ms a step); plain loop (1 thread) %.0f samples/s\n",
+                r + 1, plain.back(), schedule.c_str(), pipe.back(), busy[0], busy[1], plain1.back());
     std::fflush(stdout);
   }
-  const double a = median(pipe), b = median(plain);
+  const double a = median(pipe), b = median(plain), c1 = median(plain1);
   std::printf("median: plain %.0f samples/s, pipeline %.0f samples/s, pipeline / plain = %.3f\n", b, a, a / b);
+  // What the split allows: with stage r doing a share w_r of the work at
+  // one thread's speed, the pipeline runs at most at 1 / max(w_r) times the
+  // one-thread loop.
+  const double heavy = std::max(busy[0], busy[1]) / (busy[0] + busy[1]);
+  std::printf("bound by the split: the heavier stage does %.0f%% of the work, so at most %.2f x the 1-thread loop "
+              "= %.0f samples/s; the plain loop gains %.2f x from its second thread\n",
+              heavy * 100, 1.0 / heavy, c1 / heavy, b / c1);
   return 0;
 }
