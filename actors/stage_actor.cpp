@@ -43,7 +43,19 @@ struct stash_entry {
   const std::vector<at::Tensor>* weights = nullptr;
 };
 
+std::atomic<int> live_stage_count{0};
+
+// Counts the stages alive: a member of the state, which CAF destroys when
+// the actor terminates.
+struct live_token {
+  live_token() { ++live_stage_count; }
+  ~live_token() { --live_stage_count; }
+  live_token(const live_token&) = delete;
+  live_token& operator=(const live_token&) = delete;
+};
+
 struct stage_state {
+  live_token alive;
   stage_setup setup;
   std::shared_ptr<const policy> pol;
   std::unique_ptr<torch::optim::Optimizer> opt;
@@ -546,7 +558,19 @@ void allreduce_grads(stage_state& s) {
                     : host                 ? p.grad().to(torch::kCPU)
                                            : p.grad());
   }
-  s.setup.dp_group->allreduce_sum(grads);
+  auto work = s.setup.dp_group->allreduce_sum_async(grads);
+  if (s.setup.abandon) {
+    while (!work->ready()) {
+      if (s.setup.abandon->load()) {
+        // The collective may never finish: nothing may wait for it or free
+        // the tensors under it. The group is kept alive by the supervisor.
+        (void)work.release();
+        throw std::runtime_error("allreduce abandoned: a stage of another replica stopped");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  work->wait();
   if (host && !s.setup.skip_allreduce) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < grads.size(); ++i) s.params[i].mutable_grad().copy_(grads[i]);
@@ -995,6 +1019,8 @@ caf::behavior running(stage_ptr self) {
 }
 
 }  // namespace
+
+int live_stages() { return live_stage_count.load(); }
 
 caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup) {
   if (setup.shared_thread) return sys.spawn(stage_behavior, std::move(setup));

@@ -15,6 +15,7 @@
 //            is answered with round_done.
 #include <caf/fwd.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -71,6 +72,10 @@ struct stage_setup {
   /// when dp = 1). The step's gradients are summed over it as soon as this
   /// stage's own last backward ran.
   std::shared_ptr<allreduce_group> dp_group;
+  /// Supervised with replicas: set when the attempt is torn down (a stage
+  /// died somewhere), so a stage waiting in its allreduce for a peer that
+  /// will never come gives up instead of blocking its thread.
+  std::shared_ptr<std::atomic<bool>> abandon;
   int replica = 0;
   /// Test hook: this replica adds zeros to the sum and keeps its own
   /// gradient (the replicas then drift apart, which --verify-replicas and
@@ -84,6 +89,10 @@ struct stage_setup {
   /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
   std::string optimizer_state;
 };
+
+/// Stage actors alive in this process, over every run (a restart's old
+/// generation must be gone before the new one starts).
+int live_stages();
 
 /// Spawns a stage on its own thread (or, shared_thread, on the scheduler).
 caf::actor spawn_stage(caf::actor_system& sys, stage_setup setup);

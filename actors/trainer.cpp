@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "actors/driver_actor.hpp"
@@ -109,6 +110,10 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
     }
   }
 
+  // Supervised with replicas: a death leaves peers waiting in allreduces
+  // that will never complete; this tells them to give up.
+  auto abandon = dp > 1 && cfg.supervision.max_restarts > 0 ? std::make_shared<std::atomic<bool>>(false) : nullptr;
+
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
   // An idle worker polls a while, then sleeps on a condition variable that a
@@ -131,6 +136,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.stages = stages;
       st.replica = d;
       if (dp > 1) st.dp_group = groups[r][d];
+      st.abandon = abandon;
       st.skip_allreduce = d == opts.skip_allreduce_replica;
       st.async = !pol->flushes();
       st.step_microbatches = microbatches;
@@ -162,7 +168,9 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.chunks = chunks;
       st.optimizer = cfg.train.optimizer;
       for (const auto& f : cfg.faults.inject)
-        if (f.kind == "duplicate" || f.kind == "delay" || f.kind == "drop" || f.stage == r) st.faults.push_back(f);
+        if (f.kind == "duplicate" || f.kind == "delay" || f.kind == "drop" ||
+            (f.stage == r && (f.replica < 0 || f.replica == d)))
+          st.faults.push_back(f);
       st.fault_seed = cfg.faults.seed;
       st.op_timeout_ms = cfg.supervision.op_timeout_ms;
       if (resume.step >= 0) {
@@ -220,6 +228,16 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
   if (failure.empty())
     self->request(driver, caf::infinite, run_atom::value)
         .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
+  if (!failure.empty() && abandon) {
+    abandon->store(true);
+    // An abandoned collective still runs inside its group (until the group's
+    // timeout); destroying the group would wait for it. Keep every group of
+    // the failed attempt for the life of the process.
+    static std::mutex kept_mutex;
+    static auto* kept = new std::vector<std::vector<std::vector<std::shared_ptr<allreduce_group>>>>();
+    std::lock_guard<std::mutex> lock(kept_mutex);
+    kept->push_back(groups);
+  }
   out.result.allreduce = backend;
   out.result.split_backward = pol->splits_backward();
   out.result.resumed_from = resume.step;
@@ -268,6 +286,13 @@ train_output run_training(const config& cfg, const train_options& opts) {
     try {
       auto out = run_attempt(c, o, resumed ? &from : nullptr, last_good);
       out.result.steps = std::move(steps);
+      // Steps skipped for a NaN by an earlier attempt (before the boundary it
+      // rolled back to) count too.
+      std::vector<int64_t> skipped;
+      for (const auto& r : out.result.steps)
+        if (r.skipped && std::find(opts.skip_steps.begin(), opts.skip_steps.end(), r.step) == opts.skip_steps.end())
+          skipped.push_back(r.step);
+      out.result.skipped_steps = skipped;
       out.result.notices.insert(out.result.notices.begin(), notices.begin(), notices.end());
       out.result.restarts = static_cast<int>(restarts_at.size());
       out.result.recovery_s = recovery_s;

@@ -364,6 +364,10 @@ void print_fault_report(const train_result& r) {
                 static_cast<unsigned long long>(f.dropped), static_cast<unsigned long long>(f.asked_again),
                 static_cast<unsigned long long>(f.resent), static_cast<unsigned long long>(r.duplicates),
                 r.skipped_steps.size());
+  if (r.restarts + f.sent_twice + f.held_back + f.dropped + r.skipped_steps.size() > 0)
+    std::printf("trace: %016llx (the faults injected per step and stage, restarts and skipped steps; the same for "
+                "the same config and fault seed)\n",
+                static_cast<unsigned long long>(trace_hash(r)));
   const auto speeds = stage_speeds(r);
   const int per = std::max(1, r.stages);
   for (size_t i = 0; i < speeds.size(); ++i)

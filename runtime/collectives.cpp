@@ -39,6 +39,12 @@ public:
     if (!failure.empty()) throw collective_error(where_ + ": allreduce failed: " + failure);
   }
 
+  bool ready() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+
 private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::string where_;

@@ -41,6 +41,8 @@ public:
   virtual ~allreduce_work() = default;
   /// Blocks until the sums are in the tensors; throws collective_error.
   virtual void wait() = 0;
+  /// Whether wait() would return at once (done or failed). Never blocks.
+  virtual bool ready() = 0;
 };
 
 /// One rank of a group. Not thread-safe: one thread drives one rank.

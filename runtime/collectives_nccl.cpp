@@ -64,6 +64,12 @@ public:
     check_cuda(e, where_, "allreduce failed");
   }
 
+  bool ready() override {
+    if (!done_) return true;
+    cudaSetDevice(device_);
+    return cudaEventQuery(done_) != cudaErrorNotReady;
+  }
+
 private:
   cudaEvent_t done_;
   int device_;

@@ -439,7 +439,7 @@ void reader::read_faults(const entry& e) {
     if (!n.IsMap()) fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
     const section fs =
         read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms", "factor",
-                          "after_op", "op"});
+                          "after_op", "op", "replica"});
     fault_spec spec;
     if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
     const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw",
@@ -468,12 +468,18 @@ void reader::read_faults(const entry& e) {
       if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
       if (!parse_op(spec.op))
         fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found '" + spec.op + "'");
-      if (cfg_.parallel.dp > 1 && spec.kind != "drop")
-        fail_key(key + ".kind", spec.kind + " restarts the pipeline; with parallel.dp > 1 its replica's peers "
-                                            "would wait in their allreduce: not supported yet");
     }
     stage_index("stage", spec.stage);
     int64_t v = 0;
+    if (read_int(fs, "replica", v)) {
+      at_least(key + ".replica", v, 0);
+      if (v >= cfg_.parallel.dp)
+        fail_key(key + ".replica", "replica " + std::to_string(v) + " does not exist (parallel.dp " +
+                                       std::to_string(cfg_.parallel.dp) + ")");
+      if (spec.kind == "duplicate" || spec.kind == "delay" || spec.kind == "drop")
+        fail_key(key + ".replica", spec.kind + " picks messages of every replica; replica is for a stage's faults");
+      spec.replica = static_cast<int>(v);
+    }
     if (read_int(fs, "step", spec.step)) at_least(key + ".step", spec.step, 0);
     if (read_int(fs, "microbatch", v)) {
       at_least(key + ".microbatch", v, 0);

@@ -160,6 +160,7 @@ struct fault_spec {
   double ms = 0.0;             ///< delay
   double factor = 1.0;         ///< slow_stage: every op takes this many times as long
   std::string op;              ///< kill_stage: after firing this op ("F5"); throw: inside it
+  int replica = -1;  ///< a stage's faults with parallel.dp > 1: only this replica's (-1: every replica's)
 };
 
 struct faults_config {

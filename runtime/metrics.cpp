@@ -61,6 +61,30 @@ message_fault_counts count_message_faults(const train_result& r) {
   return c;
 }
 
+uint64_t trace_hash(const train_result& r, bool with_order) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bit
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  for (const auto& step : r.steps) {
+    mix(static_cast<uint64_t>(step.step));
+    mix(step.skipped);
+    mix(step.stages.size());
+    for (const auto& s : step.stages) {
+      mix(s.events.size());
+      if (with_order)
+        for (const auto& e : s.events)
+        mix(static_cast<uint64_t>(e.op.kind) | static_cast<uint64_t>(e.op.mb) << 8 |
+            static_cast<uint64_t>(e.op.chunk) << 40);
+      mix(s.injected_duplicates);
+      mix(s.injected_delays);
+      mix(s.injected_drops);
+    }
+  }
+  mix(static_cast<uint64_t>(r.restarts));
+  return h;
+}
+
 std::vector<double> stage_speeds(const train_result& r) {
   std::vector<double> busy, ops;
   for (size_t t = r.steps.size() > 1 ? 1 : 0; t < r.steps.size(); ++t) {

@@ -73,6 +73,15 @@ struct message_fault_counts {
 };
 message_fault_counts count_message_faults(const train_result& r);
 
+/// A hash of the run's event trace without its times: per step, whether it
+/// was skipped and, per stage, the faults it injected (which messages a
+/// probability picks depends on faults.seed and the message's ids, never on
+/// timing); then the restarts. Runs of one config and fault seed agree.
+/// With `with_order`, every stage's ops in firing order too: runs agree
+/// where that order does not depend on timing (pipeline.lockstep makes
+/// sure of it), as in deterministic simulation testing.
+uint64_t trace_hash(const train_result& r, bool with_order = false);
+
 /// Per stage (replica-major), its speed against the median stage: the
 /// median of the stages' mean op times over its own. A stage slowed 3x
 /// scores about 0.33. Steps after the first; empty without ops.

@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "actors/trainer.hpp"
+#include "runtime/canonical.hpp"
+#include "runtime/seed.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {
@@ -143,6 +145,99 @@ TEST(HybridCheckpoint, ResumingTheMeshFromACheckpointIsBitwiseUninterrupted) {
   ASSERT_EQ(full.weights.size(), resumed.weights.size());
   for (size_t i = 0; i < full.weights.size(); ++i)
     EXPECT_TRUE(torch::equal(full.weights[i].second, resumed.weights[i].second)) << full.weights[i].first;
+}
+
+// Supervision under the mesh: a random stage of a random replica dies (or
+// throws) at a random op. Its peers may already wait in their allreduce;
+// the torn-down attempt calls that off, every replica restarts from the
+// last step boundary, and the weights are the fault-free mesh's, bit for bit.
+TEST(HybridSupervision, AStageOfOneReplicaKilledAtARandomOpIsRestartedAndLosesNothing) {
+  auto clean = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  clean.train.steps = 4;
+  clean.supervision.max_restarts = 3;
+  train_options opts;
+  opts.verify_replicas = true;
+  const auto want = run_training(clean, opts).weights;
+  const auto canon = canonical_order("1f1b", 2, 4);
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const uint64_t r = derive_seed(seed, {2});
+    fault_spec kill;
+    kill.kind = seed % 3 == 0 ? "throw" : "kill_stage";
+    kill.replica = static_cast<int>(r % 2);
+    kill.stage = static_cast<int>((r >> 4) % 2);
+    kill.step = static_cast<int64_t>((r >> 8) % 4);
+    const auto& ops = canon[kill.stage];
+    kill.op = to_string(ops[(r >> 16) % ops.size()]);
+    auto c = clean;
+    c.faults.inject = {kill};
+    auto out = run_training(c, opts);
+    const std::string what = kill.kind + " replica " + std::to_string(kill.replica) + " stage " +
+                             std::to_string(kill.stage) + " step " + std::to_string(kill.step) + " " + kill.op;
+    EXPECT_EQ(out.result.restarts, 1) << what;
+    EXPECT_TRUE(out.result.replicas_verified) << what;
+    EXPECT_TRUE(bitwise_equal(want, out.weights)) << what;
+    EXPECT_EQ(out.result.steps.size(), 4u) << what;
+  }
+}
+
+// Messages under the mesh: 5 % duplicates, 5 % delays and one dropped
+// message, in both replicas; nothing is applied twice or lost.
+TEST(HybridMessageFaults, DuplicatesDelaysAndADropLeaveTheWeightsBitwiseEqual) {
+  auto clean = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  clean.train.steps = 8;
+  train_options opts;
+  opts.verify_replicas = true;
+  const auto want = run_training(clean, opts).weights;
+  auto c = clean;
+  c.faults.seed = 11;
+  c.supervision.op_timeout_ms = 50;
+  fault_spec dup, delay, drop;
+  dup.kind = "duplicate";
+  dup.probability = 0.05;
+  delay.kind = "delay";
+  delay.probability = 0.05;
+  delay.ms = 5;
+  drop.kind = "drop";
+  drop.step = 2;
+  drop.from = 0;
+  drop.to = 1;
+  drop.op = "F1";
+  c.faults.inject = {dup, delay, drop};
+  auto out = run_training(c, opts);
+  EXPECT_TRUE(bitwise_equal(want, out.weights));
+  EXPECT_TRUE(out.result.replicas_verified);
+  const auto counts = count_message_faults(out.result);
+  EXPECT_GT(counts.sent_twice, 0u);
+  EXPECT_GT(counts.held_back, 0u);
+  EXPECT_GT(out.result.duplicates, 0u);  // dropped on arrival, and counted
+  EXPECT_EQ(counts.dropped, 2u);         // the F1 of step 2, in each replica
+  EXPECT_GE(counts.resent, 2u);          // and each sent again on request
+}
+
+// A NaN in one replica's gradient: the summed gradient is non-finite in
+// both, the step is skipped everywhere, and the mesh ends where a clean mesh
+// that skips that step's update ends.
+TEST(HybridNonFinite, ANaNInOneReplicaSkipsTheStepEverywhere) {
+  auto clean = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  clean.train.steps = 4;
+  train_options opts;
+  opts.verify_replicas = true;
+  auto skipping = opts;
+  skipping.skip_steps = {2};
+  const auto want = run_training(clean, skipping).weights;
+  auto c = clean;
+  fault_spec nan;
+  nan.kind = "nonfinite";
+  nan.replica = 1;
+  nan.stage = 1;
+  nan.step = 2;
+  nan.microbatch = 1;
+  nan.where = "grad";
+  c.faults.inject = {nan};
+  auto out = run_training(c, opts);
+  EXPECT_EQ(out.result.skipped_steps, std::vector<int64_t>{2});
+  EXPECT_TRUE(out.result.replicas_verified);
+  EXPECT_TRUE(bitwise_equal(want, out.weights));
 }
 
 }  // namespace

@@ -64,6 +64,15 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   return c;
 }
 
+/// The same names, the same bits.
+inline bool bitwise_equal(const std::vector<std::pair<std::string, at::Tensor>>& a,
+                          const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].first != b[i].first || !torch::equal(a[i].second, b[i].second)) return false;
+  return true;
+}
+
 /// The plain single-module loop: same init, same batches, gradient
 /// accumulation over the same torch.chunk microbatches, torch's own
 /// clip_grad_norm_, Adam and StepLR arithmetic.

@@ -782,6 +782,60 @@ TEST(CliResume, TruncatedCheckpointIsNamedAndTheOneBeforeIsUsed) {
 namespace actorpipe {
 namespace {
 
+// Every shipped fault scenario survives its faults and ends bitwise equal
+// to a fault-free run of the same config.
+class CliFaultScenario : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliFaultScenario, EndsBitwiseEqualToACleanRun) {
+  const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/" + GetParam() + ".yaml";
+  auto r = actorpipe({"train", path, "--quiet", "--verify-against-clean"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << r.out;
+}
+
+std::vector<std::string> fault_scenarios() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults"))
+    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, CliFaultScenario, ::testing::ValuesIn(fault_scenarios()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// The same config and fault seed give the same trace hash, however the
+// run was timed; another fault seed gives another.
+TEST(CliFaults, TheChaosScenarioPrintsTheSameTraceRunAfterRun) {
+  const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/chaos.yaml";
+  auto trace = [](const run_result& r) {
+    std::smatch m;
+    return std::regex_search(r.out, m, std::regex(R"(trace: ([0-9a-f]{16}))")) ? m[1].str() : std::string();
+  };
+  auto a = actorpipe({"train", path, "--quiet"});
+  auto b = actorpipe({"train", path, "--quiet"});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_EQ(b.code, 0) << describe(b);
+  ASSERT_FALSE(trace(a).empty()) << a.out;
+  EXPECT_EQ(trace(a), trace(b));
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "actorpipe_chaos_seed";
+  std::filesystem::create_directories(dir);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto yaml = std::regex_replace(text.str(), std::regex("\n  seed: 7\n"), "\n  seed: 8\n");
+  ASSERT_NE(yaml, text.str());
+  std::ofstream(dir / "chaos.yaml") << yaml;
+  auto c = actorpipe({"train", (dir / "chaos.yaml").string(), "--quiet"});
+  ASSERT_EQ(c.code, 0) << describe(c);
+  EXPECT_NE(trace(c), trace(a));
+}
+
 // The chaos scenario: duplicates, delays, a slow stage and a NaN at once;
 // the report counts them and the weights equal a fault-free run's.
 TEST(CliFaults, ChaosScenarioReportsItsFaultsAndVerifiesAgainstACleanRun) {

@@ -696,6 +696,42 @@ faults:
     - {kind: nonfinite, stage: 2, step: 1}
 )yaml",
        "{FILE}:13:32: faults.inject[0].stage: stage 2 does not exist (pipeline.stages 2)"},
+      {"FaultOnMissingReplica",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  microbatches: 2
+parallel:
+  dp: 2
+faults:
+  inject:
+    - {kind: kill_stage, replica: 2, stage: 1, step: 1, after_op: F0}
+)yaml",
+       "{FILE}:15:35: faults.inject[0].replica: replica 2 does not exist (parallel.dp 2)"},
+      {"ReplicaOnAMessageFault",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  microbatches: 2
+parallel:
+  dp: 2
+faults:
+  inject:
+    - {kind: duplicate, replica: 1, probability: 0.1}
+)yaml",
+       "{FILE}:15:34: faults.inject[0].replica: duplicate picks messages of every replica; replica is for a stage's faults"},
       {"UnknownNonfinitePolicy",
        R"yaml(model:
   layers:
