@@ -72,9 +72,9 @@ struct stage_setup {
   /// when dp = 1). The step's gradients are summed over it as soon as this
   /// stage's own last backward ran.
   std::shared_ptr<allreduce_group> dp_group;
-  /// Supervised with replicas: set when the attempt is torn down (a stage
-  /// died somewhere), so a stage waiting in its allreduce for a peer that
-  /// will never come gives up instead of blocking its thread.
+  /// With replicas: set when the attempt is torn down (a stage died or the
+  /// run hung), so a stage waiting in its allreduce for a peer that will
+  /// never come gives up instead of blocking its thread.
   std::shared_ptr<std::atomic<bool>> abandon;
   int replica = 0;
   /// Test hook: this replica adds zeros to the sum and keeps its own

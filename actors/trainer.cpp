@@ -110,9 +110,10 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
     }
   }
 
-  // Supervised with replicas: a death leaves peers waiting in allreduces
-  // that will never complete; this tells them to give up.
-  auto abandon = dp > 1 && cfg.supervision.max_restarts > 0 ? std::make_shared<std::atomic<bool>>(false) : nullptr;
+  // With replicas, a failed attempt (a death, a hang) may leave stages
+  // waiting in allreduces that will never complete; this tells them to give
+  // up, so that the attempt can be torn down.
+  auto abandon = dp > 1 ? std::make_shared<std::atomic<bool>>(false) : nullptr;
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);

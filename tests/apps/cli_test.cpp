@@ -707,9 +707,9 @@ checkpoint:
 
 // The whole process is SIGKILLed mid-run; --resume continues from its last
 // checkpoint and ends on the uninterrupted run's weights, bit for bit.
-TEST(CliResume, SigkilledRunResumesToTheUninterruptedWeights) {
+void sigkill_then_resume(const std::string& yaml) {
   const fs::path dir = test_dir();
-  const std::string cfg = write(dir / "ck.yaml", checkpoint_config);
+  const std::string cfg = write(dir / "ck.yaml", yaml);
   const std::string clean = (dir / "clean.pt").string(), resumed = (dir / "resumed.pt").string();
   auto full = actorpipe({"train", cfg, "--quiet", "--save", clean});
   ASSERT_EQ(full.code, 0) << describe(full);
@@ -735,6 +735,12 @@ TEST(CliResume, SigkilledRunResumesToTheUninterruptedWeights) {
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_NE(r.err.find("note: resuming after step "), std::string::npos) << r.err;
   expect_bitwise(clean, resumed);
+}
+
+TEST(CliResume, SigkilledRunResumesToTheUninterruptedWeights) { sigkill_then_resume(checkpoint_config); }
+
+TEST(CliResume, SigkilledMeshResumesToTheUninterruptedWeights) {
+  sigkill_then_resume(std::string(checkpoint_config) + "parallel:\n  dp: 2\n");
 }
 
 // A torn newest checkpoint is named and skipped; the one before it is used.
@@ -927,6 +933,54 @@ faults:
   auto r = actorpipe({"train", cfg, "--quiet"});
   EXPECT_EQ(r.code, 4) << describe(r);
   EXPECT_NE(r.err.find("actorpipe: gave up: stage 2 stopped at step 2:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
+}
+
+// The same under the data x pipeline mesh (dp 2 x pp 3).
+const char* const mesh_part = "parallel:\n  dp: 2\n";
+
+TEST(CliFaults, UnderTheMeshAHangExitsThreeWithTheOpGrid) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "hang.yaml", std::string(hang_base) + mesh_part + R"(supervision:
+  watchdog_s: 1
+  op_timeout_ms: 0
+faults:
+  inject:
+    - {kind: drop, from: 0, to: 1, step: 1, op: F2}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 3) << describe(r);
+  EXPECT_NE(r.err.find(">> replica 0 stage 1 (step 1):"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(">> replica 1 stage 1 (step 1):"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("F2 waits for its input from stage 0"), std::string::npos) << r.err;
+}
+
+// Unsupervised, a death ends the run (exit 1), naming the stage; its peer,
+// already waiting in the allreduce for it, is let go, so the process ends.
+TEST(CliFaults, UnderTheMeshADeathEndsTheRunAndReleasesItsPeer) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "death.yaml", std::string(hang_base) + mesh_part + R"(faults:
+  inject:
+    - {kind: kill_stage, replica: 1, stage: 0, step: 1, after_op: B3}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_NE(r.err.find("replica 1 stage 0 stopped at step 1: exit_reason(kill)"), std::string::npos) << r.err;
+}
+
+TEST(CliFaults, UnderTheMeshTooManyRestartsExitFour) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "deaths.yaml", std::string(hang_base) + mesh_part + R"(supervision:
+  max_restarts: 1
+  window_steps: 10
+faults:
+  inject:
+    - {kind: kill_stage, replica: 0, stage: 0, step: 1, after_op: F0}
+    - {kind: throw, replica: 1, stage: 2, step: 2, op: B1}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 4) << describe(r);
+  EXPECT_NE(r.err.find("actorpipe: gave up: replica 1 stage 2 stopped at step 2:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
