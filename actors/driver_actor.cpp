@@ -336,7 +336,7 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
   auto pending = std::make_shared<int>(stages);
   auto snaps = std::make_shared<std::vector<stage_snapshot>>(stages);
   for (int r = 0; r < stages; ++r)
-    self->request(s.setup.stages[r], caf::infinite, ckpt_atom::value)
+    self->request(s.setup.stages[r], caf::infinite, ckpt_atom::value, to_disk)
         .then([=](stage_snapshot& snap) {
           (*snaps)[snap.rank] = std::move(snap);
           if (--*pending > 0) return;
@@ -345,7 +345,10 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
           c.step = st.step - 1;
           for (auto& sn : *snaps) {
             for (auto& w : sn.weights) c.weights.push_back(std::move(w));
-            c.optimizer.push_back(std::move(sn.optimizer));
+            if (to_disk)
+              c.optimizer.push_back(std::move(sn.optimizer));
+            else
+              c.optimizer_copies.push_back(std::move(sn.optimizer_copy));
           }
           sort_by_layer(c.weights);
           const auto begin = clock_type::now();

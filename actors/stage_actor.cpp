@@ -19,6 +19,7 @@
 #include "messages/payloads.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/lr.hpp"
+#include "runtime/optimizer_state.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
 #include "runtime/seed.hpp"
@@ -921,7 +922,9 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (auto& p : s.chunk_params.back()) s.params.push_back(p);
   }
   s.opt = make_optimizer(s.setup.optimizer, s.params);
-  if (!s.setup.optimizer_state.empty()) {
+  if (s.setup.optimizer_copy) {
+    restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
+  } else if (!s.setup.optimizer_state.empty()) {
     torch::serialize::InputArchive archive;
     std::istringstream in(s.setup.optimizer_state);
     archive.load_from(in);
@@ -994,13 +997,17 @@ caf::behavior running(stage_ptr self) {
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },
-      [=](ckpt_atom) -> stage_snapshot {
+      [=](ckpt_atom, bool to_disk) -> stage_snapshot {
         auto& st = self->state;
         stage_snapshot snap;
         snap.rank = st.setup.rank;
         for (const auto& chunk : st.setup.layers)
           for (auto& [name, t] : chunk->named_parameters())
             snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
+        if (!to_disk) {  // kept in memory: a copy of the tensors is enough
+          snap.optimizer_copy = copy_optimizer_state(*st.opt, st.params);
+          return snap;
+        }
         torch::serialize::OutputArchive archive;
         st.opt->save(archive);
         std::ostringstream out;

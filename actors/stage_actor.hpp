@@ -27,6 +27,7 @@
 
 namespace actorpipe {
 class allreduce_group;
+struct optimizer_state_copy;
 }
 
 namespace actorpipe {
@@ -86,8 +87,10 @@ struct stage_setup {
   std::vector<fault_spec> faults;
   uint64_t fault_seed = 0;  ///< faults.seed: which messages a probability picks
   double op_timeout_ms = 0.0;  ///< ask again for an input missing this long (0: never)
-  /// Resuming: the optimizer's state from a checkpoint (empty: fresh).
+  /// Resuming: the optimizer's state from a checkpoint (empty: fresh), or
+  /// from a supervised run's in-memory snapshot.
   std::string optimizer_state;
+  std::shared_ptr<const optimizer_state_copy> optimizer_copy;
 };
 
 /// Stage actors alive in this process, over every run (a restart's old

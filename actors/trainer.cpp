@@ -174,7 +174,9 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
           st.faults.push_back(f);
       st.fault_seed = cfg.faults.seed;
       st.op_timeout_ms = cfg.supervision.op_timeout_ms;
-      if (resume.step >= 0) {
+      if (resume.step >= 0 && !resume.optimizer_copies.empty()) {
+        st.optimizer_copy = resume.optimizer_copies.at(r);  // a supervised restart, in memory
+      } else if (resume.step >= 0) {
         if (static_cast<int>(resume.optimizer.size()) != stages)
           throw std::runtime_error(opts.resume_dir + ": the checkpoint has optimizer state for " +
                                    std::to_string(resume.optimizer.size()) + " stages, this run has " +

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "messages/ops.hpp"
 
 namespace actorpipe {
+
+struct optimizer_state_copy;
 
 /// Identifies what a message belongs to; stale or duplicate ones are dropped.
 struct msg_header {
@@ -125,7 +128,8 @@ struct stage_status {
 struct stage_snapshot {
   int rank = 0;
   named_params weights;
-  std::string optimizer;  ///< torch::serialize archive of the optimizer's state
+  std::string optimizer;  ///< torch::serialize archive of the optimizer's state (for disk)
+  std::shared_ptr<const optimizer_state_copy> optimizer_copy;  ///< or its tensors, copied (in memory)
 };
 
 }  // namespace actorpipe

@@ -1,0 +1,68 @@
+#include "runtime/optimizer_state.hpp"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace actorpipe {
+
+namespace {
+
+// LibTorch keys an optimizer's per-parameter state by the tensor's address.
+std::string key_of(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+at::Tensor copy_of(const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
+
+}  // namespace
+
+std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
+                                                                 const std::vector<at::Tensor>& params) {
+  auto out = std::make_shared<optimizer_state_copy>();
+  torch::NoGradGuard no_grad;
+  const auto& state = opt.state();
+  for (const auto& p : params) {
+    out->steps.push_back(0);
+    out->tensors.emplace_back();
+    auto it = state.find(key_of(p));
+    if (it == state.end()) continue;
+    if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
+      out->steps.back() = a->step();
+      out->tensors.back() = {copy_of(a->exp_avg()), copy_of(a->exp_avg_sq()), copy_of(a->max_exp_avg_sq())};
+    } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+      out->tensors.back() = {copy_of(s->momentum_buffer())};
+    } else {
+      throw std::invalid_argument("optimizer state copy: only Adam and SGD state is known");
+    }
+  }
+  return out;
+}
+
+void restore_optimizer_state(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params,
+                             const optimizer_state_copy& state) {
+  if (state.tensors.size() != params.size())
+    throw std::invalid_argument("optimizer state copy: " + std::to_string(state.tensors.size()) +
+                                " parameters' state for " + std::to_string(params.size()) + " parameters");
+  torch::NoGradGuard no_grad;
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&opt) != nullptr;
+  auto& target = opt.state();
+  target.clear();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& t = state.tensors[i];
+    if (t.empty()) continue;
+    if (adam) {
+      auto a = std::make_unique<torch::optim::AdamParamState>();
+      a->step(state.steps[i]);
+      a->exp_avg(copy_of(t.at(0)));
+      a->exp_avg_sq(copy_of(t.at(1)));
+      a->max_exp_avg_sq(copy_of(t.at(2)));
+      target[key_of(params[i])] = std::move(a);
+    } else {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(copy_of(t.at(0)));
+      target[key_of(params[i])] = std::move(s);
+    }
+  }
+}
+
+}  // namespace actorpipe
