@@ -99,8 +99,11 @@ struct stage_state {
   double measured[3] = {0.0, 0.0, 0.0};
   int64_t measured_n[3] = {0, 0, 0};
   int64_t stash_bytes = 0;
-  double loss_sum = 0.0;
-  int64_t correct = 0, samples = 0;  // last stage: training accuracy of the step
+  // Last stage: the step's loss (float64, summed in microbatch firing
+  // order) and correct count stay on the device until the step's report:
+  // reading them per microbatch would stall the device's queue.
+  at::Tensor loss_sum, correct_sum;
+  int64_t samples = 0;  // last stage: the step's samples (training accuracy)
   stage_stats stats;
   bool tick_pending = false;
   // Async: versions[t] is step t's copy of weight version max(t-1, 0); its
@@ -191,8 +194,9 @@ void begin_step(stage_state& s, int64_t step) {
   s.stash.assign(slots, stash_entry{});
   s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
   s.stash_bytes = 0;
-  s.loss_sum = 0.0;
-  s.correct = s.samples = 0;
+  s.loss_sum = at::Tensor();
+  s.correct_sum = at::Tensor();
+  s.samples = 0;
   s.stats = stage_stats{};
   // Sized once per step: no reallocation on the firing path.
   const size_t ops = static_cast<size_t>(slots) * (s.split ? 3 : 2);
@@ -423,8 +427,10 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     if (s.setup.async) {
       s.step_loss[step_of(s, mb)] += loss.item<double>();
     } else {
-      s.loss_sum += loss.item<double>();
-      s.correct += out.argmax(1).eq(y).sum().item<int64_t>();
+      auto l = loss.detach().to(torch::kDouble);
+      auto c = out.argmax(1).eq(y).sum();
+      s.loss_sum = s.loss_sum.defined() ? s.loss_sum + l : l;
+      s.correct_sum = s.correct_sum.defined() ? s.correct_sum + c : c;
       s.samples += y.size(0);
     }
     e.output = s.setup.recompute ? at::Tensor() : loss;
@@ -592,8 +598,8 @@ void report_grads(stage_ptr self) {
       if (p.grad().defined()) norms.push_back(p.grad().norm(2));
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
   }
-  r.loss_sum = s.loss_sum;
-  r.correct = s.correct;
+  r.loss_sum = s.loss_sum.defined() ? s.loss_sum.item<double>() : 0.0;
+  r.correct = s.correct_sum.defined() ? s.correct_sum.item<int64_t>() : 0;
   r.samples = s.samples;
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
