@@ -89,13 +89,23 @@ TEST(PolicyRegistry, UnknownNameIsNull) {
 
 // -- 1F1B -----------------------------------------------------------------------
 
-TEST(OneFOneBPolicy, PrefersReadyBackwardOverReadyForward) {
+// Megatron's steady state: one forward after each backward. Below the
+// bound a ready forward goes first, even with a backward ready (a faster
+// downstream stage returned it early); at the bound the backward goes.
+TEST(OneFOneBPolicy, PrefersReadyForwardBelowTheBoundOverReadyBackward) {
   auto p = get("1f1b");
   auto fwd = make_set(8, {3, 4});
   auto bwd = make_set(8, {2, 1});
-  auto op = p->next(view(1, 4, 8, 3, 1, fwd, bwd));
+  auto op = p->next(view(1, 4, 8, 3, 1, fwd, bwd));  // 2 in flight < 4 - 1
+  ASSERT_TRUE(op);
+  EXPECT_EQ(*op, (op_id{op_kind::F, 3, 0}));  // the lowest ready forward
+  op = p->next(view(1, 4, 8, 4, 1, fwd, bwd));  // 3 in flight = 4 - 1
   ASSERT_TRUE(op);
   EXPECT_EQ(*op, (op_id{op_kind::B, 1, 0}));  // the lowest ready backward
+  auto none = make_set(8, {});
+  op = p->next(view(1, 4, 8, 3, 1, none, bwd));  // no forward ready: the backward
+  ASSERT_TRUE(op);
+  EXPECT_EQ(*op, (op_id{op_kind::B, 1, 0}));
 }
 
 TEST(OneFOneBPolicy, FiresLowestForwardWhileBelowStagesMinusRank) {
@@ -148,11 +158,14 @@ TEST(OneFOneBPolicy, NeverExceedsStagesMinusRankInFlight) {
                 continue;
               }
               if (op->kind == op_kind::F) {
-                EXPECT_TRUE(bwd.empty());
                 EXPECT_TRUE(fwd.contains(op->mb));
+                EXPECT_EQ(op->mb, fwd.lowest());
                 EXPECT_LE(f - b + 1, s - r) << "S=" << s << " r=" << r << " f=" << f << " b=" << b;
               } else {
                 EXPECT_TRUE(bwd.contains(op->mb));
+                EXPECT_EQ(op->mb, bwd.lowest());
+                // A backward only where no forward may go.
+                EXPECT_TRUE(fwd.empty() || f - b >= s - r) << "S=" << s << " r=" << r << " f=" << f << " b=" << b;
               }
             }
 }
