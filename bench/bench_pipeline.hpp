@@ -1,6 +1,8 @@
 #pragma once
 // What the pipeline benchmarks share: a config written for the null or sim
 // device, and the figures read back from a run.
+#include <benchmark/benchmark.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -86,6 +88,25 @@ inline run_figures figures(const train_result& r, int warmup) {
   }
   f.seconds = static_cast<double>(r.steps.back().start_ns - r.steps[first].start_ns) * 1e-9 + r.steps.back().step_s;
   return f;
+}
+
+/// One Google Benchmark iteration per training run of `shape`; the
+/// iteration's time is the measured steps' wall time (per step when
+/// `per_step`). A shape the config refuses is skipped with its error.
+/// Returns false then.
+inline bool run_shape(benchmark::State& state, const pipeline_shape& shape, int warmup, bool per_step, config* cfg,
+                      run_figures* f) {
+  try {
+    *cfg = shape_config(shape);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return false;
+  }
+  for (auto _ : state) {
+    *f = figures(run_training(*cfg).result, warmup);
+    state.SetIterationTime(per_step ? f->seconds / std::max(1, f->steps) : f->seconds);
+  }
+  return true;
 }
 
 }  // namespace actorpipe::bench

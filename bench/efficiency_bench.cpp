@@ -46,20 +46,10 @@ double simulated_step_ms(const config& cfg, int steps, int warmup) {
 }
 
 void BM_SimPipeline(benchmark::State& state, bench::pipeline_shape shape) {
-  config cfg;
-  try {
-    cfg = bench::shape_config(shape);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
   const int warmup = 1;
+  config cfg;
   bench::run_figures f;
-  for (auto _ : state) {
-    auto out = run_training(cfg);
-    f = bench::figures(out.result, warmup);
-    state.SetIterationTime(f.seconds / std::max(1, f.steps));
-  }
+  if (!bench::run_shape(state, shape, warmup, true, &cfg, &f)) return;
   const double measured_ms = f.seconds / std::max(1, f.steps) * 1e3;
   const double sim_ms = simulated_step_ms(cfg, shape.steps, warmup);
   state.counters["step_ms"] = measured_ms;

@@ -70,19 +70,8 @@ void BM_PingPong(benchmark::State& state) {
 
 void BM_NullPipeline(benchmark::State& state, bench::pipeline_shape shape) {
   config cfg;
-  try {
-    cfg = bench::shape_config(shape);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  const int warmup = 3;
   bench::run_figures f;
-  for (auto _ : state) {
-    auto out = run_training(cfg);
-    f = bench::figures(out.result, warmup);
-    state.SetIterationTime(f.seconds);
-  }
+  if (!bench::run_shape(state, shape, 3, false, &cfg, &f)) return;
   const double ns_per_op = f.seconds / static_cast<double>(std::max<int64_t>(1, f.ops)) * 1e9;
   state.counters["ops_per_step"] = static_cast<double>(f.ops) / std::max(1, f.steps);
   state.counters["ns_per_op"] = ns_per_op;

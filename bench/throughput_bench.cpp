@@ -20,6 +20,7 @@
 #include "bench/bench_pipeline.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/plain_module.hpp"
 
 namespace {
 
@@ -52,23 +53,7 @@ config mlp_config(int stages, const std::string& schedule, int steps) {
 // batch in microbatches with gradient accumulation, clip, Adam.
 double plain_samples_per_s(const config& c, int warmup, int threads) {
   at::set_num_threads(threads);
-  auto layers = build_layers(c);
-  torch::nn::Sequential net;
-  for (const auto& l : layers) {
-    const auto& s = l.spec();
-    if (s.type == "linear") {
-      torch::nn::Linear m(s.in, s.out);
-      torch::NoGradGuard g;
-      for (auto& [name, t] : l.parameters()) m->named_parameters()[name].copy_(t);
-      net->push_back(m);
-    } else if (s.type == "relu") {
-      net->push_back(torch::nn::ReLU());
-    } else if (s.type == "dropout") {
-      net->push_back(torch::nn::Dropout(s.p));
-    } else {
-      throw std::runtime_error("the plain loop has no " + s.type + " layer");
-    }
-  }
+  auto net = plain_sequential(build_layers(c));
   net->train();
   auto data = load_dataset(c);
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(c.train.optimizer.lr));

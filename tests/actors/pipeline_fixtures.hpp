@@ -12,6 +12,7 @@
 #include "runtime/config.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/plain_module.hpp"
 
 namespace actorpipe {
 namespace {
@@ -77,26 +78,7 @@ inline bool bitwise_equal(const std::vector<std::pair<std::string, at::Tensor>>&
 /// accumulation over the same torch.chunk microbatches, torch's own
 /// clip_grad_norm_, Adam and StepLR arithmetic.
 inline torch::nn::Sequential reference_net(const config& c) {
-  auto layers = build_layers(c);  // the seeded initial weights only
-  torch::nn::Sequential net;
-  for (const auto& l : layers) {
-    const auto& s = l.spec();
-    if (s.type == "linear") {
-      torch::nn::Linear m(s.in, s.out);
-      torch::NoGradGuard g;
-      for (auto& [name, t] : l.parameters()) m->named_parameters()[name].copy_(t);
-      net->push_back(m);
-    } else if (s.type == "relu") {
-      net->push_back(torch::nn::ReLU());
-    } else if (s.type == "tanh") {
-      net->push_back(torch::nn::Tanh());
-    } else if (s.type == "gelu") {
-      net->push_back(torch::nn::GELU());
-    } else {
-      ADD_FAILURE() << "reference loop has no " << s.type;
-    }
-  }
-  return net;
+  return plain_sequential(build_layers(c));  // the seeded initial weights only
 }
 
 /// `skip`: steps whose update is dropped (their batch is consumed, StepLR
