@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "bench/bench_pipeline.hpp"
@@ -62,6 +63,12 @@ void BM_SimPipeline(benchmark::State& state, bench::pipeline_shape shape) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0)
+      std::printf("efficiency_bench [--op_ms=MS] [Google Benchmark flags]\n"
+                  "  --op_ms=MS   what each sim op (F, B and W) takes, default 1\n"
+                  "Every schedule at S in {4, 8, 16}, M in {8, 32, 64} on the sim device: step time against the\n"
+                  "simulated makespan. Google Benchmark's own flags follow.\n\n");
   // Our own flag first; Google Benchmark rejects what it does not know.
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--op_ms=", 8) == 0) {

@@ -4,6 +4,10 @@
 # and allreduce line; figures go to docs/BENCHMARKS.md.
 # Usage: bench/hybrid_bench.sh [BUILD_DIR]
 set -euo pipefail
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
+  sed -n '2,/^# Usage/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${1:-$ROOT/build}/actorpipe"
 for dp in 1 2; do

@@ -5,6 +5,10 @@
 # 12 steps, without and then with supervision, in one run.
 # Usage: bench/snapshot_cost.sh [BUILD_DIR]
 set -euo pipefail
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
+  sed -n '2,/^# Usage/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${1:-$ROOT/build}/actorpipe"
 TMP="$(mktemp -d)"
