@@ -240,5 +240,52 @@ TEST(HybridNonFinite, ANaNInOneReplicaSkipsTheStepEverywhere) {
   EXPECT_TRUE(bitwise_equal(want, out.weights));
 }
 
+// A torn newest checkpoint under the mesh: named, skipped, and the one
+// before it resumes every replica to the uninterrupted weights.
+TEST(HybridCheckpoint, ATornNewestCheckpointFallsBackToTheOneBefore) {
+  auto c = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  c.train.steps = 6;
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "actorpipe_hybrid_torn";
+  std::filesystem::remove_all(dir);
+  c.checkpoint.dir = dir.string();
+  c.checkpoint.every = 2;
+  train_options opts;
+  opts.verify_replicas = true;
+  auto full = run_training(c, opts);
+  ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
+  const auto torn = dir / "step_00000005.pt";
+  std::filesystem::resize_file(torn, std::filesystem::file_size(torn) / 2);
+  std::vector<std::string> notices;
+  opts.resume_dir = dir.string();
+  opts.on_notice = [&notices](const std::string& n) { notices.push_back(n); };
+  auto resumed = run_training(c, opts);
+  EXPECT_EQ(resumed.result.resumed_from, 3);
+  EXPECT_TRUE(resumed.result.replicas_verified);
+  bool named = false;
+  for (const auto& n : notices) named = named || n.find(torn.string()) != std::string::npos;
+  EXPECT_TRUE(named) << "no notice names " << torn;
+  EXPECT_TRUE(bitwise_equal(full.weights, resumed.weights));
+}
+
+// A policy that never fires stage 1's backwards, in both replicas: the
+// watchdog stops the mesh with the op grid of every replica.
+TEST(HybridWatchdog, AStageThatNeverFiresBackwardsStopsTheMesh) {
+  auto c = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  c.supervision.watchdog_s = 1.0;
+  train_options opts;
+  opts.fixed_order = {{{op_kind::F, 0, 0}, {op_kind::F, 1, 0}, {op_kind::F, 2, 0}, {op_kind::F, 3, 0},
+                       {op_kind::B, 0, 0}, {op_kind::B, 1, 0}, {op_kind::B, 2, 0}, {op_kind::B, 3, 0}},
+                      {{op_kind::F, 0, 0}, {op_kind::F, 1, 0}, {op_kind::F, 2, 0}, {op_kind::F, 3, 0}}};
+  try {
+    run_training(c, opts);
+    FAIL() << "the hang went unnoticed";
+  } catch (const stuck_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("watchdog: no op fired anywhere for 1 s; the op grid:\n", 0), 0u) << what;
+    EXPECT_NE(what.find(">> replica 0 stage 1 (step 0): fired [F0 F1 F2 F3]"), std::string::npos) << what;
+    EXPECT_NE(what.find(">> replica 1 stage 1 (step 0): fired [F0 F1 F2 F3]"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace actorpipe
