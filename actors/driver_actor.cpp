@@ -214,6 +214,10 @@ void on_grads(driver_ptr self, grads_report& r) {
     s.result.skipped_steps.push_back(s.step);
     if (stop) s.stop_reason = s.result.notices.back();
   }
+  const std::string step_notice = m.skip && !s.result.notices.empty() &&
+                                          s.result.notices.back().rfind("step " + std::to_string(s.step) + ":", 0) == 0
+                                      ? s.result.notices.back()
+                                      : std::string();
   m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
   if (max_norm > 0)
@@ -223,6 +227,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   rec.step = s.step;
   rec.grad_norm = total_norm;
   rec.skipped = m.skip;
+  rec.notice = step_notice;
   rec.lr = s.lr;
   int64_t correct = 0, samples = 0;
   for (auto& rep : s.reports) {

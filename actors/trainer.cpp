@@ -296,6 +296,9 @@ train_output run_training(const config& cfg, const train_options& opts) {
         if (r.skipped && std::find(opts.skip_steps.begin(), opts.skip_steps.end(), r.step) == opts.skip_steps.end())
           skipped.push_back(r.step);
       out.result.skipped_steps = skipped;
+      // What earlier attempts noticed in steps this one did not re-run.
+      for (const auto& r : out.result.steps)
+        if (r.step <= from.step && !r.notice.empty()) notices.push_back(r.notice);
       out.result.notices.insert(out.result.notices.begin(), notices.begin(), notices.end());
       out.result.restarts = static_cast<int>(restarts_at.size());
       out.result.recovery_s = recovery_s;

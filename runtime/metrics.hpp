@@ -20,6 +20,7 @@ struct step_record {
   double grad_norm = 0.0;  ///< global norm before clipping
   bool skipped = false;    ///< a NaN or an infinity: no update this step
   double train_accuracy = -1.0;  ///< of this step's batch, as the forward saw it
+  std::string notice;      ///< what went wrong in this step (a NaN), as in train_result::notices
   int64_t start_ns = 0;    ///< since the run started
   /// Data parallel: mean allreduce time of a stage, and the share of all
   /// allreduce time spent while some stage still computed the step.
