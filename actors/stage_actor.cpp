@@ -567,6 +567,10 @@ void allreduce_grads(stage_state& s) {
   }
   auto work = s.setup.dp_group->allreduce_sum_async(grads);
   if (s.setup.abandon) {
+    // Poll instead of blocking, so that a torn-down attempt can call the
+    // wait off: yielding at first (a peer that is nearly there), then in
+    // short sleeps.
+    const auto polled_from = clock_type::now();
     while (!work->ready()) {
       if (s.setup.abandon->load()) {
         // The collective may never finish: nothing may wait for it or free
@@ -574,7 +578,10 @@ void allreduce_grads(stage_state& s) {
         (void)work.release();
         throw std::runtime_error("allreduce abandoned: a stage of another replica stopped");
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (clock_type::now() - polled_from < std::chrono::microseconds(200))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
   work->wait();
