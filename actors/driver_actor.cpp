@@ -196,6 +196,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   // A NaN or an infinity anywhere makes the global norm non-finite: no
   // stage steps, and the report names where it first appeared.
   const double total_norm = total.item<double>();
+  std::string step_notice;  // kept on the step's record too
   if (!std::isfinite(total_norm)) {
     m.skip = true;
     const grads_report* first = nullptr;
@@ -208,16 +209,13 @@ void on_grads(driver_ptr self, grads_report& r) {
                                     (first->nonfinite.where == "activation" ? "n activation" : " gradient")
                               : std::string("in the gradients");
     const bool stop = s.setup.cfg.supervision.on_nonfinite == "stop";
-    s.result.notices.push_back("step " + std::to_string(s.step) + ": non-finite value " + where + "; " +
-                               (stop ? "stopping (supervision.on_nonfinite: stop)"
-                                     : "step skipped, weights and optimizer state unchanged"));
+    step_notice = "step " + std::to_string(s.step) + ": non-finite value " + where + "; " +
+                  (stop ? "stopping (supervision.on_nonfinite: stop)"
+                        : "step skipped, weights and optimizer state unchanged");
+    s.result.notices.push_back(step_notice);
     s.result.skipped_steps.push_back(s.step);
-    if (stop) s.stop_reason = s.result.notices.back();
+    if (stop) s.stop_reason = step_notice;
   }
-  const std::string step_notice = m.skip && !s.result.notices.empty() &&
-                                          s.result.notices.back().rfind("step " + std::to_string(s.step) + ":", 0) == 0
-                                      ? s.result.notices.back()
-                                      : std::string();
   m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
   if (max_norm > 0)

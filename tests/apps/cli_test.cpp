@@ -936,6 +936,35 @@ faults:
   EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
+// on_nonfinite: stop saves a checkpoint of the last good weights and stops,
+// naming where the value appeared; the run resumes from that checkpoint.
+TEST(CliFaults, OnNonfiniteStopSavesACheckpointAndStops) {
+  const fs::path dir = test_dir();
+  const std::string body = std::string(hang_base) + R"(checkpoint:
+  dir: ckpt
+  every: 100
+supervision:
+  on_nonfinite: stop
+)";
+  const std::string cfg = write(dir / "stop.yaml", body + R"(faults:
+  inject:
+    - {kind: nonfinite, stage: 1, step: 2, microbatch: 1, where: grad}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const fs::path saved = dir / "ckpt" / "step_00000002.pt";
+  EXPECT_NE(r.err.find("step 2: non-finite value first seen on stage 1, microbatch 1, in a gradient; stopping "
+                       "(supervision.on_nonfinite: stop); checkpoint " + saved.string()),
+            std::string::npos)
+      << r.err;
+  ASSERT_TRUE(fs::exists(saved));
+  // Without the fault, the run goes on from there to the end.
+  const std::string clean = write(dir / "clean.yaml", body);
+  auto resumed = actorpipe({"train", clean, "--quiet", "--resume", (dir / "ckpt").string()});
+  EXPECT_EQ(resumed.code, 0) << describe(resumed);
+  EXPECT_NE(resumed.err.find("note: resuming after step 2 "), std::string::npos) << resumed.err;
+}
+
 // The same under the data x pipeline mesh (dp 2 x pp 3).
 const char* const mesh_part = "parallel:\n  dp: 2\n";
 
