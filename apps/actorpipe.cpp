@@ -352,7 +352,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 // What was injected and what the runtime did about it; stragglers.
-void print_fault_report(const train_result& r) {
+void print_fault_report(const train_result& r, bool lockstep) {
   if (r.restarts > 0)
     std::printf("restarts: %d, %.1f ms of work lost to them (%.1f ms per restart)\n", r.restarts, r.recovery_s * 1e3,
                 r.recovery_s * 1e3 / r.restarts);
@@ -368,6 +368,10 @@ void print_fault_report(const train_result& r) {
     std::printf("trace: %016llx (the faults injected per step and stage, restarts and skipped steps; the same for "
                 "the same config and fault seed)\n",
                 static_cast<unsigned long long>(trace_hash(r)));
+  if (lockstep)  // the firing order depends on nothing but the config and the fault seed
+    std::printf("order: %016llx (the trace with every stage's ops in firing order; lock-step makes it the same run "
+                "to run)\n",
+                static_cast<unsigned long long>(trace_hash(r, true)));
   const auto speeds = stage_speeds(r);
   const int per = std::max(1, r.stages);
   for (size_t i = 0; i < speeds.size(); ++i)
@@ -448,7 +452,7 @@ int cmd_train(int argc, char** argv) {
                        resume);
   print_placement(out.result);
   for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
-  print_fault_report(out.result);
+  print_fault_report(out.result, cfg.pipeline.lockstep);
   if (a.has("--verify-against-clean")) {
     // The same run without the injected faults, dropping the same steps'
     // updates as this one did: recovery must have lost nothing.

@@ -936,6 +936,33 @@ faults:
   EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
+// Under the lock-step device the whole trace, ops in firing order too, is
+// the same run after run, through duplicates, a death and a throw.
+TEST(CliFaults, UnderLockstepTheOrderIsTheSameRunAfterRun) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "lockstep.yaml", std::string(hang_base) + R"(  lockstep: true
+supervision:
+  max_restarts: 3
+faults:
+  seed: 3
+  inject:
+    - {kind: duplicate, probability: 0.1}
+    - {kind: kill_stage, stage: 1, step: 1, after_op: B2}
+    - {kind: throw, stage: 2, step: 2, op: F1}
+)");
+  auto order = [](const run_result& r) {
+    std::smatch m;
+    return std::regex_search(r.out, m, std::regex(R"(order: ([0-9a-f]{16}))")) ? m[1].str() : std::string();
+  };
+  auto a = actorpipe({"train", cfg, "--quiet"});
+  auto b = actorpipe({"train", cfg, "--quiet"});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_EQ(b.code, 0) << describe(b);
+  EXPECT_NE(a.out.find("restarts: 2,"), std::string::npos) << a.out;
+  ASSERT_FALSE(order(a).empty()) << a.out;
+  EXPECT_EQ(order(a), order(b));
+}
+
 // on_nonfinite: stop saves a checkpoint of the last good weights and stops,
 // naming where the value appeared; the run resumes from that checkpoint.
 TEST(CliFaults, OnNonfiniteStopSavesACheckpointAndStops) {
