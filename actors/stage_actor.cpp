@@ -831,12 +831,18 @@ void on_resend(stage_ptr self, int32_t kind, int64_t step, int32_t mb, int32_t c
   }
 }
 
+// Fires ops while nothing new is waiting. A waiting message (an input, a
+// status request) may change the next choice or must be answered, so then
+// the tick goes behind it; with none, firing on saves a self-message (and
+// its allocation) per op.
 void on_tick(stage_ptr self) {
   self->state.tick_pending = false;
-  if (fire_one(self))
-    schedule_tick(self);
-  else
-    arm_recheck(self);
+  while (fire_one(self))
+    if (!self->mailbox().empty()) {
+      schedule_tick(self);
+      return;
+    }
+  arm_recheck(self);
 }
 
 void apply_update(stage_ptr self, const apply_msg& m) {
