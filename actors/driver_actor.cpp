@@ -78,14 +78,17 @@ void start_round(driver_ptr self) {
   for (auto& st : s.setup.stages) self->send(st, round_atom::value, s.round);
 }
 
+// The null and sim devices run no model: their microbatches are empty and
+// there is nothing to evaluate.
+bool takes_data(const driver_state& s) { return !is_measuring_device(s.setup.cfg.pipeline.devices.front()); }
+
 void start_step(driver_ptr self) {
   auto& s = self->state;
   const auto& cfg = s.setup.cfg;
   if (s.step > 0 && cfg.train.lr_schedule.type == "step" &&
       s.step % cfg.train.lr_schedule.step_size == 0)
     s.lr *= cfg.train.lr_schedule.gamma;  // chained, like torch's StepLR
-  // The null and sim devices take empty microbatches.
-  const bool data = !is_measuring_device(cfg.pipeline.devices.front());
+  const bool data = takes_data(s);
   auto b = data ? batch_for_step(*s.setup.data, cfg, s.step) : batch{};
   // The global batch in rank order over the replicas (torch.chunk), each
   // share into its microbatches; losses are weighted by the global size.
@@ -107,9 +110,8 @@ void start_step(driver_ptr self) {
 // Async: step t's microbatches join the stream as numbers t*M .. t*M+M-1.
 void feed_async_step(driver_ptr self, int64_t t) {
   auto& s = self->state;
-  auto mbs = is_measuring_device(s.setup.cfg.pipeline.devices.front())
-                 ? std::vector<batch>(static_cast<size_t>(s.setup.microbatches))
-                 : split_microbatches(batch_for_step(*s.setup.data, s.setup.cfg, t), s.setup.microbatches);
+  auto mbs = takes_data(s) ? split_microbatches(batch_for_step(*s.setup.data, s.setup.cfg, t), s.setup.microbatches)
+                           : std::vector<batch>(static_cast<size_t>(s.setup.microbatches));
   for (size_t i = 0; i < mbs.size(); ++i)
     self->send(s.setup.stages.front(), fwd_atom::value,
                activation_msg{{0, 0, static_cast<int32_t>(t * s.setup.microbatches + static_cast<int64_t>(i)), 0, 0},
@@ -155,7 +157,7 @@ void start_eval(driver_ptr self) {
   auto& s = self->state;
   const auto& d = *s.setup.data;
   int64_t n = d.test_x.defined() ? d.test_x.size(0) : 0;
-  if (n == 0 || is_measuring_device(s.setup.cfg.pipeline.devices.front())) {
+  if (n == 0 || !takes_data(s)) {
     finish(self);
     return;
   }

@@ -260,9 +260,6 @@ void schedule_tick(stage_ptr self) {
 
 bool computes(const stage_state& s) { return s.setup.work == stage_setup::work_kind::compute; }
 
-// pace_ms: the op's results leave the stage only once its padded time is
-// over, as they would from a slower device. The sim device's op takes its
-// time the same way.
 // The sim device's op ends on time: a sleep overshoots by tens of
 // microseconds here, so the last stretch is a yielding spin.
 void sim_wait(clock_type::time_point deadline) {
@@ -271,6 +268,9 @@ void sim_wait(clock_type::time_point deadline) {
   while (clock_type::now() < deadline) std::this_thread::yield();
 }
 
+// pace_ms: the op's results leave the stage only once its padded time is
+// over, as they would from a slower device. The sim device's op takes its
+// time the same way.
 void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
   if (s.setup.work == stage_setup::work_kind::timed)
     sim_wait(start + std::chrono::nanoseconds(static_cast<int64_t>(s.setup.sim_ms[static_cast<int>(kind)] * 1e6)));
@@ -336,8 +336,9 @@ bool injected(const stage_state& s, int mb, const char* where) {
   return false;
 }
 
-void check_finite(stage_state& s, op_id op, const at::Tensor& t, int64_t at_ns) {
+void check_finite(stage_state& s, op_id op, const at::Tensor& t) {
   if (!t.defined() || s.setup.async || !computes(s)) return;
+  const int64_t at_ns = now_ns(s);
   // One reduction per op: a NaN or an infinity anywhere in t makes its sum
   // non-finite (a finite float32 tensor whose sum overflows would too: a
   // false alarm that skips one step, never a missed NaN).
@@ -416,7 +417,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
   if (injected(s, mb, "activation")) out = out + std::numeric_limits<float>::quiet_NaN();
-  check_finite(s, {op_kind::F, mb, chunk}, out, now_ns(s));
+  check_finite(s, {op_kind::F, mb, chunk}, out);
   if (last_virtual(s, chunk) && !work) {
     arrive_backward(s, chunk, mb);
     s.bwd_seen[k] = 1;
@@ -518,7 +519,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   }
   s.grads_in[k] = at::Tensor();
   if (!first) {
-    check_finite(s, {op_kind::B, mb, chunk}, grad_in, now_ns(s));
+    check_finite(s, {op_kind::B, mb, chunk}, grad_in);
     send_backward(self, chunk, mb, grad_in, start);
   }
   ++s.bwd_done;

@@ -290,15 +290,13 @@ train_output run_training(const config& cfg, const train_options& opts) {
       auto out = run_attempt(c, o, resumed ? &from : nullptr, last_good);
       out.result.steps = std::move(steps);
       // Steps skipped for a NaN by an earlier attempt (before the boundary it
-      // rolled back to) count too.
-      std::vector<int64_t> skipped;
-      for (const auto& r : out.result.steps)
+      // rolled back to) count too, and what it noticed there is reported.
+      out.result.skipped_steps.clear();
+      for (const auto& r : out.result.steps) {
         if (r.skipped && std::find(opts.skip_steps.begin(), opts.skip_steps.end(), r.step) == opts.skip_steps.end())
-          skipped.push_back(r.step);
-      out.result.skipped_steps = skipped;
-      // What earlier attempts noticed in steps this one did not re-run.
-      for (const auto& r : out.result.steps)
+          out.result.skipped_steps.push_back(r.step);
         if (r.step <= from.step && !r.notice.empty()) notices.push_back(r.notice);
+      }
       out.result.notices.insert(out.result.notices.begin(), notices.begin(), notices.end());
       out.result.restarts = static_cast<int>(restarts_at.size());
       out.result.recovery_s = recovery_s;

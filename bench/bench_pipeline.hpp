@@ -46,15 +46,15 @@ inline std::string shape_yaml(const pipeline_shape& p) {
   return y;
 }
 
-/// Loads the shape's config through the same reader a user's file goes
-/// through (its checks included): throws config_error where the schedule
-/// refuses the shape.
-inline config shape_config(const pipeline_shape& p) {
+/// Loads YAML text through the same reader a user's file goes through (its
+/// checks included), from a temporary file: throws config_error where the
+/// reader refuses it.
+inline config config_from_yaml(const std::string& yaml) {
   char path[] = "/tmp/actorpipe_bench_XXXXXX.yaml";
   const int fd = mkstemps(path, 5);
   if (fd < 0) throw std::runtime_error("cannot create a temporary config");
   close(fd);
-  { std::ofstream(path) << shape_yaml(p); }
+  { std::ofstream(path) << yaml; }
   try {
     auto cfg = load_config(path);
     std::remove(path);
@@ -64,6 +64,9 @@ inline config shape_config(const pipeline_shape& p) {
     throw;
   }
 }
+
+/// The shape's config (a schedule may refuse the shape: config_error).
+inline config shape_config(const pipeline_shape& p) { return config_from_yaml(shape_yaml(p)); }
 
 /// Steps after the first `warmup`: their wall time (from the first one's
 /// start to the last one's end: steps may overlap at their boundary, and a

@@ -15,7 +15,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "bench/bench_pipeline.hpp"
 #include "runtime/data.hpp"
@@ -39,14 +38,7 @@ config mlp_config(int stages, const std::string& schedule, int steps) {
   if (at != std::string::npos) y.replace(at, 11, "  steps: " + std::to_string(steps));
   y += "\npipeline:\n  stages: " + std::to_string(stages) + "\n  schedule: " + schedule +
        "\n  microbatches: 32\n  intra_op_threads: 1\n  devices: auto\nsupervision: {watchdog_s: 0}\n";
-  char path[] = "/tmp/actorpipe_bench_XXXXXX.yaml";
-  const int fd = mkstemps(path, 5);
-  if (fd < 0) throw std::runtime_error("cannot create a temporary config");
-  close(fd);
-  { std::ofstream(path) << y; }
-  auto cfg = load_config(path);
-  std::remove(path);
-  return cfg;
+  return bench::config_from_yaml(y);
 }
 
 // The loop a LibTorch user writes: one Sequential, torch's dropout, the

@@ -815,12 +815,11 @@ void reader::read_pipeline(const entry* e) {
   // A measuring device stands for every stage: a real stage next to one
   // would get empty activations.
   const std::string& first = cfg_.replica_devices.front().front();
-  auto measuring = is_measuring_device;
   for (const auto& replica : cfg_.replica_devices)
     for (const auto& d : replica)
-      if ((measuring(d) || measuring(first)) && d != first)
-        fail_key("pipeline.devices", "the " + (measuring(d) ? d : first) + " device runs every stage or none; found " +
-                                         first + " next to " + d);
+      if ((is_measuring_device(d) || is_measuring_device(first)) && d != first)
+        fail_key("pipeline.devices", "the " + (is_measuring_device(d) ? d : first) +
+                                         " device runs every stage or none; found " + first + " next to " + d);
   if (const entry* se = s.find("sim_ms")) {
     const std::string key = "pipeline.sim_ms";
     const section ss = read_map(se->value, key, {"F", "B", "W"});

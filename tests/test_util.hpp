@@ -2,6 +2,7 @@
 // Helpers shared by the test files.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,6 +28,13 @@ inline std::string write(const fs::path& file, const std::string& text) {
   fs::create_directories(file.parent_path());
   std::ofstream(file) << text;
   return file.string();
+}
+
+/// `text` as a GoogleTest parameter name: letters, digits and '_' only.
+inline std::string param_name(std::string text) {
+  for (auto& c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return text;
 }
 
 }  // namespace actorpipe::testing_util

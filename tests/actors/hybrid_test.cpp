@@ -122,18 +122,32 @@ TEST(HybridAllreduce, EveryReplicaGetsItsShareOfTheBatchInRankOrder) {
 namespace actorpipe {
 namespace {
 
+// A dp=2 x pp=2 mesh run of 6 steps, checkpointed every 2 into a fresh
+// directory `name` (after steps 1, 3 and 5), replicas verified.
+struct checkpointed_mesh {
+  config c;
+  train_options opts;
+  std::filesystem::path dir;
+  train_output full;
+};
+
+checkpointed_mesh run_checkpointed_mesh(const std::string& name) {
+  checkpointed_mesh m;
+  m.c = hybrid_config(mesh{"1f1b", 2, 2, 32});
+  m.c.train.steps = 6;
+  m.dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(m.dir);
+  m.c.checkpoint.dir = m.dir.string();
+  m.c.checkpoint.every = 2;
+  m.opts.verify_replicas = true;
+  m.full = run_training(m.c, m.opts);
+  return m;
+}
+
 // Checkpoints of a dp=2 x pp=2 mesh: resuming from one ends bitwise on the
 // uninterrupted run's weights.
 TEST(HybridCheckpoint, ResumingTheMeshFromACheckpointIsBitwiseUninterrupted) {
-  auto c = hybrid_config(mesh{"1f1b", 2, 2, 32});
-  c.train.steps = 6;
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "actorpipe_hybrid_ckpt";
-  std::filesystem::remove_all(dir);
-  c.checkpoint.dir = dir.string();
-  c.checkpoint.every = 2;
-  train_options opts;
-  opts.verify_replicas = true;
-  auto full = run_training(c, opts);
+  auto [c, opts, dir, full] = run_checkpointed_mesh("actorpipe_hybrid_ckpt");
   ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
   std::filesystem::remove(dir / "step_00000005.pt");
   std::filesystem::remove(dir / "step_00000003.pt");
@@ -160,19 +174,11 @@ TEST(HybridSupervision, AStageOfOneReplicaKilledAtARandomOpIsRestartedAndLosesNo
   const auto want = run_training(clean, opts).weights;
   const auto canon = canonical_order("1f1b", 2, 4);
   for (uint64_t seed = 1; seed <= 8; ++seed) {
-    const uint64_t r = derive_seed(seed, {2});
-    fault_spec kill;
-    kill.kind = seed % 3 == 0 ? "throw" : "kill_stage";
-    kill.replica = static_cast<int>(r % 2);
-    kill.stage = static_cast<int>((r >> 4) % 2);
-    kill.step = static_cast<int64_t>((r >> 8) % 4);
-    const auto& ops = canon[kill.stage];
-    kill.op = to_string(ops[(r >> 16) % ops.size()]);
+    const auto kill = seeded_death(derive_seed(seed, {2}), seed % 3 == 0 ? "throw" : "kill_stage", canon, 4, 2);
     auto c = clean;
     c.faults.inject = {kill};
     auto out = run_training(c, opts);
-    const std::string what = kill.kind + " replica " + std::to_string(kill.replica) + " stage " +
-                             std::to_string(kill.stage) + " step " + std::to_string(kill.step) + " " + kill.op;
+    const std::string what = describe_fault(kill);
     EXPECT_EQ(out.result.restarts, 1) << what;
     EXPECT_TRUE(out.result.replicas_verified) << what;
     EXPECT_TRUE(bitwise_equal(want, out.weights)) << what;
@@ -243,15 +249,7 @@ TEST(HybridNonFinite, ANaNInOneReplicaSkipsTheStepEverywhere) {
 // A torn newest checkpoint under the mesh: named, skipped, and the one
 // before it resumes every replica to the uninterrupted weights.
 TEST(HybridCheckpoint, ATornNewestCheckpointFallsBackToTheOneBefore) {
-  auto c = hybrid_config(mesh{"1f1b", 2, 2, 32});
-  c.train.steps = 6;
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "actorpipe_hybrid_torn";
-  std::filesystem::remove_all(dir);
-  c.checkpoint.dir = dir.string();
-  c.checkpoint.every = 2;
-  train_options opts;
-  opts.verify_replicas = true;
-  auto full = run_training(c, opts);
+  auto [c, opts, dir, full] = run_checkpointed_mesh("actorpipe_hybrid_torn");
   ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
   const auto torn = dir / "step_00000005.pt";
   std::filesystem::resize_file(torn, std::filesystem::file_size(torn) / 2);

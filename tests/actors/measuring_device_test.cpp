@@ -7,6 +7,7 @@
 #include "actors/trainer.hpp"
 #include "pipeline_fixtures.hpp"
 #include "runtime/policy.hpp"
+#include "tests/test_util.hpp"
 
 namespace actorpipe {
 namespace {
@@ -66,10 +67,7 @@ std::vector<measuring_case> null_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Schedules, NullDevice, ::testing::ValuesIn(null_cases()),
                          [](const auto& info) {
-                           std::string n = info.param.schedule + "_" + info.param.threads;
-                           for (auto& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
+                           return testing_util::param_name(info.param.schedule + "_" + info.param.threads);
                          });
 
 // F, B and W each take their time; a full backward takes B + W.

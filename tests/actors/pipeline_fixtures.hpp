@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/ops.hpp"
 #include "runtime/config.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
@@ -63,6 +64,27 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   c.pipeline.devices.assign(stages, "cpu");
   c.pipeline.intra_op_threads = 1;
   return c;
+}
+
+/// A death at a spot drawn from `r`: the stage, the step (of `steps`) and
+/// one of that stage's canonical ops (`canon`, by stage); with replicas,
+/// the replica too. `kind` is kill_stage (after the op) or throw (inside it).
+inline fault_spec seeded_death(uint64_t r, const std::string& kind, const std::vector<std::vector<op_id>>& canon,
+                               int steps, int replicas = 1) {
+  fault_spec f;
+  f.kind = kind;
+  f.stage = static_cast<int>(r % canon.size());
+  f.step = static_cast<int64_t>((r >> 8) % static_cast<uint64_t>(steps));
+  const auto& ops = canon[f.stage];
+  f.op = to_string(ops[(r >> 16) % ops.size()]);
+  if (replicas > 1) f.replica = static_cast<int>((r >> 4) % static_cast<uint64_t>(replicas));
+  return f;
+}
+
+/// "kill_stage replica 1 stage 0 step 2 B3", for failure messages.
+inline std::string describe_fault(const fault_spec& f) {
+  return f.kind + (f.replica >= 0 ? " replica " + std::to_string(f.replica) : std::string()) + " stage " +
+         std::to_string(f.stage) + " step " + std::to_string(f.step) + " " + f.op;
 }
 
 /// The same names, the same bits.

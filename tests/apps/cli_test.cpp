@@ -35,6 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing_util::write;
+using testing_util::param_name;
 
 fs::path test_dir() { return testing_util::test_dir("actorpipe_cli_test"); }
 
@@ -808,12 +809,7 @@ std::vector<std::string> fault_scenarios() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, CliFaultScenario, ::testing::ValuesIn(fault_scenarios()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return param_name(info.param); });
 
 // The same config and fault seed give the same trace hash, however the
 // run was timed; another fault seed gives another.
