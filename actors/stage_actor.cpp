@@ -18,6 +18,7 @@
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
 #include "runtime/collectives.hpp"
+#include "runtime/device_stream.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/optimizer_state.hpp"
 #include "runtime/placement.hpp"
@@ -88,6 +89,10 @@ struct stage_state {
   std::vector<gradient_msg> sent_bwd;
   bool recheck_pending = false;
   std::vector<at::Tensor> grads_in;
+  std::vector<device_mark_ptr> grads_ready;  // by slot: when grads_in's kernels are done
+  // CUDA: this stage's own stream (null elsewhere), so that the stages on
+  // one GPU queue their kernels side by side.
+  std::unique_ptr<device_stream> queue;
   std::vector<stash_entry> stash;
   int fwd_done = 0;
   int bwd_done = 0;
@@ -191,6 +196,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.sent_fwd.assign(slots, activation_msg{});
   s.sent_bwd.assign(slots, gradient_msg{});
   s.grads_in.assign(slots, at::Tensor());
+  s.grads_ready.assign(slots, nullptr);
   s.stash.assign(slots, stash_entry{});
   s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
   s.stash_bytes = 0;
@@ -341,8 +347,11 @@ void check_finite(stage_state& s, op_id op, const at::Tensor& t) {
   const int64_t at_ns = now_ns(s);
   // One reduction per op: a NaN or an infinity anywhere in t makes its sum
   // non-finite (a finite float32 tensor whose sum overflows would too: a
-  // false alarm that skips one step, never a missed NaN).
-  s.finite_checks.emplace_back(op, t.detach().sum());
+  // false alarm that skips one step, never a missed NaN). Half and bfloat16
+  // sum in float32, where they cannot overflow.
+  const auto type = t.scalar_type();
+  s.finite_checks.emplace_back(
+      op, type == at::kHalf || type == at::kBFloat16 ? t.detach().sum(at::kFloat) : t.detach().sum());
   s.finite_check_ns.push_back(at_ns);
 }
 
@@ -368,6 +377,14 @@ nonfinite_seen first_nonfinite(const stage_state& s) {
 int64_t step_of(const stage_state& s, int g) { return g / s.setup.step_microbatches; }
 int32_t version_of(int64_t step) { return static_cast<int32_t>(std::max<int64_t>(step - 1, 0)); }
 
+// A host tensor (a microbatch, its targets) on this stage's device as
+// `dtype`. On CUDA it goes through pinned memory without blocking: a plain
+// copy from pageable memory would wait for everything queued before it.
+at::Tensor on_device(const stage_state& s, const at::Tensor& t, at::ScalarType dtype) {
+  if (s.queue && !t.is_cuda()) return t.pin_memory().to(torch::Device(s.setup.device), dtype, /*non_blocking=*/true);
+  return t.to(torch::Device(s.setup.device), dtype);
+}
+
 std::vector<at::Tensor> snapshot(const stage_state& s) {
   std::vector<at::Tensor> out;
   for (const auto& p : s.params) out.push_back(p.detach().clone().requires_grad_(true));
@@ -384,9 +401,11 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   if (!work)
     x = s.nothing;
   else if (first)
-    x = x.to(torch::Device(s.setup.device));
-  else
+    x = on_device(s, x, s.setup.dtype);
+  else {
+    if (s.queue) s.queue->wait(msg.ready, x);
     x = x.detach().requires_grad_(true);
+  }
   forward_ctx ctx{s.setup.seed, s.step, mb, true};
   const std::vector<at::Tensor>* weights = nullptr;
   if (s.setup.async) {
@@ -422,7 +441,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     arrive_backward(s, chunk, mb);
     s.bwd_seen[k] = 1;
   } else if (last_virtual(s, chunk)) {
-    auto y = msg.y.to(out.device());
+    auto y = on_device(s, msg.y, msg.y.scalar_type());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
     auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
     if (s.setup.async) {
@@ -440,8 +459,9 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   } else {
     if (!s.setup.recompute) e.output = out;
     auto next = hop_to(s, virtual_stage(s, chunk) + 1);
-    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? out.detach() : out, msg.y};
+    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? out.detach() : out, msg.y, nullptr};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
+    if (s.queue) down.ready = s.queue->mark(down.x);
     pad(s, start, op_kind::F);
     s.sent_fwd[k] = down;
     deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
@@ -459,7 +479,7 @@ void rematerialize(const stage_state& s, int chunk, stash_entry& e) {
   at::Tensor out = s.setup.layers[chunk]->forward(e.input, e.ctx, nullptr, e.weights);
   if (last_virtual(s, chunk)) {
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
-    out = torch::nn::functional::cross_entropy(out, e.targets.to(out.device())) * weight;
+    out = torch::nn::functional::cross_entropy(out, on_device(s, e.targets, e.targets.scalar_type())) * weight;
   }
   e.output = out;
 }
@@ -469,8 +489,9 @@ void rematerialize(const stage_state& s, int chunk, stash_entry& e) {
 void send_backward(stage_ptr self, int chunk, int mb, const at::Tensor& grad_in, clock_type::time_point start) {
   auto& s = self->state;
   auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
-  gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in};
+  gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in, nullptr};
   if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
+  if (s.queue) up.ready = s.queue->mark(up.g);
   pad(s, start, op_kind::B);
   s.sent_bwd[slot(s, chunk, mb)] = up;
   deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
@@ -488,6 +509,8 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
     ++s.bwd_done;
     return;
   }
+  if (s.queue && !last) s.queue->wait(s.grads_ready[k], s.grads_in[k]);
+  s.grads_ready[k] = nullptr;
   if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
   if (injected(s, mb, "grad")) {
     if (last)
@@ -566,7 +589,7 @@ void allreduce_grads(stage_state& s) {
                     : host                 ? p.grad().to(torch::kCPU)
                                            : p.grad());
   }
-  auto work = s.setup.dp_group->allreduce_sum_async(grads);
+  auto work = s.setup.dp_group->allreduce_sum_async(grads, s.queue ? s.queue->native() : nullptr);
   if (s.setup.abandon) {
     // Poll instead of blocking, so that a torn-down attempt can call the
     // wait off: yielding at first (a peer that is nearly there), then in
@@ -604,7 +627,7 @@ void report_grads(stage_ptr self) {
     std::vector<at::Tensor> norms;
     for (const auto& p : chunk)
       if (p.grad().defined()) norms.push_back(p.grad().norm(2));
-    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU));
+    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU).to(torch::kFloat));
   }
   r.loss_sum = s.loss_sum.defined() ? s.loss_sum.item<double>() : 0.0;
   r.correct = s.correct_sum.defined() ? s.correct_sum.item<int64_t>() : 0;
@@ -855,7 +878,7 @@ void apply_update(stage_ptr self, const apply_msg& m) {
     return;
   }
   if (m.clip_coef.defined()) {
-    auto coef = m.clip_coef.to(torch::Device(s.setup.device));
+    auto coef = on_device(s, m.clip_coef, m.clip_coef.scalar_type());
     for (auto& p : s.params)
       if (p.grad().defined()) p.grad().mul_(coef);
   }
@@ -881,13 +904,17 @@ void evaluate(stage_ptr self, eval_msg m) {
   ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
   forward_ctx ctx{s.setup.seed, -1, 0, false};
-  auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device)), ctx, nullptr);
+  if (s.queue && first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
+  else if (s.queue) s.queue->wait(m.ready, m.x);
+  auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device), s.setup.dtype), ctx, nullptr);
   if (!last_virtual(s, m.chunk)) {
     auto next = hop_to(s, virtual_stage(s, m.chunk) + 1);
-    self->send(next.to, eval_atom::value, eval_msg{out.to(torch::Device(next.device)), m.y, next.chunk});
+    eval_msg down{out.to(torch::Device(next.device)), m.y, next.chunk, nullptr};
+    if (s.queue) down.ready = s.queue->mark(down.x);
+    self->send(next.to, eval_atom::value, std::move(down));
     return;
   }
-  auto y = m.y.to(out.device());
+  auto y = on_device(s, m.y, m.y.scalar_type());
   eval_result r;
   r.total = y.size(0);
   r.correct = out.argmax(1).eq(y).sum().item<int64_t>();
@@ -911,6 +938,7 @@ void on_gradient(stage_ptr self, gradient_msg& m) {
   if (!accept(s, m.h, s.bwd_seen)) return;
   arrive_backward(s, m.h.chunk, m.h.mb);
   s.grads_in[slot(s, m.h.chunk, m.h.mb)] = std::move(m.g);
+  s.grads_ready[slot(s, m.h.chunk, m.h.mb)] = std::move(m.ready);
   schedule_tick(self);
 }
 
@@ -973,6 +1001,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         if (st.setup.pace_ms > 0 || st.setup.work == stage_setup::work_kind::timed)
           prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
         st.nothing = at::empty({0});
+        if (computes(st)) {
+          st.queue = device_stream::open(st.setup.device);
+          if (st.queue) st.queue->enter();
+        }
         st.ranks = std::move(ranks);
         st.driver = std::move(driver);
         self->become(running(self));

@@ -47,6 +47,7 @@ struct stage_setup {
   train_config train;
   int64_t batch_size = 1;   ///< loss of a microbatch is weighted by size / batch_size
   std::string device = "cpu";
+  at::ScalarType dtype = at::kFloat;  ///< the parameters' (model.dtype); inputs are cast to it
   std::vector<std::string> devices;  ///< every rank's, to place what is sent there
   int intra_op_threads = 1;
   double pace_ms = 0.0;

@@ -107,6 +107,12 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       }
       for (auto& g : made) groups[r].push_back(std::shared_ptr<allreduce_group>(std::move(g)));
       backend = groups[r].front()->backend();
+      // auto on GPUs that replicas share: NCCL would refuse, so Gloo it is;
+      // say so once, as the explicit nccl fallback above does.
+      const bool all_cuda = std::all_of(devs.begin(), devs.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; });
+      if (r == 0 && backend == "gloo" && cfg.parallel.allreduce == "auto" && all_cuda && opts.on_notice)
+        opts.on_notice("note: allreduce auto: replicas share a GPU (" + devs.front() +
+                       "), and NCCL refuses two ranks on one device; using gloo");
     }
   }
 
@@ -167,6 +173,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.seed = cfg.train.seed;
       st.pol = pol;
       st.chunks = chunks;
+      st.dtype = parameter_dtype(cfg.model);
       st.optimizer = cfg.train.optimizer;
       for (const auto& f : cfg.faults.inject)
         if (f.kind == "duplicate" || f.kind == "delay" || f.kind == "drop" ||
@@ -188,7 +195,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
         std::vector<layer> mine;
         for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
         st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
-        st.layers.back()->to(st.device);
+        st.layers.back()->to(st.device, st.dtype);
       }
       st.origin = origin;
       stage_actors.push_back(spawn_stage(sys, std::move(st)));

@@ -17,6 +17,12 @@ namespace actorpipe {
 
 struct optimizer_state_copy;
 
+/// A point in a stage's device queue (a CUDA event): the receiver's queue
+/// waits for it before using the tensor it came with. Null where the device
+/// runs work in host order (CPU, null, sim). Defined in runtime/device_stream.
+struct device_mark;
+using device_mark_ptr = std::shared_ptr<const device_mark>;
+
 /// Identifies what a message belongs to; stale or duplicate ones are dropped.
 struct msg_header {
   uint32_t epoch = 0;
@@ -32,12 +38,14 @@ struct activation_msg {
   msg_header h;
   at::Tensor x;
   at::Tensor y;
+  device_mark_ptr ready{};  ///< x is written once this mark is passed
 };
 
 /// Input of B(step, mb): the gradient of the receiver's output.
 struct gradient_msg {
   msg_header h;
   at::Tensor g;
+  device_mark_ptr ready{};  ///< g is written once this mark is passed
 };
 
 /// What a stage measured during one step.
@@ -104,6 +112,7 @@ struct eval_msg {
   at::Tensor x;
   at::Tensor y;
   int32_t chunk = 0;  ///< the receiver's chunk
+  device_mark_ptr ready{};  ///< x is written once this mark is passed
 };
 
 struct eval_result {

@@ -55,7 +55,7 @@ public:
   gloo_group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, std::string name, int rank, int size)
     : pg_(std::move(pg)), where_(rank_where("gloo", name, rank, size)), rank_(rank), size_(size) {}
 
-  std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors) override {
+  std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors, void* /*after*/) override {
     // allreduce() wants tensors of one shape (they are per-device copies of
     // one tensor); allreduce_coalesced() takes any shapes of one dtype. So:
     // one coalesced allreduce per dtype, in order of first appearance, which

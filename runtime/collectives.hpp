@@ -52,7 +52,13 @@ public:
 
   /// Starts summing `tensors` in place over all ranks. Every rank passes the
   /// same number of tensors with the same shapes and dtypes, in the same order.
-  virtual std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors) = 0;
+  /// `after`, when given, is the CUDA stream (a cudaStream_t) whose queued
+  /// kernels write the tensors: NCCL starts behind them, without the host
+  /// waiting. Gloo sums CPU tensors, already written, and ignores it.
+  virtual std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors, void* after) = 0;
+  std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors) {
+    return allreduce_sum_async(tensors, nullptr);
+  }
 
   /// allreduce_sum_async, then wait.
   void allreduce_sum(std::vector<at::Tensor>& tensors) { allreduce_sum_async(tensors)->wait(); }

@@ -90,7 +90,7 @@ public:
     cudaStreamDestroy(stream_);
   }
 
-  std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors) override {
+  std::unique_ptr<allreduce_work> allreduce_sum_async(std::vector<at::Tensor>& tensors, void* after) override {
     std::vector<ncclDataType_t> types(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
@@ -106,6 +106,16 @@ public:
     check_cuda(cudaSetDevice(device_), where_, "cudaSetDevice");
     cudaEvent_t done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), where_, "cudaEventCreate");
+    if (after) {
+      // The producer's kernels first: this rank's stream waits on the device
+      // for what is queued on `after` so far (the host does not block).
+      cudaError_t e = cudaEventRecord(done, static_cast<cudaStream_t>(after));
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, done, 0);
+      if (e != cudaSuccess) {
+        cudaEventDestroy(done);
+        check_cuda(e, where_, "waiting for the producer's stream");
+      }
+    }
     // One group call: NCCL fuses the launches, and every rank enqueues the
     // same sequence.
     ncclResult_t r = ncclGroupStart();

@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -538,7 +539,7 @@ void reader::read_compare(const entry* e) {
 
 void reader::read_model(const entry* e) {
   if (!e) fail(source_mark{1, 1}, "model.layers", "required: the list of layers");
-  const section s = read_map(e->value, "model", {"layers", "init_from"});
+  const section s = read_map(e->value, "model", {"layers", "init_from", "dtype"});
   const entry* layers = s.find("layers");
   if (!layers) fail_key("model.layers", "required: the list of layers");
   if (!layers->value.IsSequence())
@@ -547,6 +548,18 @@ void reader::read_model(const entry* e) {
   for (size_t i = 0; i < layers->value.size(); ++i) read_layer(layers->value[i], i);
   check_layer_shapes();
   read_file_path(s, "init_from", cfg_.model.init_from);
+  std::string dtype;
+  if (read_string(s, "dtype", dtype)) {
+    // The short names Megatron and DeepSpeed users write mean the same.
+    static const std::map<std::string, std::string> known{
+        {"float32", "float32"}, {"bfloat16", "bfloat16"}, {"float16", "float16"}, {"bf16", "bfloat16"},
+        {"fp16", "float16"},    {"half", "float16"},       {"fp32", "float32"},   {"float", "float32"}};
+    auto it = known.find(dtype);
+    if (it == known.end())
+      fail_key(child(s.path, "dtype"), "unknown parameter type '" + dtype +
+                                           "' (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
+    cfg_.model.dtype = it->second;
+  }
 }
 
 void reader::read_layer(const Node& node, size_t index) {

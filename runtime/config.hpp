@@ -54,6 +54,8 @@ struct lr_schedule_config {
 struct model_config {
   std::vector<layer_spec> layers;
   std::string init_from;  ///< resolved path, empty = seeded default init
+  /// Parameters, activations and gradients: float32 | bfloat16 | float16.
+  std::string dtype = "float32";
 };
 
 struct data_config {

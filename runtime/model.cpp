@@ -72,9 +72,15 @@ int64_t layer::parameter_count() const {
   return n;
 }
 
-void layer::to(const std::string& device) {
-  if (impl_->linear) impl_->linear->to(torch::Device(device));
-  if (impl_->norm) impl_->norm->to(torch::Device(device));
+void layer::to(const std::string& device, at::ScalarType dtype) {
+  if (impl_->linear) impl_->linear->to(torch::Device(device), dtype);
+  if (impl_->norm) impl_->norm->to(torch::Device(device), dtype);
+}
+
+at::ScalarType parameter_dtype(const model_config& m) {
+  if (m.dtype == "bfloat16") return at::kBFloat16;
+  if (m.dtype == "float16") return at::kHalf;
+  return at::kFloat;
 }
 
 at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
@@ -102,8 +108,8 @@ std::vector<at::Tensor> layer_stack::parameters() const {
   return out;
 }
 
-void layer_stack::to(const std::string& device) {
-  for (auto& l : layers_) l.to(device);
+void layer_stack::to(const std::string& device, at::ScalarType dtype) {
+  for (auto& l : layers_) l.to(device, dtype);
 }
 
 void sort_by_layer(std::vector<std::pair<std::string, at::Tensor>>& params) {

@@ -21,6 +21,9 @@ struct forward_ctx {
   bool training = true;
 };
 
+/// model.dtype as a tensor type.
+at::ScalarType parameter_dtype(const model_config& m);
+
 /// One layer of the network with its global index.
 class layer {
 public:
@@ -39,7 +42,7 @@ public:
   int64_t parameter_count() const;
   /// Number of parameter tensors (0, or 2 for weight and bias).
   int parameter_tensors() const;
-  void to(const std::string& device);
+  void to(const std::string& device, at::ScalarType dtype = at::kFloat);
 
 private:
   struct impl;
@@ -62,7 +65,7 @@ public:
   /// Global names ("2.weight") in layer order.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
-  void to(const std::string& device);
+  void to(const std::string& device, at::ScalarType dtype = at::kFloat);
   const std::vector<layer>& layers() const { return layers_; }
 
 private:

@@ -2,15 +2,31 @@
 
 #include <torch/torch.h>
 
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace actorpipe {
 
 namespace {
 
-// LibTorch keys an optimizer's per-parameter state by the tensor's address.
-std::string key_of(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// LibTorch keys an optimizer's per-parameter state by the tensor's address:
+// printed as a string up to LibTorch 1.x, the pointer itself from 2.0 on.
+using state_key = std::decay_t<decltype(std::declval<const torch::optim::Optimizer&>().state())>::key_type;
+
+template <class Key>
+Key key_for(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << p.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+state_key key_of(const at::Tensor& p) { return key_for<state_key>(p); }
 
 at::Tensor copy_of(const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
 

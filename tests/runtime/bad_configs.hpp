@@ -523,6 +523,13 @@ pipeline:
   devices: [[cpu, cpu], [cpu, cpu], [cpu, cpu]]
 )yaml",
        "{FILE}:13:3: pipeline.devices: 3 device lists for parallel.dp 2; give one list per replica (or one flat list for all)"},
+      {"UnknownDtype",
+       R"yaml(model:
+  dtype: bfloat15
+  layers:
+    - {type: linear, in: 4, out: 3}
+)yaml",
+       "{FILE}:2:10: model.dtype: unknown parameter type 'bfloat15' (known: float32, bfloat16, float16; also bf16, fp16, fp32)"},
       {"NcclOnCpuStages",
        R"yaml(model:
   layers:
