@@ -49,14 +49,14 @@ inline std::string shape_yaml(const pipeline_shape& p) {
 /// Loads YAML text through the same reader a user's file goes through (its
 /// checks included), from a temporary file: throws config_error where the
 /// reader refuses it.
-inline config config_from_yaml(const std::string& yaml) {
+inline config config_from_yaml(const std::string& yaml, const load_env& env = {}) {
   char path[] = "/tmp/actorpipe_bench_XXXXXX.yaml";
   const int fd = mkstemps(path, 5);
   if (fd < 0) throw std::runtime_error("cannot create a temporary config");
   close(fd);
   { std::ofstream(path) << yaml; }
   try {
-    auto cfg = load_config(path);
+    auto cfg = load_config(path, env);
     std::remove(path);
     return cfg;
   } catch (...) {

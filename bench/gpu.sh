@@ -50,3 +50,8 @@ timeout 120 ./actorpipe train "$out/hybrid_nccl.yaml" --steps 20 --quiet --verif
 step whole suite
 timeout "${SUITE_TIMEOUT:-300}" ctest -j "${SUITE_JOBS:-12}" --timeout 240 > "$out/ctest.log" 2>&1
 grep -E "tests passed|Failed|\(Failed\)|Timeout|Not Run" "$out/ctest.log" | head -40
+if grep -q "tests failed" "$out/ctest.log"; then
+  step the failed tests again, with their output
+  timeout 120 ctest --rerun-failed --output-on-failure > "$out/ctest_failed.log" 2>&1
+  tail -c 20000 "$out/ctest_failed.log" | grep -v "^\s*$" | tail -150
+fi

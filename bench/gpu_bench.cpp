@@ -201,9 +201,12 @@ int main(int argc, char** argv) {
               device_name().c_str(), p.blocks, static_cast<long long>(p.hidden), p.dtype.c_str(),
               static_cast<long long>(p.batch), p.microbatches, p.stages);
   std::fflush(stdout);
-  const auto plain_cfg = bench::config_from_yaml(model_yaml(p, "gpipe", 1, p.microbatches));
+  load_env env;
+  env.cuda_devices = static_cast<int>(torch::cuda::device_count());
+  const auto plain_cfg = bench::config_from_yaml(model_yaml(p, "gpipe", 1, p.microbatches), env);
   std::map<std::string, config> cfgs;
-  for (const auto& s : schedules) cfgs.emplace(s, bench::config_from_yaml(model_yaml(p, s, p.stages, p.microbatches)));
+  for (const auto& s : schedules)
+    cfgs.emplace(s, bench::config_from_yaml(model_yaml(p, s, p.stages, p.microbatches), env));
   std::vector<double> plain_mb, plain_full;
   std::map<std::string, std::vector<double>> pipe;
   std::map<std::string, figures> last;
