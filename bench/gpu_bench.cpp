@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_bench: no CUDA device (LibTorch without CUDA, or no GPU); build with scripts/build-cuda on a GPU machine\n");
     return 1;
   }
+  // The caching allocator answers (peak stats) only once CUDA is in use.
+  (void)torch::zeros({1}, torch::Device("cuda:0"));
   const int warmup = 2;
   std::printf("device: %s; model: %d blocks of %lld, %s; batch %lld in %d microbatches; %d stages on cuda:0\n",
               device_name().c_str(), p.blocks, static_cast<long long>(p.hidden), p.dtype.c_str(),
