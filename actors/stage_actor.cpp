@@ -37,6 +37,10 @@ struct stash_entry {
   at::Tensor input;
   at::Tensor output;
   at::Tensor grad_out;  // split backward: B keeps it for W
+  // Split backward, per layer with parameters: its output (from F) and the
+  // loss's gradient there (from B). W then runs each such layer's weight
+  // gradient alone, with no input gradient computed a second time.
+  std::vector<at::Tensor> param_outs, param_grads;
   int64_t bytes = 0;
   // Recompute: what B needs to run the forward again (the same dropout
   // masks come back: they depend on ctx, not on order).
@@ -432,7 +436,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     e.weights = weights;
     if (last_virtual(s, chunk)) e.targets = msg.y;
   } else {
-    out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights);
+    out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights, s.split ? &e.param_outs : nullptr);
     if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
   if (injected(s, mb, "activation")) out = out + std::numeric_limits<float>::quiet_NaN();
@@ -529,14 +533,33 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
     --s.stashed;
     s.stash_bytes -= e.bytes;
   } else {
-    // Input gradient only; the graph stays for W, which also needs the
-    // gradient of the output.
+    // Input gradient only; the graph stays for W. Along the way B takes the
+    // gradient at each parameterised layer's output, which is all W needs
+    // besides the graph (autograd computes no weight gradient here: no
+    // weight is asked for). Without those outputs (recompute), W needs the
+    // gradient of the stage's output, and runs the input gradients again.
     auto& e = s.stash[k];
     e.grad_out = last ? at::Tensor() : s.grads_in[k];
-    if (!first) {
+    std::vector<at::Tensor> wrt;
+    if (!first) wrt.push_back(e.input);
+    for (const auto& h : e.param_outs) wrt.push_back(h);
+    if (!wrt.empty()) {
       std::vector<at::Tensor> grad_outputs;
       if (!last) grad_outputs.push_back(e.grad_out);
-      grad_in = torch::autograd::grad({e.output}, {e.input}, grad_outputs, /*retain_graph=*/true)[0];
+      auto grads = torch::autograd::grad({e.output}, wrt, grad_outputs, /*retain_graph=*/true,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+      size_t i = 0;
+      if (!first) grad_in = grads[i++];
+      e.param_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(i), grads.end());
+    }
+    if (!e.param_outs.empty()) {
+      e.grad_out = at::Tensor();
+      int64_t held = 0;
+      for (const auto& g : e.param_grads)
+        if (g.defined()) held += static_cast<int64_t>(g.numel() * g.element_size());
+      e.bytes += held;  // W frees them with the rest
+      s.stash_bytes += held;
+      s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
     }
     s.w_ready[chunk].insert(mb);
   }
@@ -554,20 +577,38 @@ void fire_weight(stage_ptr self, int chunk, int mb) {
   auto& s = self->state;
   auto e = std::move(s.stash[slot(s, chunk, mb)]);
   auto& params = s.chunk_params[chunk];
-  if (!params.empty() && computes(s)) {
+  auto accumulate = [](at::Tensor& param, const at::Tensor& grad) {
+    if (!grad.defined()) return;
+    torch::NoGradGuard no_grad;
+    auto& g = param.mutable_grad();
+    if (g.defined())
+      g.add_(grad);
+    else
+      g = grad;
+  };
+  if (!params.empty() && computes(s) && !e.param_outs.empty()) {
+    // Layer by layer: each one's weight gradient from its output and the
+    // gradient B left there.
+    size_t p = 0, j = 0;
+    for (const auto& l : s.setup.layers[chunk]->layers()) {
+      const auto n = static_cast<size_t>(l.parameter_tensors());
+      if (n == 0) continue;
+      const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
+                                         params.begin() + static_cast<std::ptrdiff_t>(p + n));
+      if (e.param_grads.at(j).defined()) {
+        auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
+      }
+      p += n;
+      ++j;
+    }
+  } else if (!params.empty() && computes(s)) {
     std::vector<at::Tensor> grad_outputs;
     if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
     auto grads = torch::autograd::grad({e.output}, params, grad_outputs, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!grads[i].defined()) continue;
-      auto& g = params[i].mutable_grad();
-      if (g.defined())
-        g.add_(grads[i]);
-      else
-        g = grads[i];
-    }
+    for (size_t i = 0; i < params.size(); ++i) accumulate(params[i], grads[i]);
   }
   --s.stashed;
   s.stash_bytes -= e.bytes;

@@ -84,12 +84,14 @@ at::ScalarType parameter_dtype(const model_config& m) {
 }
 
 at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
-                                const std::vector<at::Tensor>* params) const {
+                                const std::vector<at::Tensor>* params,
+                                std::vector<at::Tensor>* param_outputs) const {
   size_t next = 0;
   for (const auto& l : layers_) {
     const at::Tensor* mine = params ? params->data() + next : nullptr;
     next += static_cast<size_t>(l.parameter_tensors());
     x = l.forward(x, ctx, mine);
+    if (param_outputs && l.parameter_tensors() > 0) param_outputs->push_back(x);
     if (act_bytes) *act_bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
   return x;

@@ -60,8 +60,12 @@ public:
   /// Runs every layer; adds each intermediate output's bytes to *act_bytes
   /// (what autograd keeps alive for the backward).
   /// `params`, when given, replaces parameters() (same order and shapes).
+  /// `param_outputs`, when given, receives the output of every layer that
+  /// has parameters, in order: a split backward takes the gradient at each
+  /// of them, so that its weight pass needs no input gradient again.
   at::Tensor forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
-                     const std::vector<at::Tensor>* params = nullptr) const;
+                     const std::vector<at::Tensor>* params = nullptr,
+                     std::vector<at::Tensor>* param_outputs = nullptr) const;
   /// Global names ("2.weight") in layer order.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;

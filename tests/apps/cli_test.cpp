@@ -452,6 +452,8 @@ TEST(CliTrain, HybridConfigPrintsTheDeviceMapAndVerifiesReplicas) {
   const std::string trace = (test_dir() / "hybrid.json").string();
   auto r = actorpipe({"train", path, "--steps", "3", "--quiet", "--verify-replicas", "--trace", trace});
   ASSERT_EQ(r.code, 0) << describe(r);
+  // devices: auto takes the GPU where there is one.
+  const std::string dev = torch::cuda::is_available() ? "cuda:0" : "cpu";
   // The allreduce is its own event: one per step, replica and stage.
   const std::string json = slurp(trace);
   size_t allreduces = 0;
@@ -459,14 +461,16 @@ TEST(CliTrain, HybridConfigPrintsTheDeviceMapAndVerifiesReplicas) {
        at = json.find("\"name\":\"allreduce\"", at + 1))
     ++allreduces;
   EXPECT_EQ(allreduces, 3u * 2 * 2);
-  EXPECT_NE(json.find("\"name\":\"replica 1 stage 1 (cpu)\""), std::string::npos);
+  EXPECT_NE(json.find("\"name\":\"replica 1 stage 1 (" + dev + ")\""), std::string::npos);
   EXPECT_NE(r.out.find("parallel: data parallel dp=2 x pipeline stages pp=2 = 4 stage actors; allreduce auto"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("  batch 64 per step: 32 per replica\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  pipeline stage 0, layers 0..1: replica 0 on cpu, replica 1 on cpu\n"), std::string::npos)
+  EXPECT_NE(r.out.find("  pipeline stage 0, layers 0..1: replica 0 on " + dev + ", replica 1 on " + dev + "\n"),
+            std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("  pipeline stage 1, layers 2..4: replica 0 on cpu, replica 1 on cpu\n"), std::string::npos)
+  EXPECT_NE(r.out.find("  pipeline stage 1, layers 2..4: replica 0 on " + dev + ", replica 1 on " + dev + "\n"),
+            std::string::npos)
       << r.out;
   std::regex summary(R"(allreduce \(gloo, dp=2\): [0-9.]+ ms per stage per step, [0-9]+% of it during other stages' compute; replicas bitwise identical after every step \(checksums\))");
   EXPECT_TRUE(std::regex_search(r.out, summary)) << r.out;

@@ -544,6 +544,7 @@ parallel:
 pipeline:
   stages: 2
   microbatches: 2
+  devices: [cpu, cpu]
 )yaml",
        "{FILE}:10:14: parallel.allreduce: nccl sums CUDA tensors only, but a stage is on cpu; use gloo or auto"},
       {"MoreDevicesThanExist",
@@ -825,6 +826,7 @@ pipeline:
 pipeline:
   stages: 2
   threads: shared
+  devices: [cpu, cpu]
 )yaml",
        "{FILE}:8:12: pipeline.threads: shared runs the stages on CAF's scheduler, which only the null device's ops never block; a stage on cpu needs its own thread (dedicated)"},
       {"ThreadsUnknown",
