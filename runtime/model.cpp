@@ -51,7 +51,11 @@ at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx, const at:
     auto gen = at::make_generator<at::CPUGeneratorImpl>(s);
     auto keep = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()))
                     .bernoulli_(1.0 - spec_.p, gen);
-    return x * keep.to(x.device()) / (1.0 - spec_.p);
+    // The mask is drawn on the CPU (the same masks on every device). On a
+    // GPU it goes up through pinned memory without blocking: a copy from
+    // pageable memory would wait for the stream's queued kernels.
+    if (x.is_cuda()) return x * keep.pin_memory().to(x.device(), /*non_blocking=*/true) / (1.0 - spec_.p);
+    return x * keep / (1.0 - spec_.p);
   }
   throw std::logic_error("unknown layer type " + t);
 }
