@@ -525,7 +525,9 @@ TEST(MessageFaults, TheFaultSeedPicksTheSameMessagesEveryRun) {
 TEST(Stragglers, AStageSlowedThreeTimesScoresAboutAThird) {
   auto c = small_config("1f1b", 4, 4);
   c.train.steps = 3;
-  c.pipeline.pace_ms = 2.0;  // ops long enough that sleeping scales them
+  // Ops long enough that sleeping scales them, and that a loaded machine's
+  // wake-up delays (added to every op alike) stay small beside them.
+  c.pipeline.pace_ms = 6.0;
   fault_spec slow;
   slow.kind = "slow_stage";
   slow.stage = 2;
