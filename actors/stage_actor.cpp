@@ -539,13 +539,13 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
     // weight is asked for). Without those outputs (recompute), W needs the
     // gradient of the stage's output, and runs the input gradients again.
     auto& e = s.stash[k];
-    e.grad_out = last ? at::Tensor() : s.grads_in[k];
+    if (e.param_outs.empty() && !last) e.grad_out = s.grads_in[k];
     std::vector<at::Tensor> wrt;
     if (!first) wrt.push_back(e.input);
     for (const auto& h : e.param_outs) wrt.push_back(h);
     if (!wrt.empty()) {
       std::vector<at::Tensor> grad_outputs;
-      if (!last) grad_outputs.push_back(e.grad_out);
+      if (!last) grad_outputs.push_back(s.grads_in[k]);
       auto grads = torch::autograd::grad({e.output}, wrt, grad_outputs, /*retain_graph=*/true,
                                          /*create_graph=*/false, /*allow_unused=*/true);
       size_t i = 0;
@@ -553,7 +553,6 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
       e.param_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(i), grads.end());
     }
     if (!e.param_outs.empty()) {
-      e.grad_out = at::Tensor();
       int64_t held = 0;
       for (const auto& g : e.param_grads)
         if (g.defined()) held += static_cast<int64_t>(g.numel() * g.element_size());
@@ -573,43 +572,49 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
 
 // Weight gradient of a split backward: accumulated into .grad in the
 // order W fires, ascending microbatches per chunk, like autograd would.
-void fire_weight(stage_ptr self, int chunk, int mb) {
-  auto& s = self->state;
-  auto e = std::move(s.stash[slot(s, chunk, mb)]);
-  auto& params = s.chunk_params[chunk];
-  auto accumulate = [](at::Tensor& param, const at::Tensor& grad) {
-    if (!grad.defined()) return;
-    torch::NoGradGuard no_grad;
-    auto& g = param.mutable_grad();
-    if (g.defined())
-      g.add_(grad);
-    else
-      g = grad;
-  };
-  if (!params.empty() && computes(s) && !e.param_outs.empty()) {
-    // Layer by layer: each one's weight gradient from its output and the
-    // gradient B left there.
-    size_t p = 0, j = 0;
-    for (const auto& l : s.setup.layers[chunk]->layers()) {
-      const auto n = static_cast<size_t>(l.parameter_tensors());
-      if (n == 0) continue;
-      const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
-                                         params.begin() + static_cast<std::ptrdiff_t>(p + n));
-      if (e.param_grads.at(j).defined()) {
-        auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-        for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
-      }
-      p += n;
-      ++j;
-    }
-  } else if (!params.empty() && computes(s)) {
+void accumulate(const at::Tensor& param, const at::Tensor& grad) {
+  if (!grad.defined()) return;
+  torch::NoGradGuard no_grad;
+  auto& g = param.mutable_grad();
+  if (g.defined())
+    g.add_(grad);
+  else
+    g = grad;
+}
+
+void weight_grads(const stage_state& s, int chunk, const stash_entry& e) {
+  const auto& params = s.chunk_params[chunk];
+  if (params.empty() || !computes(s)) return;
+  if (e.param_outs.empty()) {  // recompute: from the stage's output, input gradients again
     std::vector<at::Tensor> grad_outputs;
     if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
     auto grads = torch::autograd::grad({e.output}, params, grad_outputs, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     for (size_t i = 0; i < params.size(); ++i) accumulate(params[i], grads[i]);
+    return;
   }
+  // Layer by layer: each one's weight gradient from its output and the
+  // gradient B left there.
+  size_t p = 0, j = 0;
+  for (const auto& l : s.setup.layers[chunk]->layers()) {
+    const auto n = static_cast<size_t>(l.parameter_tensors());
+    if (n == 0) continue;
+    const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
+                                       params.begin() + static_cast<std::ptrdiff_t>(p + n));
+    if (e.param_grads.at(j).defined()) {
+      auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+      for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
+    }
+    p += n;
+    ++j;
+  }
+}
+
+void fire_weight(stage_ptr self, int chunk, int mb) {
+  auto& s = self->state;
+  auto e = std::move(s.stash[slot(s, chunk, mb)]);
+  weight_grads(s, chunk, e);
   --s.stashed;
   s.stash_bytes -= e.bytes;
   ++s.w_done;
@@ -668,7 +673,7 @@ void report_grads(stage_ptr self) {
     std::vector<at::Tensor> norms;
     for (const auto& p : chunk)
       if (p.grad().defined()) norms.push_back(p.grad().norm(2));
-    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU).to(torch::kFloat));
+    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU, torch::kFloat));
   }
   r.loss_sum = s.loss_sum.defined() ? s.loss_sum.item<double>() : 0.0;
   r.correct = s.correct_sum.defined() ? s.correct_sum.item<int64_t>() : 0;
@@ -945,9 +950,10 @@ void evaluate(stage_ptr self, eval_msg m) {
   ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
   forward_ctx ctx{s.setup.seed, -1, 0, false};
-  if (s.queue && first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
+  // Later stages get their input on this device already (the sender moved it).
+  if (first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
   else if (s.queue) s.queue->wait(m.ready, m.x);
-  auto out = s.setup.layers[m.chunk]->forward(m.x.to(torch::Device(s.setup.device), s.setup.dtype), ctx, nullptr);
+  auto out = s.setup.layers[m.chunk]->forward(m.x, ctx, nullptr);
   if (!last_virtual(s, m.chunk)) {
     auto next = hop_to(s, virtual_stage(s, m.chunk) + 1);
     eval_msg down{out.to(torch::Device(next.device)), m.y, next.chunk, nullptr};

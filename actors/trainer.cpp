@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "actors/driver_actor.hpp"
@@ -108,9 +109,11 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       for (auto& g : made) groups[r].push_back(std::shared_ptr<allreduce_group>(std::move(g)));
       backend = groups[r].front()->backend();
       // auto on GPUs that replicas share: NCCL would refuse, so Gloo it is;
-      // say so once, as the explicit nccl fallback above does.
+      // say so once, as the explicit nccl fallback above does. (On distinct
+      // GPUs, Gloo under auto means NCCL is missing, which is another story.)
       const bool all_cuda = std::all_of(devs.begin(), devs.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; });
-      if (r == 0 && backend == "gloo" && cfg.parallel.allreduce == "auto" && all_cuda && opts.on_notice)
+      const bool shared = std::set<std::string>(devs.begin(), devs.end()).size() < devs.size();
+      if (r == 0 && backend == "gloo" && cfg.parallel.allreduce == "auto" && all_cuda && shared && opts.on_notice)
         opts.on_notice("note: allreduce auto: replicas share a GPU (" + devs.front() +
                        "), and NCCL refuses two ranks on one device; using gloo");
     }

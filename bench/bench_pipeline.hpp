@@ -65,6 +65,15 @@ inline config config_from_yaml(const std::string& yaml, const load_env& env = {}
   }
 }
 
+/// Google Benchmark's main, after the benchmarks are registered.
+inline int run_registered(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 /// The shape's config (a schedule may refuse the shape: config_error).
 inline config shape_config(const pipeline_shape& p) { return config_from_yaml(shape_yaml(p)); }
 

@@ -102,9 +102,5 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(name.c_str(), BM_NullPipeline, shape)
             ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
       }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return bench::run_registered(argc, argv);
 }

@@ -5,6 +5,7 @@
 //   build/simulator_bench --benchmark_filter=S128
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_pipeline.hpp"
 #include "runtime/simulator.hpp"
 
 namespace {
@@ -35,9 +36,5 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(name.c_str(), BM_Simulate, std::string(schedule), s, m)
           ->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return bench::run_registered(argc, argv);
 }

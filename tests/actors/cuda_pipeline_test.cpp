@@ -7,35 +7,41 @@
 #include "tests/actors/pipeline_fixtures.hpp"
 #include "tests/test_util.hpp"
 
+#define SKIP_WITHOUT_CUDA()         \
+  if (!torch::cuda::is_available()) \
+  GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU): CUDA tests skipped"
+
 namespace actorpipe {
 namespace {
 
+// Every weight within `rel` of the plain loop's on the CPU, relative to its
+// largest magnitude.
+void expect_close_to_reference(const config& c, const named_params& weights, double rel) {
+  std::vector<double> norms;
+  auto ref = reference_weights(c, &norms);  // on the CPU
+  ASSERT_EQ(weights.size(), ref.size());
+  for (const auto& [name, w] : weights) {
+    const auto& r = ref.at(name);
+    const double scale = r.abs().max().item<double>();
+    const double diff = (w - r).abs().max().item<double>();
+    EXPECT_LE(diff, rel * scale) << name << " differs by " << diff;
+  }
+}
+
 class CudaPipeline : public ::testing::TestWithParam<std::string> {
 protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available())
-      GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU): CUDA tests skipped";
-  }
+  void SetUp() override { SKIP_WITHOUT_CUDA(); }
 };
 
 TEST_P(CudaPipeline, FourStagesOnOneGpuMatchThePlainCpuLoop) {
   auto c = small_config(GetParam(), 4, 8);
   c.pipeline.devices.assign(4, "cuda:0");
   auto out = run_training(c);
-  std::vector<double> norms;
-  auto ref = reference_weights(c, &norms);  // on the CPU
-  ASSERT_EQ(out.weights.size(), ref.size());
-  for (auto& [name, w] : out.weights) {
-    auto& r = ref[name];
-    double scale = r.abs().max().item<double>();
-    double diff = (w - r).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-5 * scale) << name << " differs by " << diff;
-  }
+  expect_close_to_reference(c, out.weights, 1e-5);
 }
 
 TEST(CudaPipelineSchedules, GpipeAndOneFOneBAreBitwiseIdenticalOnTheGpu) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU): CUDA tests skipped";
+  SKIP_WITHOUT_CUDA();
   auto g = small_config("gpipe", 4, 8, true);
   auto f = small_config("1f1b", 4, 8, true);
   g.pipeline.devices.assign(4, "cuda:0");
@@ -51,10 +57,6 @@ TEST(CudaPipelineSchedules, GpipeAndOneFOneBAreBitwiseIdenticalOnTheGpu) {
 // and the split backward and the two chunks per stage take other paths.
 INSTANTIATE_TEST_SUITE_P(Schedules, CudaPipeline, ::testing::Values("gpipe", "1f1b", "zb-h1", "interleaved", "zb-v"),
                          [](const auto& info) { return testing_util::param_name(info.param); });
-
-#define SKIP_WITHOUT_CUDA()                                                                    \
-  if (!torch::cuda::is_available())                                                            \
-  GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU): CUDA tests skipped"
 
 // Two replicas of a 2-stage pipeline, all on one GPU. NCCL refuses two ranks
 // on one device: asked for explicitly, or chosen by auto, the run falls back
@@ -84,13 +86,7 @@ TEST_P(CudaHybridOnOneGpu, FallsBackToGlooWithANoticeAndMatchesThePlainLoop) {
       ++gloo_notices;
   }
   EXPECT_GE(gloo_notices, 1);
-  std::vector<double> norms;
-  auto ref = reference_weights(c, &norms);
-  for (auto& [name, w] : out.weights) {
-    auto& r = ref[name];
-    const double scale = r.abs().max().item<double>();
-    EXPECT_LE((w - r).abs().max().item<double>(), 1e-5 * scale) << name;
-  }
+  expect_close_to_reference(c, out.weights, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CudaHybridOnOneGpu, ::testing::Values("nccl", "auto"));
