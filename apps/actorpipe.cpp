@@ -11,6 +11,7 @@
 #include <cstring>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <iostream>
 #include <map>
@@ -20,6 +21,7 @@
 #include "actors/trainer.hpp"
 #include "runtime/canonical.hpp"
 #include "runtime/config.hpp"
+#include "runtime/file_io.hpp"
 #include "runtime/policies/fixed_order.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/policy.hpp"
@@ -345,11 +347,49 @@ std::string read_file(const std::string& path) {
   return os.str();
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) throw std::runtime_error("cannot write " + path);
+/// Before any work: every output path given can be written (its directory
+/// exists and takes files; it is not a directory, a device or a FIFO).
+void check_outputs(const args& a, const std::vector<std::string>& flags) {
+  for (const auto& flag : flags) {
+    auto it = a.options.find(flag);
+    if (it == a.options.end()) continue;
+    try {
+      output_target(it->second);
+    } catch (const io_error& e) {
+      throw usage_error(flag + " " + e.what());
+    }
+  }
 }
+
+/// Writes the outputs asked for, each atomically; a failure is named and
+/// the others are still written. Returns false if any failed.
+class output_writer {
+public:
+  explicit output_writer(const args& a) : a_(a) {}
+
+  void write(const char* flag, const std::function<std::string()>& text, const char* what) {
+    save(flag, [&](const std::string& path) {
+      write_atomic(path, text());
+      std::printf("%s written to %s\n", what, path.c_str());
+    });
+  }
+  /// `save(path)` writes the output of `flag` itself.
+  void save(const char* flag, const std::function<void(const std::string&)>& save) {
+    auto it = a_.options.find(flag);
+    if (it == a_.options.end()) return;
+    try {
+      save(it->second);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "actorpipe: %s: %s\n", flag, e.what());
+      ok_ = false;
+    }
+  }
+  bool ok() const { return ok_; }
+
+private:
+  const args& a_;
+  bool ok_ = true;
+};
 
 // What was injected and what the runtime did about it; stragglers.
 void print_fault_report(const train_result& r, bool lockstep) {
@@ -382,26 +422,22 @@ void print_fault_report(const train_result& r, bool lockstep) {
 }
 
 // --timeline, --memory, --results (one run) and --report (any number).
-void write_outputs(args& a, const config& cfg, const std::vector<train_result>& runs) {
-  auto emit = [&](const char* flag, const std::string& text, const char* what) {
-    if (!a.has(flag)) return;
-    write_file(a.options[flag], text);
-    std::printf("%s written to %s\n", what, a.options[flag].c_str());
-  };
+void write_outputs(output_writer& out, const config& cfg, const std::vector<train_result>& runs) {
   if (runs.size() == 1) {
-    emit("--timeline", run_timeline_svg(runs.front()), "timeline");
-    emit("--memory", memory_svg(runs.front()), "memory plot");
-    emit("--results", results_json(runs.front()), "results");
+    const auto& r = runs.front();
+    out.write("--timeline", [&] { return run_timeline_svg(r); }, "timeline");
+    out.write("--memory", [&] { return memory_svg(r); }, "memory plot");
+    out.write("--results", [&] { return results_json(r); }, "results");
   }
-  if (a.has("--report")) {
+  out.write("--report", [&] {
     std::string text;
     try {
       text = read_file(cfg.path);
     } catch (const usage_error&) {
       text = "(" + cfg.path + " could not be read back)";
     }
-    emit("--report", html_report("actorpipe: " + cfg.path, text, runs), "report");
-  }
+    return html_report("actorpipe: " + cfg.path, text, runs);
+  }, "report");
 }
 
 int cmd_train(int argc, char** argv) {
@@ -414,6 +450,7 @@ int cmd_train(int argc, char** argv) {
     return exit_ok;
   }
   if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
+  check_outputs(a, {"--save", "--trace", "--timeline", "--memory", "--results", "--report"});
   auto cfg = load(a.positional[0]);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
@@ -492,18 +529,14 @@ int cmd_train(int argc, char** argv) {
                 out.result.replicas_verified ? "; replicas bitwise identical after every step (checksums)" : "");
   }
   std::fputs(format_comparison({out.result}).c_str(), stdout);
-  if (a.has("--save")) {
-    save_tensors(a.options["--save"], out.weights);
-    std::printf("saved %zu tensors to %s\n", out.weights.size(), a.options["--save"].c_str());
-  }
-  if (a.has("--trace")) {
-    std::ofstream f(a.options["--trace"]);
-    f << chrome_trace_json(out.result);
-    if (!f) throw std::runtime_error("cannot write " + a.options["--trace"]);
-    std::printf("trace written to %s\n", a.options["--trace"].c_str());
-  }
-  write_outputs(a, cfg, {out.result});
-  return exit_ok;
+  output_writer writer(a);
+  writer.save("--save", [&](const std::string& path) {
+    save_tensors(path, out.weights);
+    std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
+  });
+  writer.write("--trace", [&] { return chrome_trace_json(out.result); }, "trace");
+  write_outputs(writer, cfg, {out.result});
+  return writer.ok() ? exit_ok : exit_failed;
 }
 
 int cmd_compare(int argc, char** argv) {
@@ -513,6 +546,7 @@ int cmd_compare(int argc, char** argv) {
     return exit_ok;
   }
   if (a.positional.size() != 1) throw usage_error("compare takes one CONFIG (see --help)");
+  check_outputs(a, {"--report"});
   auto base = load(a.positional[0]);
   if (a.has("--steps")) base.train.steps = parse_count("--steps", a.options["--steps"]);
   std::vector<std::string> names = {"naive", "gpipe", "1f1b"};
@@ -543,8 +577,9 @@ int cmd_compare(int argc, char** argv) {
     results.push_back(std::move(out.result));
   }
   std::fputs(format_comparison(results).c_str(), stdout);
-  write_outputs(a, base, results);
-  return exit_ok;
+  output_writer writer(a);
+  write_outputs(writer, base, results);
+  return writer.ok() ? exit_ok : exit_failed;
 }
 
 int cmd_bubble(int argc, char** argv) {
@@ -575,6 +610,7 @@ int cmd_simulate(int argc, char** argv) {
     return exit_ok;
   }
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
+  check_outputs(a, {"--svg", "--export"});
   int stages = 4, microbatches = 8, chunks_from_config = 0, max_inflight = 0;
   std::string schedule = "1f1b";
   if (!a.positional.empty()) {
@@ -672,15 +708,11 @@ int cmd_simulate(int argc, char** argv) {
   size_t ops = 0;
   for (const auto& lane : r.timeline) ops += lane.size();
   std::printf("simulated %zu ops in %.3f s\n", ops, wall);
-  if (a.has("--svg")) {
-    write_file(a.options["--svg"], simulation_svg(r));
-    std::printf("timeline written to %s\n", a.options["--svg"].c_str());
-  }
-  if (a.has("--export")) {
-    write_file(a.options["--export"], to_schedule_csv(r.order(), stages, r.split_backward, r.placement));
-    std::printf("order written to %s\n", a.options["--export"].c_str());
-  }
-  return exit_ok;
+  output_writer writer(a);
+  writer.write("--svg", [&] { return simulation_svg(r); }, "timeline");
+  writer.write("--export", [&] { return to_schedule_csv(r.order(), stages, r.split_backward, r.placement); },
+               "order");
+  return writer.ok() ? exit_ok : exit_failed;
 }
 
 }  // namespace
