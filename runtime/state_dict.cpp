@@ -7,49 +7,54 @@
 // anything else is reported, never guessed at.
 #include "runtime/state_dict.hpp"
 
-#include <unistd.h>
-
-#include <fcntl.h>
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <deque>
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 #include <sys/stat.h>
+#include <unordered_map>
+
+#include "runtime/file_io.hpp"
+#include "runtime/zip_check.hpp"
 
 namespace actorpipe {
 
 namespace {
 
-/// One value on the unpickler's stack. Containers are shared so that memo
-/// entries and later SETITEM/APPEND see the same object.
+/// One value on the unpickler's stack. Every value lives in the unpickler's
+/// arena and points at others by raw pointer: memo entries and later
+/// SETITEM/APPEND see the same object, a value may contain itself, and
+/// nothing is destroyed recursively (a 2,000,000-deep nesting would
+/// overflow the C++ stack).
 struct pvalue;
-using pvalue_ptr = std::shared_ptr<pvalue>;
+using pvalue_ptr = pvalue*;
 
 struct pvalue {
   enum class kind { none, boolean, integer, floating, string, tuple, list, dict, global, tensor };
   kind k = kind::none;
+  /// Containers nested inside this one, itself included: exact for tuples
+  /// (built whole), a lower bound for lists and dicts (filled later).
+  int depth = 1;
   int64_t i = 0;
   double d = 0.0;
   std::string s;  ///< string, or "module.name" for a global
   std::vector<pvalue_ptr> items;  ///< tuple, list
-  std::vector<std::pair<pvalue_ptr, pvalue_ptr>> entries;  ///< dict, in insertion order
+  std::vector<std::pair<pvalue_ptr, pvalue_ptr>> entries;  ///< dict, in insertion order, repeats kept
   at::Tensor t;
 };
 
-pvalue_ptr make(pvalue::kind k) {
-  auto v = std::make_shared<pvalue>();
-  v->k = k;
-  return v;
-}
+/// Deeper than anything torch.save writes for a dict of tensors (about 4).
+constexpr int max_depth = 100;
 
 const char* kind_name(pvalue::kind k) {
   switch (k) {
@@ -81,9 +86,10 @@ const std::map<std::string, at::ScalarType>& storage_types() {
 
 class unpickler {
 public:
+  /// `budget`: the bytes that the tensors it builds may take in all.
   unpickler(const std::string& path, caffe2::serialize::PyTorchStreamReader& reader,
-            const char* data, size_t size)
-      : path_(path), reader_(reader), data_(data), size_(size) {}
+            const char* data, size_t size, uint64_t budget)
+      : path_(path), reader_(reader), data_(data), size_(size), budget_(budget) {}
 
   pvalue_ptr run() {
     for (;;) {
@@ -137,6 +143,7 @@ public:
         case 't': {                                        // TUPLE
           auto v = make(pvalue::kind::tuple);
           v->items = pop_mark();
+          nest(v, v->items);
           push(v);
           break;
         }
@@ -144,19 +151,23 @@ public:
           auto v = make(pvalue::kind::tuple);
           v->items.resize(op - 0x84);
           for (auto it = v->items.rbegin(); it != v->items.rend(); ++it) *it = pop();
+          nest(v, v->items);
           push(v);
           break;
         }
         case ']': push(make(pvalue::kind::list)); break;  // EMPTY_LIST
         case 'a': {                                       // APPEND
           auto v = pop();
-          as(top(), pvalue::kind::list, "APPEND")->items.push_back(v);
+          auto l = as(top(), pvalue::kind::list, "APPEND");
+          l->items.push_back(v);
+          nest(l, {v});
           break;
         }
         case 'e': {  // APPENDS
           auto vs = pop_mark();
-          auto& items = as(top(), pvalue::kind::list, "APPENDS")->items;
-          items.insert(items.end(), vs.begin(), vs.end());
+          auto l = as(top(), pvalue::kind::list, "APPENDS");
+          l->items.insert(l->items.end(), vs.begin(), vs.end());
+          nest(l, vs);
           break;
         }
         case '}': push(make(pvalue::kind::dict)); break;  // EMPTY_DICT
@@ -233,16 +244,29 @@ private:
     return std::string(data_ + start, data_ + pos_++);
   }
 
-  static pvalue_ptr boolean(bool b) {
+  pvalue_ptr boolean(bool b) {
     auto v = make(pvalue::kind::boolean);
     v->i = b;
     return v;
   }
-  static pvalue_ptr integer(int64_t i) {
+  pvalue_ptr integer(int64_t i) {
     auto v = make(pvalue::kind::integer);
     v->i = i;
     return v;
   }
+  pvalue_ptr make(pvalue::kind k) {
+    arena_.emplace_back();
+    arena_.back().k = k;
+    return &arena_.back();
+  }
+
+  /// `v` now holds `children`: bound how deep values nest.
+  void nest(pvalue_ptr v, const std::vector<pvalue_ptr>& children) {
+    for (const auto* c : children) v->depth = std::max(v->depth, c->depth + 1);
+    if (v->depth > max_depth)
+      fail("values nested deeper than " + std::to_string(max_depth) + " at byte " + std::to_string(pos_));
+  }
+
   pvalue_ptr string(size_t n) {
     auto v = make(pvalue::kind::string);
     const char* p = bytes(n);
@@ -287,15 +311,11 @@ private:
     if (v->k != k) fail(std::string(where) + " expects a " + kind_name(k) + ", got a " + kind_name(v->k));
     return v;
   }
-  static void set_item(const pvalue_ptr& d, const pvalue_ptr& k, const pvalue_ptr& v) {
-    // Python dicts keep the first insertion's position on overwrite.
-    for (auto& e : d->entries) {
-      if (e.first->k == pvalue::kind::string && k->k == pvalue::kind::string && e.first->s == k->s) {
-        e.second = v;
-        return;
-      }
-    }
+  // A repeated key is resolved when the dict is read (collect): a search
+  // here would make a dict of n keys cost n^2.
+  void set_item(pvalue_ptr d, pvalue_ptr k, pvalue_ptr v) {
     d->entries.emplace_back(k, v);
+    nest(d, {v});
   }
 
   int64_t int_at(const std::vector<pvalue_ptr>& xs, size_t j, const char* what) const {
@@ -326,9 +346,11 @@ private:
     const std::string record = "data/" + key->s;
     if (!reader_.hasRecord(record)) fail("missing storage record " + record);
     auto [ptr, nbytes] = reader_.getRecord(record);
-    const size_t need = static_cast<size_t>(numel) * at::elementSize(dtype);
-    if (numel < 0 || nbytes < need)
-      fail("storage " + key->s + " holds " + std::to_string(nbytes) + " bytes, needs " + std::to_string(need));
+    const size_t element = at::elementSize(dtype);
+    if (numel < 0 || static_cast<uint64_t>(numel) > nbytes / element)
+      fail("storage " + key->s + " holds " + std::to_string(nbytes) + " bytes, too few for " + std::to_string(numel) +
+           " elements of " + std::to_string(element) + " bytes");
+    charge(static_cast<uint64_t>(numel) * element);
     auto v = make(pvalue::kind::tensor);
     // Clone: the record buffer dies with the reader.
     v->t = at::from_blob(ptr.get(), {numel}, at::TensorOptions().dtype(dtype)).clone();
@@ -349,6 +371,7 @@ private:
       const auto size = ints(args[2], "tensor size");
       const auto stride = ints(args[3], "tensor stride");
       if (size.size() != stride.size()) fail("tensor size and stride of different ranks");
+      if (size.size() > 64) fail("a tensor of " + std::to_string(size.size()) + " dimensions");
       int64_t last = offset;
       bool empty = false;
       for (size_t d = 0; d < size.size(); ++d) {
@@ -361,6 +384,13 @@ private:
       }
       if (offset < 0 || (!empty && last >= storage.numel()))
         fail("tensor view outside its storage of " + std::to_string(storage.numel()) + " elements");
+      // A view may repeat its storage's elements (stride 0): what it would
+      // take once copied out is checked before the copy is made.
+      uint64_t numel = empty ? 0 : 1;
+      for (int64_t d : size)
+        if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) numel = UINT64_MAX;
+      const uint64_t element = storage.element_size();
+      charge(numel > UINT64_MAX / element ? UINT64_MAX : numel * element, size);
       auto v = make(pvalue::kind::tensor);
       v->t = empty ? at::empty(size, storage.options())
                    : storage.as_strided(size, stride, offset).clone(at::MemoryFormat::Contiguous);
@@ -377,11 +407,25 @@ private:
     fail("call of " + fn);
   }
 
+  /// Counts `bytes` of tensor data against the budget.
+  void charge(uint64_t bytes, c10::IntArrayRef shape = {}) {
+    if (bytes <= budget_ - used_) {
+      used_ += bytes;
+      return;
+    }
+    fail("tensors of " + std::to_string(used_ + std::min(bytes, UINT64_MAX - used_)) + " bytes" +
+         (shape.empty() ? std::string() : " (the last of shape " + c10::str(shape) + ")") +
+         ", more than a file of its size can hold (" + std::to_string(budget_) + " bytes)");
+  }
+
   const std::string& path_;
   caffe2::serialize::PyTorchStreamReader& reader_;
   const char* data_;
   size_t size_;
+  uint64_t budget_;
+  uint64_t used_ = 0;
   size_t pos_ = 0;
+  std::deque<pvalue> arena_;  // owns every value; destroyed flat
   std::vector<pvalue_ptr> stack_;
   std::vector<size_t> marks_;
   std::map<size_t, pvalue_ptr> memo_;
@@ -389,27 +433,58 @@ private:
 };
 
 /// Flattens nested dicts to dotted names, like a state_dict; skips non-tensors
-/// (a checkpoint's step counter, say).
-void collect(const std::string& path, const std::string& prefix, const pvalue& d, named_tensors& out,
-             int depth = 0) {
-  // A pickle can make a dict contain itself; do not recurse forever.
-  if (depth > 32) throw std::runtime_error(path + ": unsupported pickle content: dicts nested deeper than 32");
-  for (const auto& [k, v] : d.entries) {
-    if (k->k != pvalue::kind::string)
-      throw std::runtime_error(path + ": unsupported pickle content: dict key of type " + kind_name(k->k));
-    const std::string name = prefix.empty() ? k->s : prefix + "." + k->s;
-    if (v->k == pvalue::kind::tensor)
-      out.emplace_back(name, v->t);
-    else if (v->k == pvalue::kind::dict)
-      collect(path, name, *v, out, depth + 1);
+/// (a checkpoint's step counter, say). A key set twice keeps its first
+/// position and its last value, as in Python. Each dict is read once: one
+/// that appears under two names (or inside itself) is refused, so that a
+/// few shared dicts cannot make 2^30 paths.
+class collector {
+public:
+  collector(const std::string& path, named_tensors& out) : path_(path), out_(out) {}
+
+  void collect(const std::string& prefix, const pvalue& d, int depth = 0) {
+    if (depth > 32) fail("dicts nested deeper than 32");
+    if (auto [it, fresh] = seen_.emplace(&d, prefix); !fresh)
+      fail("the same dict is stored under '" + it->second + "' and '" + prefix + "'");
+    std::vector<std::pair<const std::string*, pvalue_ptr>> entries;
+    std::unordered_map<std::string_view, size_t> at;
+    for (const auto& [k, v] : d.entries) {
+      if (k->k != pvalue::kind::string) fail(std::string("dict key of type ") + kind_name(k->k));
+      auto [it, fresh] = at.emplace(k->s, entries.size());
+      if (fresh)
+        entries.emplace_back(&k->s, v);
+      else
+        entries[it->second].second = v;
+    }
+    for (const auto& [k, v] : entries) {
+      const std::string name = prefix.empty() ? *k : prefix + "." + *k;
+      if (v->k == pvalue::kind::tensor)
+        out_.emplace_back(name, v->t);
+      else if (v->k == pvalue::kind::dict)
+        collect(name, *v, depth + 1);
+    }
   }
-}
+
+private:
+  [[noreturn]] void fail(const std::string& what) const {
+    std::string clean;
+    for (char ch : what.substr(0, 200)) clean += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+    throw std::runtime_error(path_ + ": unsupported pickle content: " + clean);
+  }
+
+  const std::string& path_;
+  named_tensors& out_;
+  std::unordered_map<const pvalue*, std::string> seen_;
+};
 
 }  // namespace
 
 named_tensors load_tensors(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
+  // Every record then lies inside the file: what the reader allocates for
+  // them is bounded by the file's size.
+  const uint64_t file_size = check_stored_zip(path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   at::DataPtr pkl;
   size_t pkl_size = 0;
@@ -422,9 +497,14 @@ named_tensors load_tensors(const std::string& path) {
     msg = msg.substr(0, msg.find('\n'));
     throw std::runtime_error(path + ": not a torch.save zip archive (" + msg + ")");
   }
-  pvalue_ptr root;
+  // The tensors may take what their storages take, and twice as much again
+  // for views that share a storage (tied weights), but no more: a view
+  // that repeats one stored float 3.6e9 times is refused before the copy.
+  const uint64_t budget = 4 * file_size + (uint64_t(1) << 20);
+  unpickler u(path, *reader, static_cast<const char*>(pkl.get()), pkl_size, budget);
+  pvalue_ptr root = nullptr;
   try {
-    root = unpickler(path, *reader, static_cast<const char*>(pkl.get()), pkl_size).run();
+    root = u.run();
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw std::runtime_error(path + ": " + msg.substr(0, msg.find('\n')));
@@ -433,7 +513,7 @@ named_tensors load_tensors(const std::string& path) {
     throw std::runtime_error(path + ": unsupported pickle content: top level is a " +
                              std::string(kind_name(root->k)) + ", not a dict");
   named_tensors out;
-  collect(path, "", *root, out);
+  collector(path, out).collect("", *root);
   return out;
 }
 
@@ -441,27 +521,7 @@ void save_tensors(const std::string& path, const named_tensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().cpu().contiguous());
   const std::vector<char> bytes = torch::pickle_save(dict);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(tmp + ": cannot write");
-    }
-  }
-  // The bytes reach the disk before the name does: a crash leaves the old
-  // file or the new one, never a torn one under PATH.
-  if (int fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + err);
-  }
+  write_atomic(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace actorpipe

@@ -13,11 +13,14 @@ using named_tensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// Reads a dict of tensors written by Python's torch.save: a plain dict, or
 /// an OrderedDict such as model.state_dict() (its _metadata is ignored), or
-/// one written by save_tensors(). Throws std::runtime_error naming the file.
+/// one written by save_tensors(). Throws std::runtime_error naming the file
+/// for anything else, within a memory bound: the tensors it returns and
+/// what it allocates on the way take a few times the file's size at most,
+/// however the file is crafted.
 named_tensors load_tensors(const std::string& path);
 
 /// Writes a dict that Python's torch.load reads back as {name: tensor}.
-/// Atomic: writes PATH.tmp, then renames it over PATH.
+/// Atomic (write_atomic): the previous file or the new one, never a torn one.
 void save_tensors(const std::string& path, const named_tensors& tensors);
 
 }  // namespace actorpipe

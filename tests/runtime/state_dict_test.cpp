@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "tests/hostile_files.hpp"
+
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -212,9 +215,7 @@ TEST(LoadTensors, TruncatedFileNamesThePath) {
 /// A zip archive in torch.save's layout holding the given pickle bytes.
 std::string write_archive(const std::string& name, const std::string& pickle) {
   const std::string p = temp_path(name);
-  caffe2::serialize::PyTorchStreamWriter w(p);
-  w.writeRecord("data.pkl", pickle.data(), pickle.size());
-  w.writeEndOfFile();
+  actorpipe::hostile::write_archive(p, pickle);
   return p;
 }
 
@@ -243,6 +244,91 @@ TEST(LoadTensors, MalformedPickleIsAnError) {
     expect_error_naming(p, "unsupported pickle content");
     std::remove(p.c_str());
   }
+}
+
+// -- hostile files: refused early, in bounded memory, without recursion --
+
+TEST(LoadTensors, ATwoMillionDeepTupleIsRefusedWhileUnpickling) {
+  const std::string p = temp_path("deep.pt");
+  actorpipe::hostile::deep_tuple(p);
+  expect_error_naming(p, "values nested deeper than 100 at byte");
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, DictsSharedThirtyLevelsDeepAreReadOnce) {
+  const std::string p = temp_path("shared.pt");
+  actorpipe::hostile::shared_dicts(p);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error_naming(p, "the same dict is stored under 'a");
+  // 2^30 paths would take minutes; one visit per dict takes microseconds.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, AViewLargerThanTheFileCanHoldIsRefusedBeforeTheCopy) {
+  const std::string p = temp_path("stride0.pt");
+  actorpipe::hostile::stride_zero_view(p);
+  expect_error_naming(p, "(the last of shape [60000, 60000]), more than a file of its size can hold");
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, ASmallStrideZeroViewStillLoads) {
+  // torch.save of torch.zeros(1).expand(3, 4): within the budget, so it is
+  // copied out like any view.
+  const std::string p = temp_path("stride0_small.pt");
+  namespace h = actorpipe::hostile;
+  float one = 1.5f;
+  h::write_archive(p, h::proto + "}" + h::str("e") + h::float_tensor("0", 1, 0, {3, 4}, {0, 0}) + "s.",
+                   {{"0", std::string(reinterpret_cast<const char*>(&one), 4)}});
+  const auto got = load_tensors(p);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(at::equal(got[0].second, at::full({3, 4}, 1.5f)));
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, ACompressedEntryIsRefused) {
+  // Deflate would let a small file claim gigabytes; torch.save stores.
+  const std::string p = temp_path("deflated.pt");
+  actorpipe::hostile::write_archive(p, std::string("\x80\x02}.", 4));
+  std::string bytes;
+  {
+    std::ifstream f(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  // Set the compression method of the central directory's first entry to 8.
+  const auto cd = bytes.find(std::string("PK\x01\x02", 4));
+  ASSERT_NE(cd, std::string::npos);
+  bytes[cd + 10] = 8;
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  expect_error_naming(p, "is compressed (method 8)");
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, ARepeatedKeyKeepsItsFirstPlaceAndItsLastValue) {
+  namespace h = actorpipe::hostile;
+  const std::string p = temp_path("repeated.pt");
+  float v[3] = {1, 2, 3};
+  std::string pickle = h::proto + "}";
+  pickle += h::str("a") + h::float_tensor("0", 1, 0, {1}, {1}) + "s";
+  pickle += h::str("b") + h::float_tensor("1", 1, 0, {1}, {1}) + "s";
+  pickle += h::str("a") + h::float_tensor("2", 1, 0, {1}, {1}) + "s.";
+  h::write_archive(p, pickle,
+                   {{"0", std::string(reinterpret_cast<const char*>(&v[0]), 4)},
+                    {"1", std::string(reinterpret_cast<const char*>(&v[1]), 4)},
+                    {"2", std::string(reinterpret_cast<const char*>(&v[2]), 4)}});
+  const auto got = load_tensors(p);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, "a");
+  EXPECT_EQ(got[0].second.item<float>(), 3.0f);
+  EXPECT_EQ(got[1].first, "b");
+  std::remove(p.c_str());
+}
+
+TEST(LoadTensors, AListThatHoldsItselfLoadsAndIsFreed) {
+  // l = [l]; {"l": l}: a cycle, no tensor, no crash on the way out.
+  const std::string p = write_archive("cycle.pt", std::string("\x80\x02}X\x01\x00\x00\x00l]q\x00h\x00" "as.", 17));
+  EXPECT_TRUE(load_tensors(p).empty());
+  std::remove(p.c_str());
 }
 
 }  // namespace
