@@ -217,6 +217,14 @@ void on_grads(driver_ptr self, grads_report& r) {
     s.result.notices.push_back(step_notice);
     s.result.skipped_steps.push_back(s.step);
     if (stop) s.stop_reason = step_notice;
+    // A run that skips most of its steps has not trained: say so, and stop.
+    const auto& sv = s.setup.cfg.supervision;
+    const auto skipped = static_cast<double>(s.result.skipped_steps.size());
+    if (!stop && skipped > sv.max_skipped_fraction * static_cast<double>(s.setup.cfg.train.steps))
+      s.stop_reason = step_notice + "; " + std::to_string(s.result.skipped_steps.size()) + " of the run's " +
+                      std::to_string(s.setup.cfg.train.steps) +
+                      " steps skipped for a NaN or an infinity, more than supervision.max_skipped_fraction " +
+                      fmt("%g", sv.max_skipped_fraction) + " allows; stopping";
   }
   m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
@@ -333,38 +341,43 @@ void advance(driver_ptr self) {
 }
 
 // At a step boundary every stage holds one weight version: collect replica
-// 0's weights and optimizer states, write them, go on. A failed write is
-// reported and leaves the previous checkpoint the latest.
+// 0's weights and optimizer states, write them, go on. A checkpoint that
+// cannot be written stops the run: the previous one stays the latest, and
+// the older ones beyond checkpoint.keep_last go only once a newer is safe.
 void take_checkpoint(driver_ptr self, bool to_disk) {
   auto& s = self->state;
   const int stages = static_cast<int>(s.setup.stages.size()) / s.setup.dp;
   auto pending = std::make_shared<int>(stages);
   auto snaps = std::make_shared<std::vector<stage_snapshot>>(stages);
   for (int r = 0; r < stages; ++r)
-    self->request(s.setup.stages[r], caf::infinite, ckpt_atom::value, to_disk)
+    self->request(s.setup.stages[r], caf::infinite, ckpt_atom::value)
         .then([=](stage_snapshot& snap) {
           (*snaps)[snap.rank] = std::move(snap);
           if (--*pending > 0) return;
           auto& st = self->state;
+          const auto& cc = st.setup.cfg.checkpoint;
           checkpoint c;
           c.step = st.step - 1;
+          c.optimizer_type = st.setup.cfg.train.optimizer.type;
           for (auto& sn : *snaps) {
             for (auto& w : sn.weights) c.weights.push_back(std::move(w));
-            if (to_disk)
-              c.optimizer.push_back(std::move(sn.optimizer));
-            else
-              c.optimizer_copies.push_back(std::move(sn.optimizer_copy));
+            c.optimizer.push_back(std::move(sn.optimizer));
           }
           sort_by_layer(c.weights);
           const auto begin = clock_type::now();
           if (to_disk) {
             try {
-              auto path = save_checkpoint(st.setup.cfg.checkpoint.dir, c);
-              st.result.checkpoints.push_back(path);
+              st.result.checkpoints.push_back(save_checkpoint(cc.dir, c));
             } catch (const std::exception& e) {
-              st.result.notices.push_back(std::string("checkpoint after step ") + std::to_string(c.step) +
-                                          " failed: " + e.what() + "; the previous one stays the latest");
+              finish(self, caf::make_error(caf::sec::runtime_error,
+                                           "the checkpoint after step " + std::to_string(c.step) +
+                                               " could not be written: " + e.what() + "; " +
+                                               (st.result.checkpoints.empty()
+                                                    ? std::string("no checkpoint of this run is on disk")
+                                                    : "the latest good one is " + st.result.checkpoints.back())));
+              return;
             }
+            prune_checkpoints(cc.dir, c.step, cc.keep_last);
           }
           st.result.checkpoint_s += std::chrono::duration<double>(clock_type::now() - begin).count();
           if (st.setup.last_good) *st.setup.last_good = std::move(c);

@@ -1017,14 +1017,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (auto& p : s.chunk_params.back()) s.params.push_back(p);
   }
   s.opt = make_optimizer(s.setup.optimizer, s.params);
-  if (s.setup.optimizer_copy) {
-    restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
-  } else if (!s.setup.optimizer_state.empty()) {
-    torch::serialize::InputArchive archive;
-    std::istringstream in(s.setup.optimizer_state);
-    archive.load_from(in);
-    s.opt->load(archive);
-  }
+  if (s.setup.optimizer_copy) restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
   if (s.setup.async) {
     if (s.split || s.setup.chunks != 1)
       throw std::invalid_argument("async runs one chunk per stage with a full backward");
@@ -1096,22 +1089,17 @@ caf::behavior running(stage_ptr self) {
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },
-      [=](ckpt_atom, bool to_disk) -> stage_snapshot {
+      [=](ckpt_atom) -> stage_snapshot {
         auto& st = self->state;
         stage_snapshot snap;
         snap.rank = st.setup.rank;
+        std::vector<std::string> names;
         for (const auto& chunk : st.setup.layers)
-          for (auto& [name, t] : chunk->named_parameters())
+          for (auto& [name, t] : chunk->named_parameters()) {
             snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
-        if (!to_disk) {  // kept in memory: a copy of the tensors is enough
-          snap.optimizer_copy = copy_optimizer_state(*st.opt, st.params);
-          return snap;
-        }
-        torch::serialize::OutputArchive archive;
-        st.opt->save(archive);
-        std::ostringstream out;
-        archive.save_to(out);
-        snap.optimizer = out.str();
+            names.push_back(name);
+          }
+        snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names));
         return snap;
       },
       [=](weights_atom) -> named_params {

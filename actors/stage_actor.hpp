@@ -88,9 +88,8 @@ struct stage_setup {
   std::vector<fault_spec> faults;
   uint64_t fault_seed = 0;  ///< faults.seed: which messages a probability picks
   double op_timeout_ms = 0.0;  ///< ask again for an input missing this long (0: never)
-  /// Resuming: the optimizer's state from a checkpoint (empty: fresh), or
-  /// from a supervised run's in-memory snapshot.
-  std::string optimizer_state;
+  /// Resuming: the optimizer's state from a checkpoint on disk or a
+  /// supervised run's in-memory snapshot (null: fresh).
   std::shared_ptr<const optimizer_state_copy> optimizer_copy;
 };
 

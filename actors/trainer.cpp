@@ -3,8 +3,13 @@
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -16,6 +21,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/data.hpp"
+#include "runtime/file_io.hpp"
 #include "runtime/model.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/text.hpp"
@@ -41,13 +47,22 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
   auto layers = build_layers(cfg);
 
   // Resuming: the newest checkpoint that loads; a torn or corrupted newer
-  // one is named and skipped.
+  // one is named and skipped. What a file from disk holds is bad input
+  // (exit 2) when it does not fit this model; a copy in memory always does.
   checkpoint resume;
+  const bool from_disk = !from && !opts.resume_dir.empty();
+  auto unfit = [&](const std::string& why) -> config_error {
+    return config_error((resume.path.empty() ? opts.resume_dir : resume.path) + ": " + why);
+  };
   if (from) {
     resume = *from;
-  } else if (!opts.resume_dir.empty()) {
+  } else if (from_disk) {
     std::vector<std::string> problems;
-    resume = load_latest_checkpoint(opts.resume_dir, &problems);
+    try {
+      resume = load_latest_checkpoint(opts.resume_dir, &problems);
+    } catch (const std::runtime_error& e) {
+      throw config_error(e.what());
+    }
     for (const auto& p : problems)
       if (opts.on_notice) opts.on_notice("note: skipped " + p);
     if (opts.on_notice)
@@ -56,16 +71,23 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
   auto load_resumed = [&](std::vector<layer>& ls) {
     if (resume.step < 0) return;
     std::map<std::string, at::Tensor> by_name(resume.weights.begin(), resume.weights.end());
+    size_t count = 0;
     torch::NoGradGuard no_grad;
     for (auto& l : ls)
       for (auto& [name, t] : l.parameters()) {
         const std::string key = std::to_string(l.index()) + "." + name;
         auto it = by_name.find(key);
         if (it == by_name.end() || !it->second.sizes().equals(t.sizes()))
-          throw std::runtime_error(opts.resume_dir + ": the checkpoint has no " + key + " of shape " +
-                                   c10::str(t.sizes()) + "; it was written for another model");
+          throw unfit("the checkpoint has no " + key + " of shape " + c10::str(t.sizes()) +
+                      "; it was written for another model");
+        if (from_disk && !at::isfinite(it->second).all().item<bool>())
+          throw unfit("the checkpoint's " + key + " holds a NaN or an infinity");
         t.copy_(it->second);
+        ++count;
       }
+    if (count != by_name.size())
+      throw unfit("the checkpoint holds " + std::to_string(by_name.size()) + " parameters, the model " +
+                  std::to_string(count) + "; it was written for another model");
   };
   load_resumed(layers);
 
@@ -184,21 +206,23 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
           st.faults.push_back(f);
       st.fault_seed = cfg.faults.seed;
       st.op_timeout_ms = cfg.supervision.op_timeout_ms;
-      if (resume.step >= 0 && !resume.optimizer_copies.empty()) {
-        st.optimizer_copy = resume.optimizer_copies.at(r);  // a supervised restart, in memory
-      } else if (resume.step >= 0) {
-        if (static_cast<int>(resume.optimizer.size()) != stages)
-          throw std::runtime_error(opts.resume_dir + ": the checkpoint has optimizer state for " +
-                                   std::to_string(resume.optimizer.size()) + " stages, this run has " +
-                                   std::to_string(stages));
-        st.optimizer_state = resume.optimizer[r];
-      }
+      std::vector<std::pair<std::string, at::Tensor>> named;
       for (int c = 0; c < chunks; ++c) {
         const auto& range = parts[plc.virtual_stage(r, c)];
         std::vector<layer> mine;
         for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
         st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));
+        for (auto& p : st.layers.back()->named_parameters()) named.push_back(std::move(p));
         st.layers.back()->to(st.device, st.dtype);
+      }
+      if (resume.step >= 0) {
+        // By parameter name: a checkpoint resumes under any split into stages.
+        try {
+          st.optimizer_copy = optimizer_state_for(resume, named, cfg.train.optimizer.type);
+        } catch (const std::invalid_argument& e) {
+          if (from_disk) throw unfit(e.what());
+          throw std::runtime_error(e.what());
+        }
       }
       st.origin = origin;
       stage_actors.push_back(spawn_stage(sys, std::move(st)));
@@ -273,7 +297,30 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
 
 }  // namespace
 
+namespace {
+
+// Before the first step: the checkpoint directory exists and takes files,
+// and what an interrupted write left in it goes, named.
+void prepare_checkpoint_dir(const config& cfg, const train_options& opts) {
+  const auto& cc = cfg.checkpoint;
+  if (cc.every <= 0) return;
+  std::error_code ec;
+  std::filesystem::create_directories(cc.dir, ec);
+  if (ec) throw cfg.error_at("checkpoint.dir", cc.dir + ": cannot create the directory: " + ec.message());
+  if (::access(cc.dir.c_str(), W_OK | X_OK) != 0)
+    throw cfg.error_at("checkpoint.dir", cc.dir + ": cannot write in it: " + std::strerror(errno));
+  for (const auto& torn : torn_temporaries(cc.dir, "step_")) {
+    std::filesystem::remove(torn, ec);
+    if (opts.on_notice)
+      opts.on_notice("note: removed " + torn + ", a checkpoint whose write was interrupted" +
+                     (ec ? " (failed: " + ec.message() + ")" : ""));
+  }
+}
+
+}  // namespace
+
 train_output run_training(const config& cfg, const train_options& opts) {
+  prepare_checkpoint_dir(cfg, opts);
   if (cfg.supervision.max_restarts <= 0) return run_attempt(cfg, opts, nullptr, nullptr);
 
   // Supervised: a stage that dies (or throws) takes its attempt down; the

@@ -137,8 +137,7 @@ struct stage_status {
 struct stage_snapshot {
   int rank = 0;
   named_params weights;
-  std::string optimizer;  ///< torch::serialize archive of the optimizer's state (for disk)
-  std::shared_ptr<const optimizer_state_copy> optimizer_copy;  ///< or its tensors, copied (in memory)
+  std::shared_ptr<const optimizer_state_copy> optimizer;  ///< its tensors, copied, with parameter names
 };
 
 }  // namespace actorpipe

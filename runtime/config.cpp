@@ -391,7 +391,8 @@ void reader::load(const Node& root) {
   if (const entry* se = top.find("supervision")) {
     const section s =
         read_map(se->value, "supervision",
-                 {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms"});
+                 {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms",
+                  "max_skipped_fraction"});
     if (read_number(s, "op_timeout_ms", cfg_.supervision.op_timeout_ms))
       non_negative("supervision.op_timeout_ms", cfg_.supervision.op_timeout_ms);
     if (read_small_int(s, "max_restarts", cfg_.supervision.max_restarts))
@@ -401,6 +402,10 @@ void reader::load(const Node& root) {
     if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s))
       non_negative("supervision.watchdog_s", cfg_.supervision.watchdog_s);
     read_choice(s, "on_nonfinite", "non-finite policy", {"skip", "stop"}, cfg_.supervision.on_nonfinite);
+    if (read_number(s, "max_skipped_fraction", cfg_.supervision.max_skipped_fraction) &&
+        !(cfg_.supervision.max_skipped_fraction >= 0 && cfg_.supervision.max_skipped_fraction <= 1))
+      fail_key("supervision.max_skipped_fraction",
+               "must be within [0, 1], found " + num(cfg_.supervision.max_skipped_fraction));
   }
   if (const entry* fe = top.find("faults")) read_faults(*fe);
 }
@@ -410,13 +415,14 @@ void reader::load(const Node& root) {
 void reader::read_checkpoint(const entry* e) {
   if (!e) return;
   auto& c = cfg_.checkpoint;
-  const section s = read_map(e->value, "checkpoint", {"dir", "every"});
+  const section s = read_map(e->value, "checkpoint", {"dir", "every", "keep_last"});
   if (!read_string(s, "dir", c.dir) || c.dir.empty()) fail_key("checkpoint.dir", "expected a directory path");
   fs::path p(c.dir);
   if (p.is_relative()) p = fs::absolute(fs::path(cfg_.path)).parent_path() / p;
   c.dir = p.lexically_normal().string();
   c.every = 1;
   if (read_int(s, "every", c.every)) at_least("checkpoint.every", c.every, 1);
+  if (read_small_int(s, "keep_last", c.keep_last)) at_least("checkpoint.keep_last", c.keep_last, 0);
   if (cfg_.pipeline.schedule == "async")
     fail_key("checkpoint", "async (PipeDream-2BW) has no step boundary where every stage's weights are one "
                            "version; checkpoints need a synchronous schedule");

@@ -148,6 +148,9 @@ struct supervision_config {
   /// A stage that waited this long for its next input asks the sender to
   /// send it again (a dropped message). 0: never.
   double op_timeout_ms = 500.0;
+  /// More steps than this fraction of train.steps skipped for a NaN or an
+  /// infinity: the run stops and fails (1: never).
+  double max_skipped_fraction = 0.5;
 };
 
 /// One injected fault (only `nonfinite` so far).
@@ -170,10 +173,12 @@ struct faults_config {
   std::vector<fault_spec> inject;
 };
 
-/// On-disk checkpoints every `every` steps (0 = none) into `dir`.
+/// On-disk checkpoints every `every` steps (0 = none) into `dir`; the
+/// newest `keep_last` stay (0: every one).
 struct checkpoint_config {
   std::string dir;
   int64_t every = 0;
+  int keep_last = 3;
 };
 
 struct config {

@@ -164,6 +164,13 @@ std::vector<layer> build_layers(const config& cfg) {
                          cfg.model.init_from + ": '" + name + "' has shape " +
                              c10::str(value.sizes()) + ", the model expects " +
                              c10::str(it->second.sizes()));
+    if (!value.is_floating_point())
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": '" + name + "' is " +
+                                                std::string(c10::toString(value.scalar_type())) +
+                                                ", not a floating-point tensor");
+    if (!at::isfinite(value).all().item<bool>())
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": '" + name +
+                                                "' holds a NaN or an infinity; every step would be skipped");
     it->second.copy_(value.to(it->second.scalar_type()));
     seen.insert(name);
   }

@@ -30,11 +30,21 @@ state_key key_of(const at::Tensor& p) { return key_for<state_key>(p); }
 
 at::Tensor copy_of(const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
 
+/// A deep copy on `like`'s device (a checkpoint's state comes from disk).
+at::Tensor copy_to(const at::Tensor& t, const at::Tensor& like) {
+  return t.defined() ? t.detach().to(like.device(), t.scalar_type(), /*non_blocking=*/false, /*copy=*/true) : t;
+}
+
 }  // namespace
 
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
-                                                                 const std::vector<at::Tensor>& params) {
+                                                                 const std::vector<at::Tensor>& params,
+                                                                 std::vector<std::string> names) {
+  if (!names.empty() && names.size() != params.size())
+    throw std::invalid_argument("optimizer state copy: " + std::to_string(names.size()) + " names for " +
+                                std::to_string(params.size()) + " parameters");
   auto out = std::make_shared<optimizer_state_copy>();
+  out->names = std::move(names);
   torch::NoGradGuard no_grad;
   const auto& state = opt.state();
   for (const auto& p : params) {
@@ -69,13 +79,13 @@ void restore_optimizer_state(torch::optim::Optimizer& opt, const std::vector<at:
     if (adam) {
       auto a = std::make_unique<torch::optim::AdamParamState>();
       a->step(state.steps[i]);
-      a->exp_avg(copy_of(t.at(0)));
-      a->exp_avg_sq(copy_of(t.at(1)));
-      a->max_exp_avg_sq(copy_of(t.at(2)));
+      a->exp_avg(copy_to(t.at(0), params[i]));
+      a->exp_avg_sq(copy_to(t.at(1), params[i]));
+      a->max_exp_avg_sq(copy_to(t.at(2), params[i]));
       target[key_of(params[i])] = std::move(a);
     } else {
       auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(copy_of(t.at(0)));
+      s->momentum_buffer(copy_to(t.at(0), params[i]));
       target[key_of(params[i])] = std::move(s);
     }
   }

@@ -1,12 +1,14 @@
 #pragma once
-// An optimizer's state copied tensor by tensor: the in-memory snapshot a
-// supervised run keeps at every step boundary, without the archive writer
-// (which costs more than the copy itself). On-disk checkpoints still use
-// torch::serialize archives.
+// An optimizer's state copied tensor by tensor: the snapshot a supervised
+// run keeps in memory at every step boundary, and what a checkpoint file
+// stores as plain tensors (runtime/checkpoint), without torch::serialize
+// archives (which cost more than the copy, and whose loader no hostile
+// file should reach).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace torch::optim {
@@ -16,6 +18,8 @@ class Optimizer;
 namespace actorpipe {
 
 struct optimizer_state_copy {
+  /// Per parameter, its global name ("0.weight"), where the copy knows it.
+  std::vector<std::string> names;
   /// Per parameter, in the optimizer's parameter order: Adam's step count
   /// (0 for SGD) and its state tensors (Adam: exp_avg, exp_avg_sq,
   /// max_exp_avg_sq; SGD: momentum_buffer), deep copies. No tensors: that
@@ -25,9 +29,11 @@ struct optimizer_state_copy {
 };
 
 /// Copies the state of `opt` (Adam or SGD) for `params`, its parameters in
-/// order. Throws std::invalid_argument for another optimizer type.
+/// order, named `names` (global names; may be empty). Throws
+/// std::invalid_argument for another optimizer type.
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
-                                                                 const std::vector<at::Tensor>& params);
+                                                                 const std::vector<at::Tensor>& params,
+                                                                 std::vector<std::string> names = {});
 
 /// Gives `opt` (the same type, over `params` of the same shapes and order)
 /// a deep copy of `state`; the copy stays usable for another restore.

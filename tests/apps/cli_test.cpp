@@ -716,6 +716,7 @@ pipeline:
 checkpoint:
   dir: ckpt
   every: 1
+  keep_last: 0
 )";
 
 // The whole process is SIGKILLed mid-run; --resume continues from its last
