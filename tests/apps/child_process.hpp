@@ -1,0 +1,98 @@
+#pragma once
+// The real binary as a child process, under limits: a wall-clock timeout
+// (the child is killed past it, in every path), an optional address-space
+// cap, and its peak resident memory read back from wait4.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace actorpipe::testing_util {
+
+struct child_limits {
+  double timeout_s = 600;        ///< killed (SIGKILL) past this
+  uint64_t address_space = 0;    ///< RLIMIT_AS in bytes; 0: none
+};
+
+struct child_result {
+  int code = -1;                 ///< exit code, or 128 + signal
+  std::string out, err;
+  double wall_s = 0;
+  int64_t max_rss_kb = 0;        ///< the child's peak resident memory
+  bool timed_out = false;
+};
+
+inline std::string slurp_file(const std::filesystem::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+/// Runs `program args...` with stdin from /dev/null and stdout and stderr
+/// captured to files (no pipe can fill up), and waits for it.
+inline child_result run_child(const std::string& program, const std::vector<std::string>& args,
+                              const child_limits& limits = {}) {
+  static int counter = 0;
+  const auto base = std::filesystem::path(::testing::TempDir()) /
+                    ("actorpipe_child_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  const std::string out_file = base.string() + ".out", err_file = base.string() + ".err";
+  std::vector<std::string> all = {program};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  child_result r;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return r;
+  }
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    const int in = open("/dev/null", O_RDONLY);
+    const int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(127);
+    if (limits.address_space > 0) {
+      const rlimit lim{limits.address_space, limits.address_space};
+      setrlimit(RLIMIT_AS, &lim);
+    }
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  for (;;) {
+    const pid_t done = wait4(pid, &status, WNOHANG, &usage);
+    if (done == pid) break;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done < 0 || elapsed > limits.timeout_s) {
+      r.timed_out = done >= 0;
+      kill(pid, SIGKILL);
+      wait4(pid, &status, 0, &usage);
+      break;
+    }
+    usleep(5000);
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.max_rss_kb = usage.ru_maxrss;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp_file(out_file);
+  r.err = slurp_file(err_file);
+  std::filesystem::remove(out_file);
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+}  // namespace actorpipe::testing_util
