@@ -65,7 +65,7 @@ std::string output_target(const std::string& path) {
   for (int hops = 0;; ++hops) {
     struct stat st {};
     if (::lstat(p.c_str(), &st) != 0) {
-      if (errno == ENOENT) break;  // the write creates it
+      if (errno == ENOENT || errno == ENOTDIR) break;  // the write creates it, or the directory is wrong
       throw io_error(path + ": " + error_text(errno));
     }
     if (S_ISREG(st.st_mode)) break;

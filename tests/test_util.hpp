@@ -5,6 +5,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace actorpipe::testing_util {
@@ -28,6 +29,12 @@ inline std::string write(const fs::path& file, const std::string& text) {
   fs::create_directories(file.parent_path());
   std::ofstream(file) << text;
   return file.string();
+}
+
+/// The whole content of `file` ("" if it cannot be read).
+inline std::string slurp_file(const fs::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 /// `text` as a GoogleTest parameter name: letters, digits and '_' only.

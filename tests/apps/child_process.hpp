@@ -12,10 +12,10 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/test_util.hpp"
 
 namespace actorpipe::testing_util {
 
@@ -31,13 +31,6 @@ struct child_result {
   int64_t max_rss_kb = 0;        ///< the child's peak resident memory
   bool timed_out = false;
 };
-
-inline std::string slurp_file(const std::filesystem::path& file) {
-  std::ifstream f(file, std::ios::binary);
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
 
 /// Runs `program args...` with stdin from /dev/null and stdout and stderr
 /// captured to files (no pipe can fill up), and waits for it.
