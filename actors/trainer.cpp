@@ -305,6 +305,8 @@ void prepare_checkpoint_dir(const config& cfg, const train_options& opts) {
   const auto& cc = cfg.checkpoint;
   if (cc.every <= 0) return;
   std::error_code ec;
+  if (std::filesystem::exists(cc.dir, ec) && !std::filesystem::is_directory(cc.dir, ec))
+    throw cfg.error_at("checkpoint.dir", cc.dir + ": is a file, not a directory");
   std::filesystem::create_directories(cc.dir, ec);
   if (ec) throw cfg.error_at("checkpoint.dir", cc.dir + ": cannot create the directory: " + ec.message());
   if (::access(cc.dir.c_str(), W_OK | X_OK) != 0)

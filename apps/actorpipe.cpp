@@ -380,7 +380,7 @@ public:
     try {
       save(it->second);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "actorpipe: %s: %s\n", flag, e.what());
+      std::fprintf(stderr, "actorpipe: %s %s\n", flag, e.what());
       ok_ = false;
     }
   }
