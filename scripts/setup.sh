@@ -6,6 +6,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${ACTORPIPE_BUILD_DIR:-$ROOT/build}"
+if ! declare -p ACTORPIPE_CMAKE_ARGS >/dev/null 2>&1; then ACTORPIPE_CMAKE_ARGS=(); fi
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev python3-torch python3-sklearn
@@ -33,10 +34,13 @@ fetch_digits() {
   if [ ! -f "$ROOT/data/digits.csv.gz" ]; then cp "$src" "$ROOT/data/digits.csv.gz"; fi
 }
 
+# ACTORPIPE_BUILD_TYPE and ACTORPIPE_CMAKE_ARGS (an array) change the build:
+# scripts/test --sanitize uses them for its own directory.
 build_targets() {
   local launcher=()
   if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >/dev/null
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${ACTORPIPE_BUILD_TYPE:-Release}" "${launcher[@]}" \
+        "${ACTORPIPE_CMAKE_ARGS[@]}" >/dev/null
   # LibTorch headers need about 1 GiB per compiler; two jobs fit small machines.
   local jobs="${ACTORPIPE_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
   if [ $# -eq 0 ]; then
