@@ -56,6 +56,15 @@ struct pvalue {
 /// Deeper than anything torch.save writes for a dict of tensors (about 4).
 constexpr int max_depth = 100;
 
+/// The file's content is not what torch.save writes for a dict of tensors.
+/// Names in `what` come from the file: one printable line, cut short.
+[[noreturn]] void unsupported(const std::string& path, const std::string& what) {
+  std::string clean;
+  for (char ch : what.substr(0, 200)) clean += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+  if (what.size() > 200) clean += "...";
+  throw std::runtime_error(path + ": unsupported pickle content: " + clean);
+}
+
 const char* kind_name(pvalue::kind k) {
   switch (k) {
     case pvalue::kind::none: return "None";
@@ -207,12 +216,7 @@ public:
   }
 
 private:
-  [[noreturn]] void fail(const std::string& what) const {
-    // Names come from the file: keep the message one printable line.
-    std::string clean;
-    for (char ch : what) clean += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
-    throw std::runtime_error(path_ + ": unsupported pickle content: " + clean);
-  }
+  [[noreturn]] void fail(const std::string& what) const { unsupported(path_, what); }
 
   const char* bytes(size_t n) {
     if (size_ - pos_ < n) fail("truncated pickle at byte " + std::to_string(pos_));
@@ -465,11 +469,7 @@ public:
   }
 
 private:
-  [[noreturn]] void fail(const std::string& what) const {
-    std::string clean;
-    for (char ch : what.substr(0, 200)) clean += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
-    throw std::runtime_error(path_ + ": unsupported pickle content: " + clean);
-  }
+  [[noreturn]] void fail(const std::string& what) const { unsupported(path_, what); }
 
   const std::string& path_;
   named_tensors& out_;
