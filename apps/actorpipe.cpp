@@ -28,6 +28,7 @@
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
 #include "runtime/state_dict.hpp"
+#include "runtime/text.hpp"
 
 namespace {
 
@@ -161,7 +162,7 @@ args parse(int argc, char** argv, int first, const std::vector<std::string>& val
       if (i + 1 >= argc) throw usage_error(s + " needs a value");
       a.options[s] = argv[++i];
     } else {
-      throw usage_error("unknown option " + s);
+      throw usage_error("unknown option " + quoted_input(s, ""));
     }
   }
   return a;
@@ -171,7 +172,7 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 1 || n > INT_MAX)
-    throw usage_error(flag + " expects a positive integer, got '" + v + "'");
+    throw usage_error(flag + " expects a positive integer, got " + quoted_input(v));
   return n;
 }
 
@@ -193,7 +194,7 @@ void set_schedule(config& cfg, std::string name) {
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     auto near = nearest(name, known);
-    throw usage_error("unknown schedule '" + name + "'" +
+    throw usage_error("unknown schedule " + quoted_input(name) +
                       (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " +
                       list + ")");
   }
@@ -601,7 +602,7 @@ int cmd_simulate(int argc, char** argv) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
       auto near = nearest(schedule, names);
-      throw usage_error("unknown schedule '" + schedule + "'" +
+      throw usage_error("unknown schedule " + quoted_input(schedule) +
                         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
@@ -697,7 +698,7 @@ int main(int argc, char** argv) {
     if (cmd == "compare") return cmd_compare(argc, argv);
     if (cmd == "bubble") return cmd_bubble(argc, argv);
     if (cmd == "simulate") return cmd_simulate(argc, argv);
-    throw usage_error("unknown command '" + cmd + "' (train | compare | bubble | simulate; see --help)");
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

@@ -8,6 +8,7 @@
 #include "runtime/config.hpp"
 
 #include "messages/ops.hpp"
+#include "runtime/text.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -81,6 +82,9 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   size_t best_d = SIZE_MAX;
   for (const auto& c : candidates) {
     const std::string lc = lower(c);
+    // The distance is at least the length difference: a huge input word
+    // costs nothing.
+    if (std::max(w.size(), lc.size()) - std::min(w.size(), lc.size()) > limit) continue;
     const size_t d = edit_distance(w, lc);
     // Replacing every character of a short word is no resemblance at all.
     if (d > limit || d >= std::max(w.size(), lc.size())) continue;
@@ -133,7 +137,7 @@ std::string describe(const Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "no value";
   if (n.IsMap()) return "a map";
   if (n.IsSequence()) return "a sequence";
-  return "'" + n.Scalar() + "'";
+  return quoted_input(n.Scalar());
 }
 
 /// One key of a YAML map.
@@ -221,10 +225,12 @@ private:
       if (!k.IsScalar()) fail(k, path, "expected a key name, found " + describe(k));
       const std::string name = k.Scalar();
       const std::string key = child(path, name);
+      // A name not in the schema is the user's text: shown escaped and cut.
+      const bool known = std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+      const std::string shown = known ? key : child(path, quoted_input(name, ""));
       if (auto prev = s.items.find(name); prev != s.items.end())
-        fail(k, key, "duplicate key (first at line " + std::to_string(to_mark(prev->second.key.Mark()).line) + ")");
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
-        fail(k, key, "unknown key" + did_you_mean(name, allowed));
+        fail(k, shown, "duplicate key (first at line " + std::to_string(to_mark(prev->second.key.Mark()).line) + ")");
+      if (!known) fail(k, shown, "unknown key" + did_you_mean(name, allowed));
       entry e{k, Node(it->second)};
       cfg_.marks[key] = recorded_mark(e);
       s.items.emplace(name, e);
@@ -262,8 +268,8 @@ private:
     char* end = nullptr;
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
-      fail(value_mark(e), key, "expected an integer, found '" + text + "'");
-    if (errno == ERANGE) fail(value_mark(e), key, "integer out of range: '" + text + "'");
+      fail(value_mark(e), key, "expected an integer, found " + quoted_input(text));
+    if (errno == ERANGE) fail(value_mark(e), key, "integer out of range: " + quoted_input(text));
     return v;
   }
 
@@ -288,7 +294,7 @@ private:
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' || !std::isfinite(v))
-      fail(value_mark(e), key, "expected a number, found '" + text + "'");
+      fail(value_mark(e), key, "expected a number, found " + quoted_input(text));
     return v;
   }
 
@@ -297,7 +303,7 @@ private:
     if (!e) return false;
     const std::string key = child(s.path, name);
     const Node& n = scalar(*e, key, "a boolean");
-    if (!YAML::convert<bool>::decode(n, out)) fail(value_mark(*e), key, "expected a boolean, found '" + n.Scalar() + "'");
+    if (!YAML::convert<bool>::decode(n, out)) fail(value_mark(*e), key, "expected a boolean, found " + quoted_input(n.Scalar()));
     return true;
   }
 
@@ -313,7 +319,7 @@ private:
                    const std::vector<std::string>& known, std::string& out) {
     if (!read_string(s, name, out)) return;
     if (std::find(known.begin(), known.end(), out) == known.end())
-      fail_key(child(s.path, name), "unknown " + what + " '" + out + "'" + did_you_mean(out, known) + " (known: " +
+      fail_key(child(s.path, name), "unknown " + what + " " + quoted_input(out) + did_you_mean(out, known) + " (known: " +
                                         join(known) + ")");
   }
 
@@ -327,8 +333,9 @@ private:
     if (p.is_relative()) p = fs::absolute(fs::path(cfg_.path)).parent_path() / p;
     out = p.lexically_normal().string();
     std::error_code ec;
-    if (!fs::exists(p, ec)) fail_key(key, "file not found: " + out);
-    if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + out);
+    // A path can be long but no longer than the system allows.
+    if (!fs::exists(p, ec)) fail_key(key, "file not found: " + quoted_input(out, "", 4096));
+    if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + quoted_input(out, "", 4096));
     return true;
   }
 
@@ -446,7 +453,7 @@ void reader::read_faults(const entry& e) {
     const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw",
                                             "drop"};
     if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
-      fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, kinds) +
+      fail_key(key + ".kind", "unknown fault kind " + quoted_input(spec.kind) + did_you_mean(spec.kind, kinds) +
                                   " (known: " + join(kinds) + ")");
     auto stage_index = [&](const char* name, int& out) {
       int64_t x = 0;
@@ -468,7 +475,7 @@ void reader::read_faults(const entry& e) {
       const char* name = spec.kind == "kill_stage" ? "after_op" : "op";
       if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
       if (!parse_op(spec.op))
-        fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found '" + spec.op + "'");
+        fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
     }
     stage_index("stage", spec.stage);
     int64_t v = 0;
@@ -530,7 +537,7 @@ void reader::read_compare(const entry* e) {
     const std::string name = n.Scalar();
     const auto& known = known_schedules();
     if (std::find(known.begin(), known.end(), name) == known.end())
-      fail(n, key, "unknown schedule '" + name + "'" + did_you_mean(name, known) + " (known: " + join(known) + ")");
+      fail(n, key, "unknown schedule " + quoted_input(name) + did_you_mean(name, known) + " (known: " + join(known) + ")");
     cfg_.compare_schedules.push_back(name);
   }
 }
@@ -556,8 +563,8 @@ void reader::read_model(const entry* e) {
         {"fp16", "float16"},    {"half", "float16"},       {"fp32", "float32"},   {"float", "float32"}};
     auto it = known.find(dtype);
     if (it == known.end())
-      fail_key(child(s.path, "dtype"), "unknown parameter type '" + dtype +
-                                           "' (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
+      fail_key(child(s.path, "dtype"), "unknown parameter type " + quoted_input(dtype) +
+                                           " (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
     cfg_.model.dtype = it->second;
   }
 }
@@ -876,13 +883,13 @@ void reader::read_pipeline(const entry* e) {
         cfg_.marks[k] = to_mark(n.Mark());
         bool on = false;
         if (!n.IsScalar() || !YAML::convert<bool>::decode(n, on))
-          fail(n, k, "expected true or false, found " + (n.IsScalar() ? "'" + n.Scalar() + "'" : describe(n)));
+          fail(n, k, "expected true or false, found " + describe(n));
         p.recompute[i] = on;
       }
     } else {
       fail(value_mark(*re), key,
            "expected all, none or a list of true/false (one per stage), found " +
-               (re->value.IsScalar() ? "'" + re->value.Scalar() + "'" : describe(re->value)));
+               describe(re->value));
     }
   }
 }
@@ -966,7 +973,7 @@ void reader::read_device_name(const Node& d, const std::string& key, std::vector
                          name.size() <= 9 &&  // keeps stoi in range
                          std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c) != 0; });
     if (name != "cpu" && name != "null" && name != "sim" && !is_cuda)
-      fail(d, key, "unknown device '" + name + "'; expected cpu, cuda:N, null or sim");
+      fail(d, key, "unknown device " + quoted_input(name) + "; expected cpu, cuda:N, null or sim");
     if (is_cuda) {
       const int n = std::stoi(name.substr(5));
       if (n >= env_.cuda_devices)

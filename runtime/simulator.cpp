@@ -1,4 +1,5 @@
 #include "runtime/simulator.hpp"
+#include "runtime/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +16,7 @@ cost_model parse_cost(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     auto eq = item.find('=');
     if (eq == std::string::npos)
-      throw std::invalid_argument("--cost: expected NAME=VALUE, got '" + item + "'");
+      throw std::invalid_argument("--cost: expected NAME=VALUE, got " + quoted_input(item));
     auto name = item.substr(0, eq);
     auto value = item.substr(eq + 1);
     char* end = nullptr;
@@ -32,7 +33,7 @@ cost_model parse_cost(const std::string& text) {
     else if (name == "comm")
       c.comm = v;
     else
-      throw std::invalid_argument("--cost: unknown cost '" + name + "' (F, B, W, comm)");
+      throw std::invalid_argument("--cost: unknown cost " + quoted_input(name) + " (F, B, W, comm)");
   }
   return c;
 }
@@ -277,7 +278,7 @@ sim_result simulate(const std::string& schedule, int stages, int microbatches, c
     throw std::invalid_argument("simulate: interleaved needs microbatches (" + std::to_string(microbatches) +
                                 ") to be a multiple of stages (" + std::to_string(stages) + ")");
   auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
-  if (!pol) throw std::invalid_argument("simulate: unknown schedule '" + schedule + "'");
+  if (!pol) throw std::invalid_argument("simulate: unknown schedule " + quoted_input(schedule));
   return simulate(*pol, stages, microbatches, cost);
 }
 

@@ -24,6 +24,24 @@ struct bad_config {
 
 /// The table.
 inline const std::vector<bad_config>& bad_configs() {
+  // A 1000-character value: echoed cut to 80 characters and its length.
+  static const std::string long_value_yaml = R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: )yaml" + std::string(1000, '9') + "x\n";
+  static const std::string long_value_message =
+      "{FILE}:7:15: train.batch_size: expected an integer, found '" + std::string(80, '9') + "...' (1001 bytes)";
+  static const std::string long_key_yaml = R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  )yaml" + std::string(1000, 'k') + ": 1\n";
+  static const std::string long_key_message = "{FILE}:7:3: pipeline." + std::string(80, 'k') + "... (1000 bytes): unknown key";
   static const std::vector<bad_config> table{
       {"UnknownKeySuggests",
        R"yaml(model:
@@ -1029,6 +1047,38 @@ data:
   synthetic: {samples: 64}
 )yaml",
        "{FILE}:9:3: data.synthetic: only used when data.kind is synthetic, not tensors"},
+      {"LongValueIsCut", long_value_yaml.c_str(), long_value_message.c_str()},
+      {"LongKeyIsCut", long_key_yaml.c_str(), long_key_message.c_str()},
+      {"EscapeInAValueIsEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: "\e[2J\e[31mcsv"
+)yaml",
+       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic)"},
+      {"EscapeInAKeyIsEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  "sched\eule": gpipe
+)yaml",
+       "{FILE}:7:3: pipeline.sched\\x1bule: unknown key; did you mean 'schedule'?"},
+      {"ControlBytesInAnIntegerAreEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: "3\t\a\x7f\u00e9"
+)yaml",
+       "{FILE}:7:10: train.steps: expected an integer, found '3\\t\\x07\\x7f\\xc3\\xa9'"},
       {"YamlSyntaxError",
        R"yaml(model:
   layers: [{type: relu}
