@@ -515,6 +515,36 @@ TEST(CliTrain, BadStepsValueExitsTwo) {
   }
 }
 
+TEST(CliTrain, NonFiniteDataExitsTwoNamingFileRowAndColumn) {
+  // One NaN with normalize: standard used to make every step skip.
+  const fs::path dir = test_dir();
+  std::string csv;
+  for (int r = 0; r < 16; ++r) {
+    for (int f = 0; f < 8; ++f) csv += (r == 2 && f == 4 ? std::string("nan") : std::to_string(r + f)) + ",";
+    csv += std::to_string(r % 4) + "\n";
+  }
+  write(dir / "data.csv", csv);
+  const std::string cfg = write(dir / "nan.yaml", R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: csv
+  path: data.csv
+  normalize: standard
+train:
+  steps: 2
+  batch_size: 4
+)");
+  auto r = actorpipe({"train", cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err),
+            cfg + ":8:9: data.path: " + (dir / "data.csv").string() + ":3: column 5: 'nan' is not a finite number")
+      << describe(r);
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
+}
+
 TEST(CliCompare, PrintsOneRowPerSchedule) {
   const fs::path dir = test_dir();
   const std::string cfg = write(dir / "small.yaml", small_config);
