@@ -250,6 +250,15 @@ void set_schedule(config& cfg, std::string name) {
                       std::to_string(p.stages) + " stages x " + std::to_string(p.virtual_stages) + ")");
 }
 
+/// async streams the whole run as one step, its microbatches counted in an
+/// int; the config checks its own steps, --steps comes after.
+void check_async_stream(const config& cfg) {
+  if (cfg.pipeline.schedule == "async" && cfg.pipeline.microbatches * cfg.train.steps > INT_MAX)
+    throw usage_error("--steps " + std::to_string(cfg.train.steps) + ": async streams every step's " +
+                      std::to_string(cfg.pipeline.microbatches) + " microbatches as one, more than " +
+                      std::to_string(INT_MAX) + " in all");
+}
+
 void print_plan(const config& cfg) {
   std::printf("actorpipe: %s  schedule %s  stages %d  microbatches %d  batch %lld  steps %lld\n",
               cfg.path.c_str(), cfg.pipeline.schedule.c_str(), cfg.pipeline.stages,
@@ -418,6 +427,7 @@ int cmd_train(int argc, char** argv) {
   auto cfg = load(a.positional[0]);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  check_async_stream(cfg);
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
   std::vector<std::vector<op_id>> order;
@@ -534,6 +544,7 @@ int cmd_compare(int argc, char** argv) {
   for (const auto& n : names) {
     cfgs.push_back(base);
     set_schedule(cfgs.back(), n);  // all names checked before any run starts
+    check_async_stream(cfgs.back());
   }
   std::vector<train_result> results;
   for (const auto& cfg : cfgs) {

@@ -515,6 +515,19 @@ TEST(CliTrain, BadStepsValueExitsTwo) {
   }
 }
 
+TEST(CliTrain, AsyncStepsBeyondAnIntExitTwo) {
+  // async runs the whole stream as one step: --steps x M microbatches.
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = actorpipe({"train", cfg, "--schedule", "async", "--steps", "2147483647"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err),
+            "actorpipe: --steps 2147483647: async streams every step's 4 microbatches as one, more than 2147483647 in "
+            "all")
+      << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
 TEST(CliTrain, NonFiniteDataExitsTwoNamingFileRowAndColumn) {
   // One NaN with normalize: standard used to make every step skip.
   const fs::path dir = test_dir();
