@@ -639,7 +639,10 @@ int cmd_simulate(int argc, char** argv) {
       char* end = nullptr;
       double v = std::strtod(item.c_str(), &end);
       if (item.empty() || *end != '\0' || !(v > 0))
-        throw usage_error("--stage-factors expects positive numbers, got '" + item + "'");
+        throw usage_error("--stage-factors expects positive numbers, got " + quoted_input(item));
+      if (v > max_stage_factor)
+        throw usage_error("--stage-factors: a factor is at most " + fmt("%g", max_stage_factor) + ", got " +
+                          quoted_input(item));
       cost.stage_factor.push_back(v);
     }
     if (static_cast<int>(cost.stage_factor.size()) != stages)
@@ -658,13 +661,22 @@ int cmd_simulate(int argc, char** argv) {
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
-    r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
+    try {
+      r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
   } else {
     try {
       // A schedule without a flush is one stream: K steps of M microbatches.
       auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
       if (pol && !pol->flushes()) stream_steps = a.has("--steps") ? parse_count("--steps", a.options["--steps"]) : 4;
       else if (a.has("--steps")) throw usage_error("--steps is for schedules without a flush (async)");
+      // Before the stream's microbatches become an int: K x M may not fit one.
+      if (pol)
+        if (auto why = simulation_too_large(stages, microbatches * stream_steps, pol->chunks(), pol->splits_backward());
+            !why.empty())
+          throw usage_error("simulate: " + why);
       r = simulate(schedule, stages, static_cast<int>(microbatches * stream_steps), cost, chunks, max_inflight);
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
