@@ -93,13 +93,12 @@ std::string trim(const std::string& s) {
 /// magic bytes), so one path serves both.
 table read_csv(const config& cfg) {
   const std::string& path = cfg.data.path;
+  // A path may hold control bytes too: shown escaped.
+  const std::string shown = quoted_input(path, "", 4096);
   gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr)
-    throw cfg.error_at("data.path", quoted_input(path, "", 4096) + ": cannot open: " + std::strerror(errno));
+  if (f == nullptr) throw cfg.error_at("data.path", shown + ": cannot open: " + std::strerror(errno));
   std::unique_ptr<gzFile_s, int (*)(gzFile)> guard(f, gzclose);
 
-  // A path that exists may still hold control bytes: shown escaped.
-  const std::string shown = quoted_input(path, "", 4096);
   int64_t bytes = 0;
   // A row that does not parse may be the damage of a broken gzip stream
   // (a truncated last line, garbage before a corrupt block is noticed):
@@ -142,13 +141,14 @@ table read_csv(const config& cfg) {
       char* end = nullptr;
       errno = 0;
       const double v = cell.empty() ? 0.0 : std::strtod(cell.c_str(), &end);
-      const std::string at = std::to_string(row) + ": column " + std::to_string(c + 1) + ": ";
-      if (cell.empty() || *end != '\0' || errno == ERANGE) throw row_error(at + quoted_input(cell) + " is not a number");
+      auto cell_error = [&](const std::string& what) {
+        return row_error(std::to_string(row) + ": column " + std::to_string(c + 1) + ": " + quoted_input(cell) + what);
+      };
+      if (cell.empty() || *end != '\0' || errno == ERANGE) throw cell_error(" is not a number");
       if (c + 1 < columns) {
         // strtod takes nan and inf; one of them poisons every step.
-        if (!std::isfinite(v)) throw row_error(at + quoted_input(cell) + " is not a finite number");
-        if (std::fabs(v) > FLT_MAX)
-          throw row_error(at + quoted_input(cell) + " is beyond the float32 range (at most 3.4e+38)");
+        if (!std::isfinite(v)) throw cell_error(" is not a finite number");
+        if (std::fabs(v) > FLT_MAX) throw cell_error(" is beyond the float32 range (at most 3.4e+38)");
         xs.push_back(static_cast<float>(v));
       } else {
         if (v != std::floor(v) || std::fabs(v) > 9e15)
@@ -157,7 +157,8 @@ table read_csv(const config& cfg) {
       }
     }
   }
-  if (const std::string gz = gzip_problem(f, path, bytes); !gz.empty()) throw cfg.error_at("data.path", shown + ": " + gz);
+  if (const std::string gz = gzip_problem(f, path, bytes); !gz.empty())
+    throw cfg.error_at("data.path", shown + ": " + gz);
   if (ys.empty()) throw cfg.error_at("data.path", shown + ": no data rows");
 
   const auto n = static_cast<int64_t>(ys.size());
