@@ -30,6 +30,7 @@
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
 #include "runtime/state_dict.hpp"
+#include "runtime/text.hpp"
 
 namespace {
 
@@ -163,7 +164,7 @@ args parse(int argc, char** argv, int first, const std::vector<std::string>& val
       if (i + 1 >= argc) throw usage_error(s + " needs a value");
       a.options[s] = argv[++i];
     } else {
-      throw usage_error("unknown option " + s);
+      throw usage_error("unknown option " + quoted_input(s, ""));
     }
   }
   return a;
@@ -173,7 +174,7 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 1 || n > INT_MAX)
-    throw usage_error(flag + " expects a positive integer, got '" + v + "'");
+    throw usage_error(flag + " expects a positive integer, got " + quoted_input(v));
   return n;
 }
 
@@ -195,7 +196,7 @@ void set_schedule(config& cfg, std::string name) {
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     auto near = nearest(name, known);
-    throw usage_error("unknown schedule '" + name + "'" +
+    throw usage_error("unknown schedule " + quoted_input(name) +
                       (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " +
                       list + ")");
   }
@@ -249,6 +250,15 @@ void set_schedule(config& cfg, std::string name) {
     throw usage_error("--schedule interleaved: pipeline.partition has " +
                       std::to_string(p.partition.size()) + " ranges; interleaved needs one per virtual stage (" +
                       std::to_string(p.stages) + " stages x " + std::to_string(p.virtual_stages) + ")");
+}
+
+/// async streams the whole run as one step, its microbatches counted in an
+/// int; the config checks its own steps, --steps comes after.
+void check_async_stream(const config& cfg) {
+  if (cfg.pipeline.schedule == "async" && cfg.pipeline.microbatches * cfg.train.steps > INT_MAX)
+    throw usage_error("--steps " + std::to_string(cfg.train.steps) + ": async streams every step's " +
+                      std::to_string(cfg.pipeline.microbatches) + " microbatches as one, more than " +
+                      std::to_string(INT_MAX) + " in all");
 }
 
 void print_plan(const config& cfg) {
@@ -454,6 +464,7 @@ int cmd_train(int argc, char** argv) {
   auto cfg = load(a.positional[0]);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  check_async_stream(cfg);
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
   std::vector<std::vector<op_id>> order;
@@ -567,6 +578,7 @@ int cmd_compare(int argc, char** argv) {
   for (const auto& n : names) {
     cfgs.push_back(base);
     set_schedule(cfgs.back(), n);  // all names checked before any run starts
+    check_async_stream(cfgs.back());
   }
   std::vector<train_result> results;
   for (const auto& cfg : cfgs) {
@@ -637,7 +649,7 @@ int cmd_simulate(int argc, char** argv) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
       auto near = nearest(schedule, names);
-      throw usage_error("unknown schedule '" + schedule + "'" +
+      throw usage_error("unknown schedule " + quoted_input(schedule) +
                         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
@@ -663,7 +675,10 @@ int cmd_simulate(int argc, char** argv) {
       char* end = nullptr;
       double v = std::strtod(item.c_str(), &end);
       if (item.empty() || *end != '\0' || !(v > 0))
-        throw usage_error("--stage-factors expects positive numbers, got '" + item + "'");
+        throw usage_error("--stage-factors expects positive numbers, got " + quoted_input(item));
+      if (v > max_stage_factor)
+        throw usage_error("--stage-factors: a factor is at most " + fmt("%g", max_stage_factor) + ", got " +
+                          quoted_input(item));
       cost.stage_factor.push_back(v);
     }
     if (static_cast<int>(cost.stage_factor.size()) != stages)
@@ -682,13 +697,22 @@ int cmd_simulate(int argc, char** argv) {
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
-    r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
+    try {
+      r = simulate(fixed_order_policy(std::move(order), placement), stages, microbatches, cost);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
   } else {
     try {
       // A schedule without a flush is one stream: K steps of M microbatches.
       auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
       if (pol && !pol->flushes()) stream_steps = a.has("--steps") ? parse_count("--steps", a.options["--steps"]) : 4;
       else if (a.has("--steps")) throw usage_error("--steps is for schedules without a flush (async)");
+      // Before the stream's microbatches become an int: K x M may not fit one.
+      if (pol)
+        if (auto why = simulation_too_large(stages, microbatches * stream_steps, pol->chunks(), pol->splits_backward());
+            !why.empty())
+          throw usage_error("simulate: " + why);
       r = simulate(schedule, stages, static_cast<int>(microbatches * stream_steps), cost, chunks, max_inflight);
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
@@ -729,7 +753,7 @@ int main(int argc, char** argv) {
     if (cmd == "compare") return cmd_compare(argc, argv);
     if (cmd == "bubble") return cmd_bubble(argc, argv);
     if (cmd == "simulate") return cmd_simulate(argc, argv);
-    throw usage_error("unknown command '" + cmd + "' (train | compare | bubble | simulate; see --help)");
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

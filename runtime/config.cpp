@@ -8,6 +8,7 @@
 #include "runtime/config.hpp"
 
 #include "messages/ops.hpp"
+#include "runtime/text.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -81,6 +82,9 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   size_t best_d = SIZE_MAX;
   for (const auto& c : candidates) {
     const std::string lc = lower(c);
+    // The distance is at least the length difference: a huge input word
+    // costs nothing.
+    if (std::max(w.size(), lc.size()) - std::min(w.size(), lc.size()) > limit) continue;
     const size_t d = edit_distance(w, lc);
     // Replacing every character of a short word is no resemblance at all.
     if (d > limit || d >= std::max(w.size(), lc.size())) continue;
@@ -133,7 +137,7 @@ std::string describe(const Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "no value";
   if (n.IsMap()) return "a map";
   if (n.IsSequence()) return "a sequence";
-  return "'" + n.Scalar() + "'";
+  return quoted_input(n.Scalar());
 }
 
 /// One key of a YAML map.
@@ -154,11 +158,22 @@ struct section {
   bool has(const std::string& name) const { return items.count(name) > 0; }
 };
 
+/// ceil(n / m) for n >= 0, m > 0, without the n + m - 1 that overflows.
+int64_t ceil_div(int64_t n, int64_t m) { return n / m + (n % m != 0); }
+
 /// Torch.chunk(n, m) yields ceil(n / ceil(n / m)) chunks, sometimes fewer than m.
-int64_t torch_chunk_count(int64_t n, int64_t m) {
-  const int64_t size = (n + m - 1) / m;
-  return (n + size - 1) / size;
-}
+int64_t torch_chunk_count(int64_t n, int64_t m) { return ceil_div(n, ceil_div(n, m)); }
+
+/// The largest count or width a config may give (steps, batch size, layer
+/// widths, samples): far beyond a real run, and small enough that the
+/// product of two never overflows int64.
+constexpr int64_t max_size = int64_t{1} << 31;
+const char* const max_size_text = "2147483648 (2^31)";
+
+/// Times in ms (an op's pace, a delay, a timeout): an hour is far beyond a
+/// test or a measurement, and keeps every chrono conversion in range.
+constexpr double max_ms = 3600000;
+const char* const max_ms_text = "3600000 (one hour)";
 
 class reader {
 public:
@@ -221,10 +236,12 @@ private:
       if (!k.IsScalar()) fail(k, path, "expected a key name, found " + describe(k));
       const std::string name = k.Scalar();
       const std::string key = child(path, name);
+      // A name not in the schema is the user's text: shown escaped and cut.
+      const bool known = std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+      const std::string shown = known ? key : child(path, quoted_input(name, ""));
       if (auto prev = s.items.find(name); prev != s.items.end())
-        fail(k, key, "duplicate key (first at line " + std::to_string(to_mark(prev->second.key.Mark()).line) + ")");
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
-        fail(k, key, "unknown key" + did_you_mean(name, allowed));
+        fail(k, shown, "duplicate key (first at line " + std::to_string(to_mark(prev->second.key.Mark()).line) + ")");
+      if (!known) fail(k, shown, "unknown key" + did_you_mean(name, allowed));
       entry e{k, Node(it->second)};
       cfg_.marks[key] = recorded_mark(e);
       s.items.emplace(name, e);
@@ -262,8 +279,8 @@ private:
     char* end = nullptr;
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
-      fail(value_mark(e), key, "expected an integer, found '" + text + "'");
-    if (errno == ERANGE) fail(value_mark(e), key, "integer out of range: '" + text + "'");
+      fail(value_mark(e), key, "expected an integer, found " + quoted_input(text));
+    if (errno == ERANGE) fail(value_mark(e), key, "integer out of range: " + quoted_input(text));
     return v;
   }
 
@@ -288,7 +305,7 @@ private:
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' || !std::isfinite(v))
-      fail(value_mark(e), key, "expected a number, found '" + text + "'");
+      fail(value_mark(e), key, "expected a number, found " + quoted_input(text));
     return v;
   }
 
@@ -297,7 +314,7 @@ private:
     if (!e) return false;
     const std::string key = child(s.path, name);
     const Node& n = scalar(*e, key, "a boolean");
-    if (!YAML::convert<bool>::decode(n, out)) fail(value_mark(*e), key, "expected a boolean, found '" + n.Scalar() + "'");
+    if (!YAML::convert<bool>::decode(n, out)) fail(value_mark(*e), key, "expected a boolean, found " + quoted_input(n.Scalar()));
     return true;
   }
 
@@ -313,7 +330,7 @@ private:
                    const std::vector<std::string>& known, std::string& out) {
     if (!read_string(s, name, out)) return;
     if (std::find(known.begin(), known.end(), out) == known.end())
-      fail_key(child(s.path, name), "unknown " + what + " '" + out + "'" + did_you_mean(out, known) + " (known: " +
+      fail_key(child(s.path, name), "unknown " + what + " " + quoted_input(out) + did_you_mean(out, known) + " (known: " +
                                         join(known) + ")");
   }
 
@@ -327,8 +344,9 @@ private:
     if (p.is_relative()) p = fs::absolute(fs::path(cfg_.path)).parent_path() / p;
     out = p.lexically_normal().string();
     std::error_code ec;
-    if (!fs::exists(p, ec)) fail_key(key, "file not found: " + out);
-    if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + out);
+    // A path can be long but no longer than the system allows.
+    if (!fs::exists(p, ec)) fail_key(key, "file not found: " + quoted_input(out, "", 4096));
+    if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + quoted_input(out, "", 4096));
     return true;
   }
 
@@ -336,6 +354,16 @@ private:
 
   void at_least(const std::string& key, int64_t v, int64_t min) {
     if (v < min) fail_key(key, "must be at least " + std::to_string(min) + ", found " + std::to_string(v));
+  }
+  /// A count or width within [min, max_size].
+  void size_in_range(const std::string& key, int64_t v, int64_t min) {
+    at_least(key, v, min);
+    if (v > max_size) fail_key(key, std::string("must be at most ") + max_size_text + ", found " + std::to_string(v));
+  }
+  /// A time in ms within [0, max_ms].
+  void ms_in_range(const std::string& key, double v) {
+    non_negative(key, v);
+    if (v > max_ms) fail_key(key, std::string("must be at most ") + max_ms_text + ", found " + num(v));
   }
   void positive(const std::string& key, double v) {
     if (!(v > 0)) fail_key(key, "must be positive, found " + num(v));
@@ -394,13 +422,17 @@ void reader::load(const Node& root) {
                  {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms",
                   "max_skipped_fraction"});
     if (read_number(s, "op_timeout_ms", cfg_.supervision.op_timeout_ms))
-      non_negative("supervision.op_timeout_ms", cfg_.supervision.op_timeout_ms);
+      ms_in_range("supervision.op_timeout_ms", cfg_.supervision.op_timeout_ms);
     if (read_small_int(s, "max_restarts", cfg_.supervision.max_restarts))
       at_least("supervision.max_restarts", cfg_.supervision.max_restarts, 0);
     if (read_small_int(s, "window_steps", cfg_.supervision.window_steps))
       at_least("supervision.window_steps", cfg_.supervision.window_steps, 1);
-    if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s))
+    if (read_number(s, "watchdog_s", cfg_.supervision.watchdog_s)) {
       non_negative("supervision.watchdog_s", cfg_.supervision.watchdog_s);
+      // A day: far beyond any op, and a period the watchdog's timer can hold.
+      if (cfg_.supervision.watchdog_s > 86400)
+        fail_key("supervision.watchdog_s", "must be at most 86400 (one day), found " + num(cfg_.supervision.watchdog_s));
+    }
     read_choice(s, "on_nonfinite", "non-finite policy", {"skip", "stop"}, cfg_.supervision.on_nonfinite);
     if (read_number(s, "max_skipped_fraction", cfg_.supervision.max_skipped_fraction) &&
         !(cfg_.supervision.max_skipped_fraction >= 0 && cfg_.supervision.max_skipped_fraction <= 1))
@@ -452,7 +484,7 @@ void reader::read_faults(const entry& e) {
     const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw",
                                             "drop"};
     if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
-      fail_key(key + ".kind", "unknown fault kind '" + spec.kind + "'" + did_you_mean(spec.kind, kinds) +
+      fail_key(key + ".kind", "unknown fault kind " + quoted_input(spec.kind) + did_you_mean(spec.kind, kinds) +
                                   " (known: " + join(kinds) + ")");
     auto stage_index = [&](const char* name, int& out) {
       int64_t x = 0;
@@ -467,14 +499,16 @@ void reader::read_faults(const entry& e) {
     stage_index("to", spec.to);
     if (read_number(fs, "probability", spec.probability) && !(spec.probability >= 0 && spec.probability <= 1))
       fail_key(key + ".probability", "must be within [0, 1], found " + std::to_string(spec.probability));
-    if (read_number(fs, "ms", spec.ms)) non_negative(key + ".ms", spec.ms);
+    if (read_number(fs, "ms", spec.ms)) ms_in_range(key + ".ms", spec.ms);
     if (read_number(fs, "factor", spec.factor) && !(spec.factor >= 1.0))
       fail_key(key + ".factor", "must be at least 1 (a slower stage), found " + std::to_string(spec.factor));
+    // Every op of the stage sleeps factor - 1 times its own time.
+    if (spec.factor > 1000) fail_key(key + ".factor", "must be at most 1000, found " + num(spec.factor));
     if (spec.kind == "kill_stage" || spec.kind == "throw" || spec.kind == "drop") {
       const char* name = spec.kind == "kill_stage" ? "after_op" : "op";
       if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
       if (!parse_op(spec.op))
-        fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found '" + spec.op + "'");
+        fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
     }
     stage_index("stage", spec.stage);
     int64_t v = 0;
@@ -536,7 +570,7 @@ void reader::read_compare(const entry* e) {
     const std::string name = n.Scalar();
     const auto& known = known_schedules();
     if (std::find(known.begin(), known.end(), name) == known.end())
-      fail(n, key, "unknown schedule '" + name + "'" + did_you_mean(name, known) + " (known: " + join(known) + ")");
+      fail(n, key, "unknown schedule " + quoted_input(name) + did_you_mean(name, known) + " (known: " + join(known) + ")");
     cfg_.compare_schedules.push_back(name);
   }
 }
@@ -562,8 +596,8 @@ void reader::read_model(const entry* e) {
         {"fp16", "float16"},    {"half", "float16"},       {"fp32", "float32"},   {"float", "float32"}};
     auto it = known.find(dtype);
     if (it == known.end())
-      fail_key(child(s.path, "dtype"), "unknown parameter type '" + dtype +
-                                           "' (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
+      fail_key(child(s.path, "dtype"), "unknown parameter type " + quoted_input(dtype) +
+                                           " (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
     cfg_.model.dtype = it->second;
   }
 }
@@ -586,6 +620,7 @@ void reader::read_layer(const Node& node, size_t index) {
   auto size = [&](const std::string& name, int64_t& out) {
     if (!read_int(s, name, out)) fail_key(path + "." + name, "required for a " + layer.type + " layer");
     if (out <= 0) fail_key(path + "." + name, "must be positive, found " + std::to_string(out));
+    size_in_range(path + "." + name, out, 1);
   };
   if (layer.type == "linear") {
     size("in", layer.in);
@@ -651,7 +686,7 @@ void reader::read_data(const entry* e) {
 
 void reader::resolve_synthetic(const section& s) {
   auto& d = cfg_.data;
-  if (read_int(s, "samples", d.samples)) at_least("data.synthetic.samples", d.samples, 1);
+  if (read_int(s, "samples", d.samples)) size_in_range("data.synthetic.samples", d.samples, 1);
   if (read_int(s, "features", d.features)) {
     at_least("data.synthetic.features", d.features, 1);
     if (d.features != input_width_)
@@ -678,8 +713,8 @@ void reader::read_train(const entry* e) {
   auto& t = cfg_.train;
   const section s = read_map(e ? e->value : Node(), "train",
                              {"steps", "batch_size", "optimizer", "lr_schedule", "clip_grad_norm", "seed"});
-  if (read_int(s, "steps", t.steps)) at_least("train.steps", t.steps, 1);
-  if (read_int(s, "batch_size", t.batch_size)) at_least("train.batch_size", t.batch_size, 1);
+  if (read_int(s, "steps", t.steps)) size_in_range("train.steps", t.steps, 1);
+  if (read_int(s, "batch_size", t.batch_size)) size_in_range("train.batch_size", t.batch_size, 1);
   if (read_number(s, "clip_grad_norm", t.clip_grad_norm)) positive("train.clip_grad_norm", t.clip_grad_norm);
   int64_t seed = 0;
   if (read_int(s, "seed", seed)) {
@@ -794,13 +829,19 @@ void reader::read_pipeline(const entry* e) {
     fail_key("pipeline.microbatches", "async (PipeDream-2BW) needs at least as many microbatches as stages (" +
                                           std::to_string(p.stages) + ") so that two weight versions suffice; got " +
                                           std::to_string(p.microbatches));
+  } else if (p.schedule == "async" && p.microbatches * cfg_.train.steps > INT_MAX) {
+    // Both at most 2^31: the product fits int64. The stages count the
+    // stream's microbatches in an int.
+    fail_key("train.steps", "async (PipeDream-2BW) streams every step's microbatches as one: " +
+                                std::to_string(cfg_.train.steps) + " steps x " + std::to_string(p.microbatches) +
+                                " microbatches exceed " + std::to_string(INT_MAX));
   } else if (interleaved && p.microbatches % p.stages != 0) {
     fail_key("pipeline.microbatches", "interleaved runs microbatches in groups of pipeline.stages (" +
                                           std::to_string(p.stages) + "); " + std::to_string(p.microbatches) +
                                           " is not a multiple");
   } else if (const int dp = cfg_.parallel.dp; dp > 1) {
     // Each replica splits its own share of the batch (torch.chunk into dp).
-    const int64_t share = (batch + dp - 1) / dp;
+    const int64_t share = ceil_div(batch, dp);
     for (int64_t n : {share, batch - share * (dp - 1)})
       if (int64_t k = torch_chunk_count(n, p.microbatches); k != p.microbatches)
         fail_key("pipeline.microbatches", "a replica's share of train.batch_size (" + std::to_string(n) + " of " +
@@ -842,9 +883,9 @@ void reader::read_pipeline(const entry* e) {
   if (const entry* se = s.find("sim_ms")) {
     const std::string key = "pipeline.sim_ms";
     const section ss = read_map(se->value, key, {"F", "B", "W"});
-    if (read_number(ss, "F", p.sim_f_ms)) non_negative(key + ".F", p.sim_f_ms);
-    if (read_number(ss, "B", p.sim_b_ms)) non_negative(key + ".B", p.sim_b_ms);
-    if (read_number(ss, "W", p.sim_w_ms)) non_negative(key + ".W", p.sim_w_ms);
+    if (read_number(ss, "F", p.sim_f_ms)) ms_in_range(key + ".F", p.sim_f_ms);
+    if (read_number(ss, "B", p.sim_b_ms)) ms_in_range(key + ".B", p.sim_b_ms);
+    if (read_number(ss, "W", p.sim_w_ms)) ms_in_range(key + ".W", p.sim_w_ms);
     if (p.devices.front() != "sim")
       fail_key(key, "only the sim device takes op times; pipeline.devices is " + p.devices.front());
   }
@@ -863,9 +904,13 @@ void reader::read_pipeline(const entry* e) {
           fail_key("parallel.allreduce", "nccl sums CUDA tensors only, but a stage is on " + d +
                                              "; use gloo or auto");
 
-  if (read_small_int(s, "intra_op_threads", p.intra_op_threads))
+  if (read_small_int(s, "intra_op_threads", p.intra_op_threads)) {
     at_least("pipeline.intra_op_threads", p.intra_op_threads, 0);
-  if (read_number(s, "pace_ms", p.pace_ms)) non_negative("pipeline.pace_ms", p.pace_ms);
+    // Each stage starts a pool this big; past the cores it only contends.
+    if (p.intra_op_threads > 1024)
+      fail_key("pipeline.intra_op_threads", "must be at most 1024, found " + std::to_string(p.intra_op_threads));
+  }
+  if (read_number(s, "pace_ms", p.pace_ms)) ms_in_range("pipeline.pace_ms", p.pace_ms);
   read_bool(s, "lockstep", p.lockstep);
   p.recompute.assign(p.stages, false);
   if (const entry* re = s.find("recompute")) {
@@ -882,13 +927,13 @@ void reader::read_pipeline(const entry* e) {
         cfg_.marks[k] = to_mark(n.Mark());
         bool on = false;
         if (!n.IsScalar() || !YAML::convert<bool>::decode(n, on))
-          fail(n, k, "expected true or false, found " + (n.IsScalar() ? "'" + n.Scalar() + "'" : describe(n)));
+          fail(n, k, "expected true or false, found " + describe(n));
         p.recompute[i] = on;
       }
     } else {
       fail(value_mark(*re), key,
            "expected all, none or a list of true/false (one per stage), found " +
-               (re->value.IsScalar() ? "'" + re->value.Scalar() + "'" : describe(re->value)));
+               describe(re->value));
     }
   }
 }
@@ -972,7 +1017,7 @@ void reader::read_device_name(const Node& d, const std::string& key, std::vector
                          name.size() <= 9 &&  // keeps stoi in range
                          std::all_of(name.begin() + 5, name.end(), [](char c) { return std::isdigit(c) != 0; });
     if (name != "cpu" && name != "null" && name != "sim" && !is_cuda)
-      fail(d, key, "unknown device '" + name + "'; expected cpu, cuda:N, null or sim");
+      fail(d, key, "unknown device " + quoted_input(name) + "; expected cpu, cuda:N, null or sim");
     if (is_cuda) {
       const int n = std::stoi(name.substr(5));
       if (n >= env_.cuda_devices)

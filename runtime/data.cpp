@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "runtime/state_dict.hpp"
+#include "runtime/text.hpp"
 
 namespace actorpipe {
 
@@ -42,15 +44,43 @@ struct table {
   at::Tensor x, y;
 };
 
-/// Reads one line of any length; false at end of file.
-bool read_line(gzFile f, std::string& line) {
+/// Reads one line of any length; false at end of file. `bytes` counts the
+/// uncompressed bytes read so far.
+bool read_line(gzFile f, std::string& line, int64_t& bytes) {
   line.clear();
   char buf[8192];
   while (gzgets(f, buf, sizeof buf) != nullptr) {
-    line += buf;
+    const size_t n = std::strlen(buf);
+    line.append(buf, n);
+    bytes += static_cast<int64_t>(n);
     if (!line.empty() && line.back() == '\n') return true;
   }
   return !line.empty();
+}
+
+/// What is wrong with a gzip stream, or "" when zlib saw nothing wrong.
+/// The place is the compressed offset where inflate stopped (gzoffset) and
+/// the uncompressed bytes that came out before it.
+std::string gzip_problem(gzFile f, const std::string& path, int64_t bytes) {
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err == Z_OK || err == Z_STREAM_END) return "";
+  std::string what = msg != nullptr && *msg != '\0' ? msg : "unknown error";
+  if (what.rfind(path + ": ", 0) == 0) what.erase(0, path.size() + 2);  // zlib names the file too
+  const std::string place = " at compressed byte " + std::to_string(gzoffset(f)) + ", after " +
+                            std::to_string(bytes) + " uncompressed bytes";
+  if (err == Z_BUF_ERROR) return "gzip stream is truncated (" + what + "): it ends" + place;
+  // Where zlib noticed: a bad CRC shows only at the very end.
+  if (err == Z_DATA_ERROR) return "gzip stream is corrupt (" + what + "): zlib stopped" + place;
+  return "read error: " + what;
+}
+
+/// Reads a gzip stream to its end, for what zlib finds wrong further on: a
+/// corrupt block can inflate to garbage before the error (or the CRC at the
+/// very end) shows.
+void drain(gzFile f, int64_t& bytes) {
+  char buf[65536];
+  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) bytes += n;
 }
 
 std::string trim(const std::string& s) {
@@ -63,16 +93,28 @@ std::string trim(const std::string& s) {
 /// magic bytes), so one path serves both.
 table read_csv(const config& cfg) {
   const std::string& path = cfg.data.path;
+  // A path may hold control bytes too: shown escaped.
+  const std::string shown = quoted_input(path, "", 4096);
   gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw cfg.error_at("data.path", path + ": cannot open: " + std::strerror(errno));
+  if (f == nullptr) throw cfg.error_at("data.path", shown + ": cannot open: " + std::strerror(errno));
   std::unique_ptr<gzFile_s, int (*)(gzFile)> guard(f, gzclose);
+
+  int64_t bytes = 0;
+  // A row that does not parse may be the damage of a broken gzip stream
+  // (a truncated last line, garbage before a corrupt block is noticed):
+  // then the stream is what to report, not the row.
+  auto row_error = [&](const std::string& msg) {
+    if (!gzdirect(f)) drain(f, bytes);
+    const std::string gz = gzip_problem(f, path, bytes);
+    return cfg.error_at("data.path", shown + (gz.empty() ? ":" + msg : ": " + gz));
+  };
 
   std::vector<float> xs;
   std::vector<int64_t> ys;
   int64_t columns = 0;
   int64_t row = 0;
   std::string line;
-  while (read_line(f, line)) {
+  while (read_line(f, line, bytes)) {
     ++row;
     const std::string text = trim(line);
     if (text.empty()) continue;  // a trailing blank line is common
@@ -87,37 +129,37 @@ table read_csv(const config& cfg) {
     const auto found = static_cast<int64_t>(cells.size());
     if (columns == 0) {
       if (found < 2)
-        throw cfg.error_at("data.path", path + ":" + std::to_string(row) +
-                                            ": expected at least 2 columns (features, label), found " +
-                                            std::to_string(found));
+        throw row_error(std::to_string(row) + ": expected at least 2 columns (features, label), found " +
+                        std::to_string(found));
       columns = found;
     } else if (found != columns) {
-      throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": expected " + std::to_string(columns) +
-                                          " columns, found " + std::to_string(found));
+      throw row_error(std::to_string(row) + ": expected " + std::to_string(columns) + " columns, found " +
+                      std::to_string(found));
     }
     for (int64_t c = 0; c < columns; ++c) {
       const std::string& cell = cells[static_cast<size_t>(c)];
       char* end = nullptr;
       errno = 0;
       const double v = cell.empty() ? 0.0 : std::strtod(cell.c_str(), &end);
-      if (cell.empty() || *end != '\0' || errno == ERANGE)
-        throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": column " + std::to_string(c + 1) +
-                                            ": '" + cell + "' is not a number");
+      auto cell_error = [&](const std::string& what) {
+        return row_error(std::to_string(row) + ": column " + std::to_string(c + 1) + ": " + quoted_input(cell) + what);
+      };
+      if (cell.empty() || *end != '\0' || errno == ERANGE) throw cell_error(" is not a number");
       if (c + 1 < columns) {
+        // strtod takes nan and inf; one of them poisons every step.
+        if (!std::isfinite(v)) throw cell_error(" is not a finite number");
+        if (std::fabs(v) > FLT_MAX) throw cell_error(" is beyond the float32 range (at most 3.4e+38)");
         xs.push_back(static_cast<float>(v));
       } else {
         if (v != std::floor(v) || std::fabs(v) > 9e15)
-          throw cfg.error_at("data.path", path + ":" + std::to_string(row) + ": label '" + cell +
-                                              "' is not an integer");
+          throw row_error(std::to_string(row) + ": label " + quoted_input(cell) + " is not an integer");
         ys.push_back(static_cast<int64_t>(v));
       }
     }
   }
-  int err = Z_OK;
-  const char* zmsg = gzerror(f, &err);
-  if (err != Z_OK && err != Z_STREAM_END)
-    throw cfg.error_at("data.path", path + ": read error: " + (zmsg ? zmsg : "unknown"));
-  if (ys.empty()) throw cfg.error_at("data.path", path + ": no data rows");
+  if (const std::string gz = gzip_problem(f, path, bytes); !gz.empty())
+    throw cfg.error_at("data.path", shown + ": " + gz);
+  if (ys.empty()) throw cfg.error_at("data.path", shown + ": no data rows");
 
   const auto n = static_cast<int64_t>(ys.size());
   table t;
@@ -155,7 +197,20 @@ table read_tensors(const config& cfg) {
     throw cfg.error_at("data.path", path + ": \"x\" has " + std::to_string(x.size(0)) + " rows but \"y\" has " +
                                         std::to_string(y.size(0)));
   if (x.size(0) == 0) throw cfg.error_at("data.path", path + ": no data rows");
-  return {x.to(at::kFloat).contiguous(), y.to(at::kLong).contiguous()};
+  at::Tensor xf = x.to(at::kFloat).contiguous();
+  // NaN, an infinity, or a float64 beyond float32's range: named like a CSV
+  // cell, row and column 1-based.
+  const at::Tensor bad = at::isfinite(xf).logical_not().nonzero();
+  if (bad.size(0) > 0) {
+    const int64_t r = bad[0][0].item<int64_t>(), c = bad[0][1].item<int64_t>();
+    const double v = x[r][c].item<double>();
+    const std::string value = std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf") : fmt("%g", v);
+    throw cfg.error_at("data.path", path + ": \"x\" row " + std::to_string(r + 1) + ": column " +
+                                        std::to_string(c + 1) + ": " + value +
+                                        (std::isfinite(v) ? " is beyond the float32 range (at most 3.4e+38)"
+                                                          : " is not a finite number"));
+  }
+  return {xf, y.to(at::kLong).contiguous()};
 }
 
 /// A learnable task: labels are a seeded random linear teacher's argmax, with
@@ -189,7 +244,7 @@ dataset load_dataset(const config& cfg) {
   else if (synthetic)
     t = make_synthetic(cfg);
   else
-    throw cfg.error_at("data.kind", "unknown data kind '" + dc.kind + "' (csv, tensors, synthetic)");
+    throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) + " (csv, tensors, synthetic)");
 
   const std::string source = synthetic ? std::string("the synthetic data") : dc.path;
   const int64_t n = t.x.size(0);
@@ -248,7 +303,7 @@ dataset load_dataset(const config& cfg) {
     d.train_x = (d.train_x - mean) / std;
     d.test_x = (d.test_x - mean) / std;
   } else if (dc.normalize != "none") {
-    throw cfg.error_at("data.normalize", "unknown normalization '" + dc.normalize + "' (none, standard)");
+    throw cfg.error_at("data.normalize", "unknown normalization " + quoted_input(dc.normalize) + " (none, standard)");
   }
   return d;
 }
@@ -287,8 +342,9 @@ std::vector<batch> split_microbatches(const batch& b, int microbatches) {
 int64_t chunk_count(int64_t n, int64_t m) {
   if (m <= 0) return 0;
   if (n <= 0) return m;  // torch.chunk gives m empty chunks
-  const int64_t per = (n + m - 1) / m;
-  return (n + per - 1) / per;
+  // ceil(n / m) without the n + m - 1 that overflows near INT64_MAX.
+  auto ceil_div = [](int64_t a, int64_t b) { return a / b + (a % b != 0); };
+  return ceil_div(n, ceil_div(n, m));
 }
 
 }  // namespace actorpipe

@@ -21,9 +21,11 @@ public:
   void reset(int microbatches) {
     flags_.assign(static_cast<size_t>(microbatches), 0);
     count_ = 0;
+    low_ = flags_.size();
   }
   void insert(int mb) {
     if (!flags_[mb]) { flags_[mb] = 1; ++count_; }
+    if (static_cast<size_t>(mb) < low_) low_ = static_cast<size_t>(mb);
   }
   void erase(int mb) {
     if (flags_[mb]) { flags_[mb] = 0; --count_; }
@@ -31,16 +33,20 @@ public:
   bool contains(int mb) const { return flags_[mb] != 0; }
   bool empty() const { return count_ == 0; }
   int size() const { return count_; }
-  /// Smallest member, or -1.
+  /// Smallest member, or -1. Amortized O(1) while microbatches go in
+  /// ascending order: the scan starts where the last one ended.
   int lowest() const {
-    for (size_t i = 0; i < flags_.size(); ++i)
-      if (flags_[i]) return static_cast<int>(i);
+    for (; low_ < flags_.size(); ++low_)
+      if (flags_[low_]) return static_cast<int>(low_);
     return -1;
   }
 
 private:
   std::vector<char> flags_;
   int count_ = 0;
+  /// No member lies below it (a cache of lowest(); owned by one stage or
+  /// one simulation, never read from two threads).
+  mutable size_t low_ = 0;
 };
 
 /// What a policy may look at.

@@ -1,4 +1,5 @@
 #include "runtime/schedule_csv.hpp"
+#include "runtime/text.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -57,7 +58,7 @@ std::vector<std::vector<op_id>> parse_schedule_csv(const std::string& text, int 
       auto b = cell.find_first_not_of(" \t");
       if (b == std::string::npos) continue;
       cell = cell.substr(b, cell.find_last_not_of(" \t") - b + 1);
-      auto where = source + ":" + std::to_string(row) + ":" + std::to_string(col) + ": '" + cell + "': ";
+      auto where = source + ":" + std::to_string(row) + ":" + std::to_string(col) + ": " + quoted_input(cell) + ": ";
       size_t k = 0;
       while (k < cell.size() && std::isdigit(static_cast<unsigned char>(cell[k]))) ++k;
       if (k == 0 || k >= cell.size() || k > 6)

@@ -1,4 +1,5 @@
 #include "runtime/simulator.hpp"
+#include "runtime/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,14 +16,17 @@ cost_model parse_cost(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     auto eq = item.find('=');
     if (eq == std::string::npos)
-      throw std::invalid_argument("--cost: expected NAME=VALUE, got '" + item + "'");
+      throw std::invalid_argument("--cost: expected NAME=VALUE, got " + quoted_input(item));
     auto name = item.substr(0, eq);
     auto value = item.substr(eq + 1);
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     if (value.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
-      throw std::invalid_argument("--cost: " + name + " needs a non-negative number, got '" +
-                                  value + "'");
+      throw std::invalid_argument("--cost: " + quoted_input(name, "") + " needs a non-negative number, got " +
+                                  quoted_input(value));
+    if (v > max_cost)
+      throw std::invalid_argument("--cost: " + quoted_input(name, "") + " is at most " + fmt("%g", max_cost) +
+                                  ", got " + quoted_input(value));
     if (name == "F")
       c.f = v;
     else if (name == "B")
@@ -32,7 +36,7 @@ cost_model parse_cost(const std::string& text) {
     else if (name == "comm")
       c.comm = v;
     else
-      throw std::invalid_argument("--cost: unknown cost '" + name + "' (F, B, W, comm)");
+      throw std::invalid_argument("--cost: unknown cost " + quoted_input(name) + " (F, B, W, comm)");
   }
   return c;
 }
@@ -136,9 +140,28 @@ std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int 
 
 }  // namespace
 
+std::string simulation_too_large(int64_t stages, int64_t microbatches, int chunks, bool split_backward) {
+  // An op's timeline record, with the slack of a vector grown by doubling,
+  // and its share of the per-microbatch ready flags.
+  constexpr double bytes_per_op = 1.5 * sizeof(sim_op) + 2.5;
+  const double ops = static_cast<double>(stages) * static_cast<double>(microbatches) * chunks * (split_backward ? 3 : 2);
+  if (ops <= max_sim_ops) return "";
+  auto memory = [](double bytes) {
+    const double gb = bytes / 1e9;
+    return fmt(gb < 10 ? "%.1f GB" : gb < 1e6 ? "%.0f GB" : "%.1e GB", gb);
+  };
+  return std::to_string(stages) + " stages x " + (chunks > 1 ? std::to_string(chunks) + " chunks x " : "") +
+         std::to_string(microbatches) + " microbatches would simulate " + fmt("%.1e", ops) + " ops (about " +
+         memory(ops * bytes_per_op) + "); the limit is " + fmt("%.1e", max_sim_ops) + " ops (about " +
+         memory(max_sim_ops * bytes_per_op) + ")";
+}
+
 sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost) {
   if (stages < 1 || microbatches < 1)
     throw std::invalid_argument("simulate: stages and microbatches must be at least 1");
+  if (const std::string why = simulation_too_large(stages, microbatches, pol.chunks(), pol.splits_backward());
+      !why.empty())
+    throw std::invalid_argument("simulate: " + why);
   const int s_count = stages;
   const int m = microbatches;
   sim_result res;
@@ -222,6 +245,12 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   };
 
   for (int r = 0; r < s_count; ++r) decide(r);
+  // Only a stage that an event touched can choose differently from last
+  // time (a policy is a pure function of its stage's view), so only those
+  // choose again, in rank order as before: a step costs its events, not
+  // stages x distinct times.
+  std::vector<int> touched;
+  std::vector<char> is_touched(s_count, 0);
   while (!q.empty()) {
     now = q.top().time;
     // Everything that happens at `now` (arrivals, op ends and the arrivals
@@ -229,6 +258,10 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
     while (!q.empty() && q.top().time <= now) {
       event e = q.top();
       q.pop();
+      if (!is_touched[e.stage]) {
+        is_touched[e.stage] = 1;
+        touched.push_back(e.stage);
+      }
       auto& s = st[e.stage];
       switch (e.kind) {
         case ev_kind::arrive_f: s.fwd_ready[e.op.chunk].insert(e.op.mb); break;
@@ -262,7 +295,12 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
         }
       }
     }
-    for (int r = 0; r < s_count; ++r) decide(r);
+    std::sort(touched.begin(), touched.end());
+    for (int r : touched) {
+      is_touched[r] = 0;
+      decide(r);
+    }
+    touched.clear();
   }
   if (done_stages < s_count) {
     res.deadlock = true;
@@ -277,7 +315,7 @@ sim_result simulate(const std::string& schedule, int stages, int microbatches, c
     throw std::invalid_argument("simulate: interleaved needs microbatches (" + std::to_string(microbatches) +
                                 ") to be a multiple of stages (" + std::to_string(stages) + ")");
   auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
-  if (!pol) throw std::invalid_argument("simulate: unknown schedule '" + schedule + "'");
+  if (!pol) throw std::invalid_argument("simulate: unknown schedule " + quoted_input(schedule));
   return simulate(*pol, stages, microbatches, cost);
 }
 

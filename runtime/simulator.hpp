@@ -4,6 +4,7 @@
 // sent when an op ends arrives `comm` later, and a stage sees every arrival
 // of time t before it chooses at time t (the lock-step device's rule), so
 // with uniform costs the simulated order is the real actors' order.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,13 @@ struct cost_model {
   std::vector<double> stage_factor;
 };
 
-/// Parses "F=1,B=2,W=1,comm=0.05" (any subset). Throws std::invalid_argument.
+/// The largest op cost and stage factor: a step's sums over its ops stay
+/// finite, and far from where a double stops telling ticks apart.
+constexpr double max_cost = 1e9;
+constexpr double max_stage_factor = 1e6;
+
+/// Parses "F=1,B=2,W=1,comm=0.05" (any subset), each in [0, max_cost].
+/// Throws std::invalid_argument.
 cost_model parse_cost(const std::string& text);
 
 struct sim_op {
@@ -55,8 +62,18 @@ struct sim_result {
   std::vector<std::vector<op_id>> order() const;
 };
 
+/// The most ops one simulation fires: about 2.4 GB of timeline, a few tens
+/// of seconds. S=128, M=1024 with zb-v's 2 chunks is 786k ops.
+constexpr double max_sim_ops = 5e7;
+
+/// "" when S stages x M microbatches x `chunks` (each F, B and, split, W)
+/// is within max_sim_ops; else why not, with the ops and the memory they
+/// would take. Computed in double: no size overflows it.
+std::string simulation_too_large(int64_t stages, int64_t microbatches, int chunks, bool split_backward);
+
 /// Simulates one step of `schedule` (a registered policy). Throws
-/// std::invalid_argument for an unknown schedule or bad sizes.
+/// std::invalid_argument for an unknown schedule or bad sizes (a grid
+/// beyond max_sim_ops included).
 sim_result simulate(const std::string& schedule, int stages, int microbatches,
                     const cost_model& cost = {}, int chunks = 1, int max_inflight = 0);
 /// The same for a policy object (one instance serves every stage).

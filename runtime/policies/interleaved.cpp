@@ -34,19 +34,19 @@ int order_key(int chunk, int mb, int s, int c, bool forward) {
   return (mb / s) * s * c + slot * s + mb % s;
 }
 
-std::optional<op_id> earliest(const mb_set* sets, int c, int s, int m, op_kind kind) {
+std::optional<op_id> earliest(const mb_set* sets, int c, int s, op_kind kind) {
   std::optional<op_id> best;
   int best_key = 0;
-  for (int chunk = 0; chunk < c; ++chunk)
-    for (int mb = 0; mb < m; ++mb)
-      if (sets[chunk].contains(mb)) {
-        int key = order_key(chunk, mb, s, c, kind == op_kind::F);
-        if (!best || key < best_key) {
-          best = op_id{kind, mb, chunk};
-          best_key = key;
-        }
-        break;  // later microbatches of this chunk come later in the order
-      }
+  for (int chunk = 0; chunk < c; ++chunk) {
+    // Later microbatches of this chunk come later in the order.
+    const int mb = sets[chunk].lowest();
+    if (mb < 0) continue;
+    const int key = order_key(chunk, mb, s, c, kind == op_kind::F);
+    if (!best || key < best_key) {
+      best = op_id{kind, mb, chunk};
+      best_key = key;
+    }
+  }
   return best;
 }
 
@@ -55,8 +55,8 @@ std::optional<op_id> earliest(const mb_set* sets, int c, int s, int m, op_kind k
 std::optional<op_id> interleaved_greedy_policy::next(const stage_view& v) const {
   const int s = v.stages, c = v.chunks, total = v.microbatches * c;
   const int bound = std::min(2 * (s - v.rank - 1) + (c - 1) * s, total) + 1;
-  if (auto b = earliest(v.bwd_ready, c, s, v.microbatches, op_kind::B)) return b;
-  if (v.in_flight() < bound) return earliest(v.fwd_ready, c, s, v.microbatches, op_kind::F);
+  if (auto b = earliest(v.bwd_ready, c, s, op_kind::B)) return b;
+  if (v.in_flight() < bound) return earliest(v.fwd_ready, c, s, op_kind::F);
   return std::nullopt;
 }
 

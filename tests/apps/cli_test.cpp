@@ -252,6 +252,41 @@ TEST(CliSimulate, BadCostExitsTwo) {
       << describe(r);
 }
 
+TEST(CliSimulate, AGridTooLargeExitsTwoWithItsSize) {
+  // It used to allocate until std::bad_alloc.
+  auto r = actorpipe({"simulate", "--stages", "100000", "--microbatches", "100000"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err),
+            "actorpipe: simulate: 100000 stages x 100000 microbatches would simulate 2.0e+10 ops (about 1010 GB); "
+            "the limit is 5.0e+07 ops (about 2.5 GB)")
+      << describe(r);
+  EXPECT_EQ(r.out, "");
+  // async streams --steps x M microbatches: more than an int holds.
+  r = actorpipe({"simulate", "--schedule", "async", "--stages", "4", "--microbatches", "2000000000", "--steps",
+                 "2000000000"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("4 stages x 4000000000000000000 microbatches would simulate 3.2e+19 ops"),
+            std::string::npos)
+      << describe(r);
+  // The documented scale target still runs, zb-v's 2 chunks and 3 op kinds included.
+  r = actorpipe({"simulate", "--stages", "128", "--microbatches", "1024", "--schedule", "zb-v"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("simulated 786432 ops in "), std::string::npos) << r.out.substr(r.out.size() - 200);
+}
+
+TEST(CliSimulate, HugeCostOrStageFactorExitsTwo) {
+  // Sums of 1e300 over a step's ops would be infinite.
+  auto r = actorpipe({"simulate", "--cost", "F=1,B=1e300"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err), "actorpipe: --cost: B is at most 1e+09, got '1e300'") << describe(r);
+  r = actorpipe({"simulate", "--stages", "4", "--stage-factors", "1,1e300,1,1"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err), "actorpipe: --stage-factors: a factor is at most 1e+06, got '1e300'") << describe(r);
+  r = actorpipe({"simulate", "--stages", "4", "--stage-factors", "1,inf,1,1"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err), "actorpipe: --stage-factors: a factor is at most 1e+06, got 'inf'") << describe(r);
+}
+
 // -- bubble ---------------------------------------------------------------------
 
 std::string three_decimals(double v) {
@@ -513,6 +548,49 @@ TEST(CliTrain, BadStepsValueExitsTwo) {
     EXPECT_EQ(r.code, 2) << v << "\n" << describe(r);
     EXPECT_NE(r.err.find("--steps"), std::string::npos) << describe(r);
   }
+}
+
+TEST(CliTrain, AsyncStepsBeyondAnIntExitTwo) {
+  // async runs the whole stream as one step: --steps x M microbatches.
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);
+  auto r = actorpipe({"train", cfg, "--schedule", "async", "--steps", "2147483647"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err),
+            "actorpipe: --steps 2147483647: async streams every step's 4 microbatches as one, more than 2147483647 in "
+            "all")
+      << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CliTrain, NonFiniteDataExitsTwoNamingFileRowAndColumn) {
+  // One NaN with normalize: standard used to make every step skip.
+  const fs::path dir = test_dir();
+  std::string csv;
+  for (int r = 0; r < 16; ++r) {
+    for (int f = 0; f < 8; ++f) csv += (r == 2 && f == 4 ? std::string("nan") : std::to_string(r + f)) + ",";
+    csv += std::to_string(r % 4) + "\n";
+  }
+  write(dir / "data.csv", csv);
+  const std::string cfg = write(dir / "nan.yaml", R"(model:
+  layers:
+    - {type: linear, in: 8, out: 16}
+    - {type: relu}
+    - {type: linear, in: 16, out: 4}
+data:
+  kind: csv
+  path: data.csv
+  normalize: standard
+train:
+  steps: 2
+  batch_size: 4
+)");
+  auto r = actorpipe({"train", cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(first_line(r.err),
+            cfg + ":8:9: data.path: " + (dir / "data.csv").string() + ":3: column 5: 'nan' is not a finite number")
+      << describe(r);
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
 }
 
 TEST(CliCompare, PrintsOneRowPerSchedule) {

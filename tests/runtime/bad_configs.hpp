@@ -24,6 +24,24 @@ struct bad_config {
 
 /// The table.
 inline const std::vector<bad_config>& bad_configs() {
+  // A 1000-character value: echoed cut to 80 characters and its length.
+  static const std::string long_value_yaml = R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: )yaml" + std::string(1000, '9') + "x\n";
+  static const std::string long_value_message =
+      "{FILE}:7:15: train.batch_size: expected an integer, found '" + std::string(80, '9') + "...' (1001 bytes)";
+  static const std::string long_key_yaml = R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  )yaml" + std::string(1000, 'k') + ": 1\n";
+  static const std::string long_key_message = "{FILE}:7:3: pipeline." + std::string(80, 'k') + "... (1000 bytes): unknown key";
   static const std::vector<bad_config> table{
       {"UnknownKeySuggests",
        R"yaml(model:
@@ -1029,6 +1047,168 @@ data:
   synthetic: {samples: 64}
 )yaml",
        "{FILE}:9:3: data.synthetic: only used when data.kind is synthetic, not tensors"},
+      {"LongValueIsCut", long_value_yaml.c_str(), long_value_message.c_str()},
+      {"LongKeyIsCut", long_key_yaml.c_str(), long_key_message.c_str()},
+      {"EscapeInAValueIsEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  kind: "\e[2J\e[31mcsv"
+)yaml",
+       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic)"},
+      {"EscapeInAKeyIsEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  "sched\eule": gpipe
+)yaml",
+       "{FILE}:7:3: pipeline.sched\\x1bule: unknown key; did you mean 'schedule'?"},
+      {"ControlBytesInAnIntegerAreEscaped",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: "3\t\a\x7f\u00e9"
+)yaml",
+       "{FILE}:7:10: train.steps: expected an integer, found '3\\t\\x07\\x7f\\xc3\\xa9'"},
+      {"BatchSizeBeyondTheCap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 9223372036854775807
+)yaml",
+       "{FILE}:7:15: train.batch_size: must be at most 2147483648 (2^31), found 9223372036854775807"},
+      {"StepsBeyondTheCap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: 2147483649
+)yaml",
+       "{FILE}:7:10: train.steps: must be at most 2147483648 (2^31), found 2147483649"},
+      {"LayerWidthBeyondTheCap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 4611686018427387904}
+)yaml",
+       "{FILE}:3:34: model.layers[0].out: must be at most 2147483648 (2^31), found 4611686018427387904"},
+      {"SyntheticSamplesBeyondTheCap",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  synthetic: {samples: 9000000000}
+)yaml",
+       "{FILE}:7:24: data.synthetic.samples: must be at most 2147483648 (2^31), found 9000000000"},
+      {"AsyncStreamBeyondAnInt",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  steps: 1073741824
+  batch_size: 8
+pipeline:
+  stages: 2
+  schedule: async
+  microbatches: 2
+)yaml",
+       "{FILE}:7:10: train.steps: async (PipeDream-2BW) streams every step's microbatches as one: 1073741824 steps x 2 microbatches exceed 2147483647"},
+      {"IntraOpThreadsTooMany",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  intra_op_threads: 100000
+)yaml",
+       "{FILE}:7:21: pipeline.intra_op_threads: must be at most 1024, found 100000"},
+      {"PaceTooLong",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  pace_ms: 1e300
+)yaml",
+       "{FILE}:7:12: pipeline.pace_ms: must be at most 3600000 (one hour), found 1e+300"},
+      {"SimTimeTooLong",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  devices: [sim, sim]
+  sim_ms: {F: 1, B: 1e7}
+)yaml",
+       "{FILE}:9:21: pipeline.sim_ms.B: must be at most 3600000 (one hour), found 1e+07"},
+      {"SlowStageFactorTooLarge",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  microbatches: 2
+faults:
+  inject:
+    - {kind: slow_stage, stage: 1, factor: 1e300}
+)yaml",
+       "{FILE}:13:44: faults.inject[0].factor: must be at most 1000, found 1e+300"},
+      {"DelayTooLong",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+faults:
+  inject:
+    - {kind: delay, probability: 0.5, ms: 1e300}
+)yaml",
+       "{FILE}:8:43: faults.inject[0].ms: must be at most 3600000 (one hour), found 1e+300"},
+      {"OpTimeoutTooLong",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+supervision:
+  op_timeout_ms: 1e18
+)yaml",
+       "{FILE}:7:18: supervision.op_timeout_ms: must be at most 3600000 (one hour), found 1e+18"},
+      {"WatchdogTooLong",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+supervision:
+  watchdog_s: 1e300
+)yaml",
+       "{FILE}:7:15: supervision.watchdog_s: must be at most 86400 (one day), found 1e+300"},
       {"YamlSyntaxError",
        R"yaml(model:
   layers: [{type: relu}

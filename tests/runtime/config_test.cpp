@@ -2,6 +2,7 @@
 // fails with one exact FILE:LINE:COL: KEY: message line.
 #include "tests/test_util.hpp"
 #include "runtime/config.hpp"
+#include "runtime/text.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -327,6 +328,36 @@ TEST(BadConfigTable, CudaCountMatters) {
     EXPECT_EQ(load_error(file, load_env{1}),
               file + ":8:18: pipeline.devices[1]: cuda:1 requested but this machine has 1 CUDA device");
   }
+}
+
+// -- echoed input --------------------------------------------------------------
+
+TEST(QuotedInput, ShortPrintableTextReadsAsWritten) {
+  EXPECT_EQ(quoted_input("gpip"), "'gpip'");
+  EXPECT_EQ(quoted_input(""), "''");
+  EXPECT_EQ(quoted_input("a b\\c'd"), "'a b\\c'd'");  // printable ASCII stays, backslash included
+  EXPECT_EQ(quoted_input("schedul", ""), "schedul");
+  EXPECT_EQ(quoted_input(std::string(80, 'x')), "'" + std::string(80, 'x') + "'");
+}
+
+TEST(QuotedInput, ControlAndNonAsciiBytesAreEscaped) {
+  EXPECT_EQ(quoted_input("\x1b[31mred\x1b[0m"), "'\\x1b[31mred\\x1b[0m'");
+  EXPECT_EQ(quoted_input("a\nb\tc\rd"), "'a\\nb\\tc\\rd'");
+  EXPECT_EQ(quoted_input(std::string("\0\x7f\xff", 3)), "'\\x00\\x7f\\xff'");
+  EXPECT_EQ(quoted_input("caf\xc3\xa9"), "'caf\\xc3\\xa9'");
+}
+
+TEST(QuotedInput, LongTextIsCutTo80CharactersWithItsLength) {
+  EXPECT_EQ(quoted_input(std::string(81, 'a')), "'" + std::string(80, 'a') + "...' (81 bytes)");
+  EXPECT_EQ(quoted_input(std::string(10485760, 'a')), "'" + std::string(80, 'a') + "...' (10485760 bytes)");
+  EXPECT_EQ(quoted_input(std::string(1000, 'k'), ""), std::string(80, 'k') + "... (1000 bytes)");
+  // An escape is never split: after 4 letters, 19 escapes fill 80 characters;
+  // after 5, only 18 fit.
+  std::string escapes;
+  for (int i = 0; i < 19; ++i) escapes += "\\x1b";
+  EXPECT_EQ(quoted_input("aaaa" + std::string(100, '\x1b')), "'aaaa" + escapes + "...' (104 bytes)");
+  EXPECT_EQ(quoted_input("aaaaa" + std::string(100, '\x1b')), "'aaaaa" + escapes.substr(4) + "...' (105 bytes)");
+  EXPECT_EQ(quoted_input(std::string(100, 'p'), "", 10), "pppppppppp... (100 bytes)");
 }
 
 // -- nearest -------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -123,6 +124,152 @@ TEST(LoadDataset, NonNumericCellNamesFileRowAndColumn) {
   cfg.data.path = write_file("nan.csv", "1,2,3,0\n4,x5,6,1\n");
   const std::string msg = load_error(cfg);
   EXPECT_TRUE(contains(msg, cfg.data.path + ":2: column 2: 'x5' is not a number")) << msg;
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, NonFiniteCellNamesFileRowAndColumn) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  // strtod reads every one of these; float32 holds none of them.
+  for (const std::string cell : {"nan", "NaN", "inf", "-inf", "-Infinity"}) {
+    cfg.data.path = write_file("nonfinite.csv", "1,2,3,0\n4,5,6,1\n7,8," + cell + ",2\n");
+    EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ":3: column 3: '" + cell +
+                                   "' is not a finite number");
+  }
+  cfg.data.path = write_file("nonfinite.csv", "1,2,3,0\n4,1e39,6,1\n");
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path +
+                                 ":2: column 2: '1e39' is beyond the float32 range (at most 3.4e+38)");
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, NonFiniteTensorNamesFileRowAndColumn) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "tensors";
+  cfg.data.path = temp_path("nonfinite.pt");
+  const at::Tensor y = at::arange(10, at::kLong) % 3;
+  const double values[] = {NAN, INFINITY, -INFINITY};
+  const char* names[] = {"nan", "inf", "-inf"};
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor x = at::zeros({10, 3}, at::kFloat);
+    x[6][1] = values[i];
+    x[8][0] = values[i];  // the first one is named
+    save_tensors(cfg.data.path, {{"x", x}, {"y", y}});
+    EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ": \"x\" row 7: column 2: " + names[i] +
+                                   " is not a finite number");
+  }
+  // Finite in float64, infinite once it is float32.
+  at::Tensor x = at::zeros({10, 3}, at::kDouble);
+  x[2][2] = 1e300;
+  save_tensors(cfg.data.path, {{"x", x}, {"y", y}});
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path +
+                                 ": \"x\" row 3: column 3: 1e+300 is beyond the float32 range (at most 3.4e+38)");
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, AHugeCellIsEchoedCutTo80Characters) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  cfg.data.path = write_file("huge_cell.csv", "1,2,3,0\n4," + std::string(1 << 20, 'a') + ",6,1\n");
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ":2: column 2: '" + std::string(80, 'a') +
+                                 "...' (1048576 bytes) is not a number");
+  cfg.data.path = write_file("huge_cell.csv", "1,2,3,0\n4,5,6," + std::string(1 << 20, '7') + "x\n");
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ":2: column 4: '" + std::string(80, '7') +
+                                 "...' (1048577 bytes) is not a number");
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, ControlBytesInACellAreEscaped) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  // An ESC sequence would recolour or clear the user's terminal.
+  cfg.data.path = write_file("esc.csv", "1,2,3,0\n4,\x1b[2J\x07,6,1\n7,8,9,\x1b[31m2\n");
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ":2: column 2: '\\x1b[2J\\x07' is not a number");
+  cfg.data.path = write_file("esc.csv", "1,2,3,0\n7,8,9,1.5\xff\n");
+  EXPECT_EQ(load_error(cfg), "test.yaml: data.path: " + cfg.data.path + ":2: column 4: '1.5\\xff' is not a number");
+  std::remove(cfg.data.path.c_str());
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+/// `csv` gzip-compressed, as bytes.
+std::string gzip_bytes(const std::string& csv) {
+  const std::string p = write_gz("bytes.csv.gz", csv);
+  const std::string bytes = slurp(p);
+  std::remove(p.c_str());
+  return bytes;
+}
+
+TEST(LoadDataset, GzipCutInHalfIsReportedAsTruncated) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  const std::string gz = gzip_bytes(csv_text(2000, 3, 3));
+  const size_t half = gz.size() / 2;
+  cfg.data.path = write_file("half.csv.gz", gz.substr(0, half));
+  // The last line read is cut short: the stream is to blame, not its columns.
+  const std::string msg = load_error(cfg);
+  const std::string want = "test.yaml: data.path: " + cfg.data.path +
+                           ": gzip stream is truncated (unexpected end of file): it ends at compressed byte " +
+                           std::to_string(half) + ", after ";
+  EXPECT_EQ(msg.substr(0, want.size()), want) << msg;
+  EXPECT_TRUE(contains(msg, " uncompressed bytes")) << msg;
+  EXPECT_FALSE(contains(msg, "column")) << msg;
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, GzipCutAtALineEndIsReportedAsTruncated) {
+  // Every line read is whole; only zlib knows the stream ended early.
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  const std::string gz = gzip_bytes(csv_text(2000, 3, 3));
+  cfg.data.path = write_file("no_trailer.csv.gz", gz.substr(0, gz.size() - 8));  // no CRC and length
+  EXPECT_TRUE(contains(load_error(cfg), cfg.data.path + ": gzip stream is truncated (unexpected end of file)"))
+      << load_error(cfg);
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, GzipCorruptInTheMiddleIsReportedAsCorrupt) {
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  const std::string good = gzip_bytes(csv_text(2000, 3, 3));
+  // Two places, so that neither a lucky decode nor a late CRC check hides it.
+  for (size_t at : {good.size() / 2, good.size() / 3}) {
+    std::string gz = good;
+    for (size_t i = at; i < at + 16; ++i) gz[i] = static_cast<char>(gz[i] ^ 0x5a);
+    cfg.data.path = write_file("corrupt.csv.gz", gz);
+    const std::string msg = load_error(cfg);
+    const std::string want = "test.yaml: data.path: " + cfg.data.path + ": gzip stream is corrupt (";
+    EXPECT_EQ(msg.substr(0, want.size()), want) << msg;
+    EXPECT_TRUE(contains(msg, "): zlib stopped at compressed byte ")) << msg;
+    EXPECT_TRUE(contains(msg, " uncompressed bytes")) << msg;
+  }
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, GzipGarbageBeforeTheChecksumIsReportedAsCorrupt) {
+  // Stored (level 0) blocks pass damaged bytes through as they are: the rows
+  // read as garbage long before zlib checks the CRC at the end.
+  auto cfg = make_config(3, 3);
+  cfg.data.kind = "csv";
+  const std::string text = csv_text(2000, 3, 3);
+  const std::string p = temp_path("stored.csv.gz");
+  gzFile f = gzopen(p.c_str(), "wb0");
+  ASSERT_NE(f, nullptr);
+  gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(f);
+  std::string gz = slurp(p);
+  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i) gz[i] = static_cast<char>(gz[i] ^ 0x5a);
+  cfg.data.path = write_file("stored.csv.gz", gz);
+  const std::string msg = load_error(cfg);
+  const std::string want =
+      "test.yaml: data.path: " + cfg.data.path + ": gzip stream is corrupt (incorrect data check): zlib stopped at ";
+  EXPECT_EQ(msg.substr(0, want.size()), want) << msg;
+  EXPECT_TRUE(contains(msg, " uncompressed bytes")) << msg;
+  EXPECT_FALSE(contains(msg, "not a number")) << msg;
   std::remove(cfg.data.path.c_str());
 }
 
@@ -357,6 +504,19 @@ TEST(SplitMicrobatches, ChunkCount) {
   EXPECT_EQ(chunk_count(64, 3), 3);
   EXPECT_EQ(chunk_count(2, 5), 2);
   EXPECT_EQ(chunk_count(0, 3), 3);  // torch.chunk(torch.empty(0), 3) gives 3 empty chunks
+}
+
+TEST(SplitMicrobatches, ChunkCountDoesNotOverflowNearInt64Max) {
+  // ceil(n / ceil(n / m)), worked out in Python's integers.
+  constexpr int64_t max = INT64_MAX;
+  EXPECT_EQ(chunk_count(max, 3), 3);
+  EXPECT_EQ(chunk_count(max, 1), 1);
+  EXPECT_EQ(chunk_count(max, 2), 2);
+  EXPECT_EQ(chunk_count(max, int64_t{1} << 31), int64_t{1} << 31);
+  EXPECT_EQ(chunk_count(max, max), max);
+  EXPECT_EQ(chunk_count(max - 1, max), max - 1);
+  EXPECT_EQ(chunk_count(max, max / 2), 3074457345618258603);
+  EXPECT_EQ(chunk_count(max, max - 1), 4611686018427387904);
 }
 
 TEST(LoadDataset, ReadsSklearnDigits) {
