@@ -11,6 +11,7 @@
 
 #include "runtime/file_io.hpp"
 #include "runtime/optimizer_state.hpp"
+#include "runtime/text.hpp"
 
 namespace actorpipe {
 
@@ -153,7 +154,7 @@ checkpoint load_checkpoint(const std::string& path) {
   for (auto& [name, t] : entries)
     if (starts_with(name, model_prefix)) {
       if (!t.is_floating_point())
-        throw std::runtime_error(path + ": " + name + " is " + std::string(c10::toString(t.scalar_type())) +
+        throw std::runtime_error(path + ": " + quoted_input(name, "") + " is " + std::string(c10::toString(t.scalar_type())) +
                                  ", not a floating-point weight");
       weight_at[name.substr(model_prefix.size())] = c.weights.size();
       c.weights.emplace_back(name.substr(model_prefix.size()), t);
@@ -169,7 +170,7 @@ checkpoint load_checkpoint(const std::string& path) {
     const std::string field = name.substr(dot + 1);
     auto w = weight_at.find(param);
     if (dot <= optimizer_prefix.size() || w == weight_at.end())
-      throw std::runtime_error(path + ": " + name + " is the state of no weight in the file");
+      throw std::runtime_error(path + ": " + quoted_input(name, "") + " is the state of no weight in the file");
     int& s = slot[w->second];
     if (s < 0) {
       s = static_cast<int>(state->names.size());
@@ -183,17 +184,17 @@ checkpoint load_checkpoint(const std::string& path) {
     }
     const auto f = std::find(fields.begin(), fields.end(), field);
     if (f == fields.end())
-      throw std::runtime_error(path + ": " + name + ": no " + field + " in " + c.optimizer_type + "'s state");
+      throw std::runtime_error(path + ": " + quoted_input(name, "") + ": no such field in " + c.optimizer_type + "'s state");
     const at::Tensor& weight = c.weights[w->second].second;
     if (!t.sizes().equals(weight.sizes()) || t.scalar_type() != weight.scalar_type())
-      throw std::runtime_error(path + ": " + name + " is " + std::string(c10::toString(t.scalar_type())) + " " +
+      throw std::runtime_error(path + ": " + quoted_input(name, "") + " is " + std::string(c10::toString(t.scalar_type())) + " " +
                                c10::str(t.sizes()) + ", its weight " +
                                std::string(c10::toString(weight.scalar_type())) + " " + c10::str(weight.sizes()));
     state->tensors[s][static_cast<size_t>(f - fields.begin())] = t;
   }
   for (size_t i = 0; i < state->names.size(); ++i)
     if (!state->tensors[i][0].defined())
-      throw std::runtime_error(path + ": optimizer." + state->names[i] + " has no " + fields[0]);
+      throw std::runtime_error(path + ": optimizer." + quoted_input(state->names[i], "") + " has no " + fields[0]);
   c.optimizer.push_back(std::move(state));
   return c;
 }

@@ -335,7 +335,7 @@ private:
   }
 
   /// Reads a path, resolves it against the config's directory and checks
-  /// that the file exists.
+  /// that it is a regular file (a symlink to one counts).
   bool read_file_path(const section& s, const std::string& name, std::string& out) {
     if (!read_string(s, name, out)) return false;
     const std::string key = child(s.path, name);
@@ -347,6 +347,8 @@ private:
     // A path can be long but no longer than the system allows.
     if (!fs::exists(p, ec)) fail_key(key, "file not found: " + quoted_input(out, "", 4096));
     if (fs::is_directory(p, ec)) fail_key(key, "is a directory, not a file: " + quoted_input(out, "", 4096));
+    // A FIFO or a device would block the read or never end.
+    if (!fs::is_regular_file(p, ec)) fail_key(key, "is not a regular file: " + quoted_input(out, "", 4096));
     return true;
   }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/seed.hpp"
 #include "runtime/state_dict.hpp"
+#include "runtime/text.hpp"
 
 namespace actorpipe {
 
@@ -157,20 +158,20 @@ std::vector<layer> build_layers(const config& cfg) {
   for (auto& [name, value] : loaded) {
     auto it = params.find(name);
     if (it == params.end())
-      throw cfg.error_at("model.init_from", cfg.model.init_from + ": unexpected key '" + name +
-                                                "' (the model has no such parameter)");
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": unexpected key " + quoted_input(name) +
+                                                " (the model has no such parameter)");
     if (it->second.sizes() != value.sizes())
       throw cfg.error_at("model.init_from",
-                         cfg.model.init_from + ": '" + name + "' has shape " +
+                         cfg.model.init_from + ": " + quoted_input(name) + " has shape " +
                              c10::str(value.sizes()) + ", the model expects " +
                              c10::str(it->second.sizes()));
     if (!value.is_floating_point())
-      throw cfg.error_at("model.init_from", cfg.model.init_from + ": '" + name + "' is " +
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": " + quoted_input(name) + " is " +
                                                 std::string(c10::toString(value.scalar_type())) +
                                                 ", not a floating-point tensor");
     if (!at::isfinite(value).all().item<bool>())
-      throw cfg.error_at("model.init_from", cfg.model.init_from + ": '" + name +
-                                                "' holds a NaN or an infinity; every step would be skipped");
+      throw cfg.error_at("model.init_from", cfg.model.init_from + ": " + quoted_input(name) +
+                                                " holds a NaN or an infinity; every step would be skipped");
     it->second.copy_(value.to(it->second.scalar_type()));
     seen.insert(name);
   }

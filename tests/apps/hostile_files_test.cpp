@@ -3,6 +3,7 @@
 // one line naming the file, exit 2, well within the time limit, and use no
 // more memory than a run that loads nothing at all (plus a few MB).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -143,6 +144,23 @@ TEST(HostileResume, NoLoadableCheckpointNamesEachFileAndItsReason) {
   EXPECT_NE(r.err.find("; " + (ck / "step_00000003.pt").string() + ": not a torch.save zip archive"),
             std::string::npos)
       << r.err;
+}
+
+// A FIFO would block the read forever (nothing writes to it): refused at
+// load like a directory.
+TEST(HostileInputs, AFifoAsDataOrInitFromIsRefusedNotReadForever) {
+  const fs::path dir = testing_util::test_dir("actorpipe_hostile_fifo");
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const std::string& yaml :
+       {std::string(model) + "data:\n  kind: csv\n  path: fifo\n" + rest,
+        std::string(model) + "  init_from: fifo\ndata:\n  kind: synthetic\n" + rest}) {
+    const std::string cfg = write(dir / "c.yaml", yaml);
+    const auto r = actorpipe({"train", cfg, "--quiet"});
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(": is not a regular file: " + fifo + "\n"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace
