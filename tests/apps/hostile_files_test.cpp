@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -51,14 +52,15 @@ child_result actorpipe(const std::vector<std::string>& args) {
 
 /// What a run that fails before loading anything takes: the binary and
 /// LibTorch themselves.
-int64_t baseline_rss_kb() {
-  static const int64_t kb = [] {
+const child_result& baseline() {
+  static const child_result r = [] {
     const fs::path dir = testing_util::test_dir("actorpipe_hostile_baseline");
     const std::string cfg = write(dir / "c.yaml", std::string(model) + "trian: {}\n");
-    return actorpipe({"train", cfg}).max_rss_kb;
+    return actorpipe({"train", cfg});
   }();
-  return kb;
+  return r;
 }
+int64_t baseline_rss_kb() { return baseline().max_rss_kb; }
 
 struct hostile_case {
   const char* name;
@@ -115,6 +117,10 @@ TEST_P(HostileFile, OneLineNamingTheFileExitTwoInBoundedMemory) {
   last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
   EXPECT_NE(last.find(file + ": "), std::string::npos) << r.err;
   EXPECT_NE(last.find(c.says), std::string::npos) << r.err;
+  // The figures docs/BENCHMARKS.md quotes (no timing is asserted).
+  std::printf("figures: exit %d in %.2f s, peak RSS %lld MB; a run that loads nothing: %.2f s, %lld MB\n", r.code,
+              r.wall_s, static_cast<long long>(r.max_rss_kb / 1024), baseline().wall_s,
+              static_cast<long long>(baseline_rss_kb() / 1024));
   EXPECT_LT(r.max_rss_kb, baseline_rss_kb() + 32 * 1024)
       << "peak RSS " << r.max_rss_kb << " KB against " << baseline_rss_kb() << " KB loading nothing";
 }
