@@ -24,6 +24,7 @@
 
 #include "runtime/config.hpp"
 #include "runtime/state_dict.hpp"
+#include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
 #include "tests/runtime/bad_configs.hpp"
 
@@ -39,52 +40,12 @@ using testing_util::param_name;
 
 fs::path test_dir() { return testing_util::test_dir("actorpipe_cli_test"); }
 
-std::string slurp(const fs::path& file) {
-  std::ifstream f(file, std::ios::binary);
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
+std::string slurp(const fs::path& file) { return testing_util::slurp_file(file); }
 
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
+using run_result = testing_util::child_result;
 
-/// Runs `program args...` with stdout and stderr captured to files (no pipe
-/// can fill up), and waits for it.
 run_result run_program(const std::string& program, const std::vector<std::string>& args) {
-  static int counter = 0;
-  const fs::path base = fs::path(::testing::TempDir()) /
-                        ("actorpipe_cli_test_io_" + std::to_string(getpid()) + "_" +
-                         std::to_string(counter++));
-  const std::string out_file = base.string() + ".out", err_file = base.string() + ".err";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> all = {program};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  run_result r;
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot spawn " << program << ": " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_file);
-  r.err = slurp(err_file);
-  fs::remove(out_file);
-  fs::remove(err_file);
-  return r;
+  return testing_util::run_child(program, args);
 }
 
 run_result actorpipe(const std::vector<std::string>& args) { return run_program(ACTORPIPE_BIN, args); }
