@@ -19,6 +19,7 @@
 #include "messages/payloads.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/device_stream.hpp"
+#include "runtime/fault_plan.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/optimizer_state.hpp"
 #include "runtime/placement.hpp"
@@ -123,6 +124,7 @@ struct stage_state {
   int peak_versions = 0;
   int64_t fired_total = 0;  // every op of the run, for the watchdog
   uint64_t dropped = 0;     // duplicate or stale messages since the last report
+  fault_plan faults;  // from setup.faults: what to inject where
   std::chrono::steady_clock::time_point slowed_op_start;  // slow_stage: the op already slowed
   // Per op of the step, the sum of its output on the device: read once,
   // when the step's report goes out, so the hot path never syncs.
@@ -291,11 +293,10 @@ void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
   // pad runs again after ops that send nothing).
   if (s.slowed_op_start == start) return;
   s.slowed_op_start = start;
-  for (const auto& f : s.setup.faults)
-    if (f.kind == "slow_stage" && f.factor > 1.0) {
-      const auto took = clock_type::now() - start;
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(took * f.factor));
-    }
+  if (const double factor = s.faults.slow_factor(); factor > 1.0) {
+    const auto took = clock_type::now() - start;
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(took * factor));
+  }
 }
 
 // Sends an activation or a gradient, through the injected faults: a message
@@ -305,28 +306,14 @@ template <class Atom, class Msg>
 void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg msg) {
   auto& s = self->state;
   const auto& h = msg.h;
-  const uint64_t kind = std::is_same<Atom, fwd_atom>::value ? 0 : 1;
-  double delay_ms = 0.0;
-  bool twice = false;
-  for (const auto& f : s.setup.faults)  // drop: the message of op f.op at step f.step, once
-    if (f.kind == "drop" && f.step == h.step && (f.from < 0 || f.from == s.setup.rank) &&
-        (f.to < 0 || f.to == to_rank) &&
-        f.op == to_string(op_id{kind == 0 ? op_kind::F : op_kind::B, h.mb, h.chunk})) {
-      ++s.stats.injected_drops;
-      return;
-    }
-  for (size_t i = 0; i < s.setup.faults.size(); ++i) {
-    const auto& f = s.setup.faults[i];
-    if (f.kind != "duplicate" && f.kind != "delay") continue;
-    if (f.kind == "delay" && ((f.from >= 0 && f.from != s.setup.rank) || (f.to >= 0 && f.to != to_rank))) continue;
-    const uint64_t draw = derive_seed(s.setup.fault_seed, {i, static_cast<uint64_t>(h.step), static_cast<uint64_t>(h.mb),
-                                                           static_cast<uint64_t>(h.chunk), kind,
-                                                           static_cast<uint64_t>(s.setup.rank),
-                                                           static_cast<uint64_t>(s.setup.replica)});
-    if (static_cast<double>(draw >> 11) * 0x1.0p-53 >= f.probability) continue;
-    if (f.kind == "duplicate") twice = true;
-    else delay_ms = std::max(delay_ms, f.ms);
+  const op_kind kind = std::is_same<Atom, fwd_atom>::value ? op_kind::F : op_kind::B;
+  const auto verdict = s.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
+  if (verdict.drop) {
+    ++s.stats.injected_drops;
+    return;
   }
+  const bool twice = verdict.twice;
+  const double delay_ms = verdict.delay_ms;
   if (twice) {
     ++s.stats.injected_duplicates;
     self->send(to, atom, msg);
@@ -340,11 +327,7 @@ void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg m
 }
 
 // An injected NaN for (this step, mb, where), if the config asks for one.
-bool injected(const stage_state& s, int mb, const char* where) {
-  for (const auto& f : s.setup.faults)
-    if (f.kind == "nonfinite" && f.step == s.step && f.microbatch == mb && f.where == where) return true;
-  return false;
-}
+bool injected(const stage_state& s, int mb, nonfinite_site where) { return s.faults.nan_at(s.step, mb, where); }
 
 void check_finite(stage_state& s, op_id op, const at::Tensor& t) {
   if (!t.defined() || s.setup.async || !computes(s)) return;
@@ -439,7 +422,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights, s.split ? &e.param_outs : nullptr);
     if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
-  if (injected(s, mb, "activation")) out = out + std::numeric_limits<float>::quiet_NaN();
+  if (injected(s, mb, nonfinite_site::activation)) out = out + std::numeric_limits<float>::quiet_NaN();
   check_finite(s, {op_kind::F, mb, chunk}, out);
   if (last_virtual(s, chunk) && !work) {
     arrive_backward(s, chunk, mb);
@@ -516,7 +499,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   if (s.queue && !last) s.queue->wait(s.grads_ready[k], s.grads_in[k]);
   s.grads_ready[k] = nullptr;
   if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
-  if (injected(s, mb, "grad")) {
+  if (injected(s, mb, nonfinite_site::grad)) {
     if (last)
       s.stash[k].output = s.stash[k].output * std::numeric_limits<float>::quiet_NaN();
     else
@@ -798,9 +781,7 @@ bool fire_one(stage_ptr self) {
                s.w_ready.data(),   s.w_done,           s.open,             s.measured};
   auto op = s.pol->next(v);
   if (!op) return false;
-  for (const auto& f : s.setup.faults)
-    if (f.kind == "throw" && f.step == s.step && f.op == to_string(*op))
-      throw std::runtime_error("injected fault: throw in " + f.op + " at step " + std::to_string(s.step));
+  if (auto what = s.faults.throw_in(s.step, *op)) throw std::runtime_error(*what);
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
   if (op->kind == op_kind::F) {
@@ -838,11 +819,10 @@ bool fire_one(stage_ptr self) {
     return true;
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
-  for (const auto& f : s.setup.faults)
-    if (f.kind == "kill_stage" && f.step == s.step && f.op == to_string(*op)) {
-      self->quit(caf::exit_reason::kill);  // dies right after firing the op, as the fault asks
-      return false;
-    }
+  if (s.faults.kill_after(s.step, *op)) {
+    self->quit(caf::exit_reason::kill);  // dies right after firing the op, as the fault asks
+    return false;
+  }
   s.stats.memory.emplace_back(end_ns, s.stash_bytes);
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;
@@ -1008,6 +988,7 @@ caf::behavior running(stage_ptr self);
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
+  s.faults = fault_plan(s.setup.faults, s.setup.fault_seed, s.setup.rank, s.setup.replica);
   s.pol = s.setup.pol;
   if (!s.pol) throw std::invalid_argument("stage spawned without a schedule policy");
   s.split = s.pol->splits_backward();

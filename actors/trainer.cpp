@@ -201,8 +201,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
       st.dtype = parameter_dtype(cfg.model);
       st.optimizer = cfg.train.optimizer;
       for (const auto& f : cfg.faults.inject)
-        if (f.kind == "duplicate" || f.kind == "delay" || f.kind == "drop" ||
-            (f.stage == r && (f.replica < 0 || f.replica == d)))
+        if (info(f.kind).picks_messages || (f.stage == r && (f.replica < 0 || f.replica == d)))
           st.faults.push_back(f);
       st.fault_seed = cfg.faults.seed;
       st.op_timeout_ms = cfg.supervision.op_timeout_ms;
@@ -378,7 +377,7 @@ train_output run_training(const config& cfg, const train_options& opts) {
       // Faults of the failed step have fired; the re-run must not meet them again.
       std::vector<fault_spec> left;
       for (const auto& f : c.faults.inject)
-        if (!((f.kind == "kill_stage" || f.kind == "throw") && f.step <= failed)) left.push_back(f);
+        if (!(info(f.kind).ends_stage && f.step <= failed)) left.push_back(f);
       c.faults.inject = left;
       // Steps recorded past the boundary we roll back to are re-run.
       while (!steps.empty() && steps.back().step > last_good->step) steps.pop_back();

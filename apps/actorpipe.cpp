@@ -24,6 +24,7 @@
 #include "runtime/file_io.hpp"
 #include "runtime/policies/fixed_order.hpp"
 #include "runtime/partition.hpp"
+#include "runtime/policies/registry.hpp"
 #include "runtime/policy.hpp"
 #include "runtime/report.hpp"
 #include "runtime/run_report.hpp"
@@ -200,32 +201,32 @@ void set_schedule(config& cfg, std::string name) {
                       (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " +
                       list + ")");
   }
+  const schedule_traits& t = *find_schedule(name);
   auto& p = cfg.pipeline;
   p.schedule = name;
-  if (name == "naive") p.microbatches = 1;
-  if (name == "zb-v") {
-    if (p.virtual_stages != 2 && !p.partition.empty())
-      throw usage_error("--schedule zb-v: pipeline.partition has " + std::to_string(p.partition.size()) +
-                        " ranges; zb-v needs one per virtual stage (" + std::to_string(p.stages) +
-                        " stages x 2)");
-    p.virtual_stages = 2;
-    if (p.partition.empty() && p.stages * 2 > static_cast<int>(cfg.model.layers.size()))
-      throw usage_error("--schedule zb-v: " + std::to_string(p.stages) + " stages x 2 chunks exceed the " +
-                        std::to_string(cfg.model.layers.size()) + " layers of model.layers");
+  if (t.one_microbatch) p.microbatches = 1;
+  if (t.fixed_chunks > 1) {
+    const int v = t.fixed_chunks;
+    if (p.virtual_stages != v && !p.partition.empty())
+      throw usage_error("--schedule " + name + ": pipeline.partition has " + std::to_string(p.partition.size()) +
+                        " ranges; " + name + " needs one per virtual stage (" + std::to_string(p.stages) +
+                        " stages x " + std::to_string(v) + ")");
+    p.virtual_stages = v;
+    if (p.partition.empty() && p.stages * v > static_cast<int>(cfg.model.layers.size()))
+      throw usage_error("--schedule " + name + ": " + std::to_string(p.stages) + " stages x " + std::to_string(v) +
+                        " chunks exceed the " + std::to_string(cfg.model.layers.size()) + " layers of model.layers");
     return;
   }
-  if (name == "async") {
-    if (cfg.train.clip_grad_norm > 0)
-      throw usage_error("--schedule async: train.clip_grad_norm is " + std::to_string(cfg.train.clip_grad_norm) +
-                        "; async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to "
-                        "clip by (leave train.clip_grad_norm out of the config)");
-    if (p.microbatches < p.stages)
-      throw usage_error("--schedule async needs at least as many microbatches as stages (" +
-                        std::to_string(p.stages) + "); pipeline.microbatches is " + std::to_string(p.microbatches));
-  }
-  if (name == "greedy") return;  // any chunk count; the config's stays
-  if (p.max_inflight != 0) p.max_inflight = 0;  // only greedy takes it
-  if (name != "interleaved") {
+  if (!t.flushes && cfg.train.clip_grad_norm > 0)
+    throw usage_error("--schedule " + name + ": train.clip_grad_norm is " + std::to_string(cfg.train.clip_grad_norm) +
+                      "; " + t.display + " steps each stage on its own, with no global gradient norm to "
+                      "clip by (leave train.clip_grad_norm out of the config)");
+  if (t.microbatches_at_least_stages && p.microbatches < p.stages)
+    throw usage_error("--schedule " + name + " needs at least as many microbatches as stages (" +
+                      std::to_string(p.stages) + "); pipeline.microbatches is " + std::to_string(p.microbatches));
+  if (t.takes_max_inflight) return;  // any chunk count; the config's stays
+  if (p.max_inflight != 0) p.max_inflight = 0;  // only a schedule that takes it keeps it
+  if (!t.any_chunks()) {
     if (p.virtual_stages != 1) {
       // One range per stage again: regroup chunks only when none were given.
       if (!p.partition.empty())
@@ -235,28 +236,28 @@ void set_schedule(config& cfg, std::string name) {
     }
     return;
   }
-  if (p.virtual_stages < 2 && p.partition.empty()) p.virtual_stages = 2;
+  if (p.virtual_stages < t.default_chunks && p.partition.empty()) p.virtual_stages = t.default_chunks;
   const int layers = static_cast<int>(cfg.model.layers.size());
-  if (p.microbatches % p.stages != 0)
-    throw usage_error("--schedule interleaved runs microbatches in groups of pipeline.stages (" +
+  if (t.microbatches_in_stage_groups && p.microbatches % p.stages != 0)
+    throw usage_error("--schedule " + name + " runs microbatches in groups of pipeline.stages (" +
                       std::to_string(p.stages) + "); pipeline.microbatches " +
                       std::to_string(p.microbatches) + " is not a multiple");
   if (p.partition.empty() && p.stages * p.virtual_stages > layers)
-    throw usage_error("--schedule interleaved: " + std::to_string(p.stages) + " stages x " +
+    throw usage_error("--schedule " + name + ": " + std::to_string(p.stages) + " stages x " +
                       std::to_string(p.virtual_stages) + " virtual stages exceed the " +
                       std::to_string(layers) + " layers of model.layers");
   if (!p.partition.empty() &&
       static_cast<int>(p.partition.size()) != p.stages * p.virtual_stages)
-    throw usage_error("--schedule interleaved: pipeline.partition has " +
-                      std::to_string(p.partition.size()) + " ranges; interleaved needs one per virtual stage (" +
+    throw usage_error("--schedule " + name + ": pipeline.partition has " +
+                      std::to_string(p.partition.size()) + " ranges; " + name + " needs one per virtual stage (" +
                       std::to_string(p.stages) + " stages x " + std::to_string(p.virtual_stages) + ")");
 }
 
 /// async streams the whole run as one step, its microbatches counted in an
 /// int; the config checks its own steps, --steps comes after.
 void check_async_stream(const config& cfg) {
-  if (cfg.pipeline.schedule == "async" && cfg.pipeline.microbatches * cfg.train.steps > INT_MAX)
-    throw usage_error("--steps " + std::to_string(cfg.train.steps) + ": async streams every step's " +
+  if (!find_schedule(cfg.pipeline.schedule)->flushes && cfg.pipeline.microbatches * cfg.train.steps > INT_MAX)
+    throw usage_error("--steps " + std::to_string(cfg.train.steps) + ": " + cfg.pipeline.schedule + " streams every step's " +
                       std::to_string(cfg.pipeline.microbatches) + " microbatches as one, more than " +
                       std::to_string(INT_MAX) + " in all");
 }
@@ -653,15 +654,15 @@ int cmd_simulate(int argc, char** argv) {
                         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
     }
   }
-  if (schedule == "greedy" && !a.has("--virtual-stages") && chunks_from_config > 1 && !a.has("--schedule"))
-    chunks = chunks_from_config;
-  if (schedule.rfind("interleaved", 0) == 0 && !a.has("--virtual-stages"))
-    chunks = chunks_from_config > 1 && !a.has("--schedule") ? chunks_from_config : 2;
+  if (const schedule_traits* t = find_schedule(schedule); t && t->any_chunks() && !a.has("--virtual-stages")) {
+    if (chunks_from_config > 1 && !a.has("--schedule")) chunks = chunks_from_config;
+    else chunks = t->default_chunks;
+  }
   if (auto pol = make_policy(schedule, policy_options{chunks}); pol && a.has("--virtual-stages") &&
                                                                 pol->chunks() != chunks)
     throw usage_error("--virtual-stages " + std::to_string(chunks) + ": schedule " + schedule + " runs " +
                       std::to_string(pol->chunks()) + " chunks per stage");
-  if (schedule == "naive") microbatches = 1;
+  if (const schedule_traits* t = find_schedule(schedule); t && t->one_microbatch) microbatches = 1;
   cost_model cost;
   try {
     if (a.has("--cost")) cost = parse_cost(a.options["--cost"]);

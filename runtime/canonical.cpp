@@ -4,12 +4,16 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace actorpipe {
+#include "runtime/policies/registry.hpp"
+
+namespace actorpipe::canonical {
 
 namespace {
 
 op_id fwd(int mb) { return {op_kind::F, mb, 0}; }
 op_id bwd(int mb) { return {op_kind::B, mb, 0}; }
+
+}  // namespace
 
 std::vector<op_id> gpipe_stage(int m) {
   std::vector<op_id> ops;
@@ -134,60 +138,31 @@ std::vector<op_id> zb_v_stage(int s, int rank, int m) {
   return ops;
 }
 
-}  // namespace
+}  // namespace actorpipe::canonical
+
+namespace actorpipe {
 
 std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int stages,
                                                 int microbatches, int chunks) {
-  if (schedule == "interleaved" && microbatches % stages != 0)
-    throw std::invalid_argument("interleaved needs microbatches to be a multiple of stages");
+  const schedule_traits* t = find_schedule(schedule);
+  if (!t || !t->canonical || t->name != schedule)
+    throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
+  if (t->microbatches_in_stage_groups && microbatches % stages != 0)
+    throw std::invalid_argument(t->name + " needs microbatches to be a multiple of stages");
   std::vector<std::vector<op_id>> order;
-  for (int r = 0; r < stages; ++r) {
-    if (schedule == "naive")
-      order.push_back(gpipe_stage(1));
-    else if (schedule == "gpipe")
-      order.push_back(gpipe_stage(microbatches));
-    else if (schedule == "1f1b")
-      order.push_back(one_f_one_b_stage(stages, r, microbatches));
-    else if (schedule == "interleaved")
-      order.push_back(interleaved_stage(stages, r, microbatches, chunks));
-    else if (schedule == "zb-h1")
-      order.push_back(zb_h1_stage(stages, r, microbatches));
-    else if (schedule == "zb-v")
-      order.push_back(zb_v_stage(stages, r, microbatches));
-    else
-      throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
-  }
+  for (int r = 0; r < stages; ++r) order.push_back(t->canonical(stages, r, microbatches, chunks));
   return order;
 }
 
 double analytic_bubble(const std::string& name, int stages, int microbatches, int chunks) {
-  // "1f1b+recompute": recomputation changes op costs, not the order.
-  const std::string schedule = name.substr(0, name.find('+'));
-  // No flush: the pipeline fills and drains once per run, not per step.
-  if (schedule == "async") return 0.0;
-  // ZB-V with F = I = W per chunk: rank r starts r forwards late and ends
-  // level with the rest, so every rank idles S-1 of 6M + S-1 (M >= 2S-1).
-  if (schedule == "zb-v")
-    return microbatches < 2 * stages - 1
-               ? std::nan("")
-               : static_cast<double>(stages - 1) / static_cast<double>(6 * microbatches + stages - 1);
-  // ZB-H1 with F = B = W: each stage idles (S-1)(F+B-W) = S-1 of 3M + S-1.
-  if (schedule == "zb-h1")
-    return static_cast<double>(stages - 1) / static_cast<double>(3 * microbatches + stages - 1);
-  int m = schedule == "naive"                    ? 1
-          : schedule.rfind("interleaved", 0) == 0 ? microbatches * chunks
-                                                  : microbatches;
-  return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+  const schedule_traits* t = find_schedule(name);
+  if (!t) t = find_schedule("1f1b");
+  return t->bubble(stages, microbatches, chunks);
 }
 
 std::string analytic_formula(const std::string& name) {
-  const std::string schedule = name.substr(0, name.find('+'));
-  if (schedule == "zb-v") return "(S-1)/(6M+S-1), F = I = W per chunk, M >= 2S-1";
-  if (schedule == "zb-h1") return "(S-1)/(3M+S-1), F = B = W";
-  if (schedule == "async") return "0 in steady state: no flush, one fill and drain per run";
-  if (schedule.rfind("interleaved", 0) == 0) return "(S-1)/(vM+S-1)";
-  if (schedule == "naive") return "(S-1)/S, one microbatch";
-  return "(S-1)/(M+S-1)";
+  const schedule_traits* t = find_schedule(name);
+  return t ? t->formula : find_schedule("1f1b")->formula;
 }
 
 }  // namespace actorpipe

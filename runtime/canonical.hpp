@@ -9,6 +9,16 @@
 
 namespace actorpipe {
 
+/// One stage's order of one step, per schedule (the registry points at
+/// these): S stages, M microbatches, v chunks.
+namespace canonical {
+std::vector<op_id> gpipe_stage(int m);
+std::vector<op_id> one_f_one_b_stage(int s, int rank, int m);
+std::vector<op_id> zb_h1_stage(int s, int rank, int m);
+std::vector<op_id> interleaved_stage(int s, int rank, int m, int v);
+std::vector<op_id> zb_v_stage(int s, int rank, int m);
+}  // namespace canonical
+
 /// Per-stage order of one step; `chunks` is the interleaved schedule's v.
 /// Throws std::invalid_argument for an unknown schedule or an interleaved
 /// shape Megatron does not define (M not a multiple of S).

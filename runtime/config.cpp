@@ -7,6 +7,8 @@
 // No torch here: this file must compile in seconds.
 #include "runtime/config.hpp"
 
+#include "runtime/policies/registry.hpp"
+
 #include "messages/ops.hpp"
 #include "runtime/text.hpp"
 
@@ -45,7 +47,7 @@ config_error config::error_at(const std::string& key, const std::string& msg) co
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy", "async"};
+  static const std::vector<std::string> names = trainable_schedule_names();
   return names;
 }
 
@@ -457,8 +459,8 @@ void reader::read_checkpoint(const entry* e) {
   c.every = 1;
   if (read_int(s, "every", c.every)) at_least("checkpoint.every", c.every, 1);
   if (read_small_int(s, "keep_last", c.keep_last)) at_least("checkpoint.keep_last", c.keep_last, 0);
-  if (cfg_.pipeline.schedule == "async")
-    fail_key("checkpoint", "async (PipeDream-2BW) has no step boundary where every stage's weights are one "
+  if (const schedule_traits& t = *find_schedule(cfg_.pipeline.schedule); !t.flushes)
+    fail_key("checkpoint", t.display + " has no step boundary where every stage's weights are one "
                            "version; checkpoints need a synchronous schedule");
 }
 
@@ -482,12 +484,17 @@ void reader::read_faults(const entry& e) {
         read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms", "factor",
                           "after_op", "op", "replica"});
     fault_spec spec;
-    if (!read_string(fs, "kind", spec.kind) || spec.kind.empty()) fail_key(key, "needs a kind");
-    const std::vector<std::string> kinds = {"nonfinite", "duplicate", "delay", "slow_stage", "kill_stage", "throw",
-                                            "drop"};
-    if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end())
-      fail_key(key + ".kind", "unknown fault kind " + quoted_input(spec.kind) + did_you_mean(spec.kind, kinds) +
+    std::string kind;
+    if (!read_string(fs, "kind", kind) || kind.empty()) fail_key(key, "needs a kind");
+    if (auto k = fault_kind_named(kind)) {
+      spec.kind = *k;
+    } else {
+      std::vector<std::string> kinds;
+      for (const auto& i : fault_kinds()) kinds.push_back(i.name);
+      fail_key(key + ".kind", "unknown fault kind " + quoted_input(kind) + did_you_mean(kind, kinds) +
                                   " (known: " + join(kinds) + ")");
+    }
+    const fault_kind_info& kind_info = info(spec.kind);
     auto stage_index = [&](const char* name, int& out) {
       int64_t x = 0;
       if (!read_int(fs, name, x)) return;
@@ -506,8 +513,7 @@ void reader::read_faults(const entry& e) {
       fail_key(key + ".factor", "must be at least 1 (a slower stage), found " + std::to_string(spec.factor));
     // Every op of the stage sleeps factor - 1 times its own time.
     if (spec.factor > 1000) fail_key(key + ".factor", "must be at most 1000, found " + num(spec.factor));
-    if (spec.kind == "kill_stage" || spec.kind == "throw" || spec.kind == "drop") {
-      const char* name = spec.kind == "kill_stage" ? "after_op" : "op";
+    if (const char* name = kind_info.op_key) {
       if (!read_string(fs, name, spec.op)) fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
       if (!parse_op(spec.op))
         fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
@@ -519,8 +525,8 @@ void reader::read_faults(const entry& e) {
       if (v >= cfg_.parallel.dp)
         fail_key(key + ".replica", "replica " + std::to_string(v) + " does not exist (parallel.dp " +
                                        std::to_string(cfg_.parallel.dp) + ")");
-      if (spec.kind == "duplicate" || spec.kind == "delay" || spec.kind == "drop")
-        fail_key(key + ".replica", spec.kind + " picks messages of every replica; replica is for a stage's faults");
+      if (kind_info.picks_messages)
+        fail_key(key + ".replica", kind + " picks messages of every replica; replica is for a stage's faults");
       spec.replica = static_cast<int>(v);
     }
     if (read_int(fs, "step", spec.step)) at_least(key + ".step", spec.step, 0);
@@ -531,7 +537,9 @@ void reader::read_faults(const entry& e) {
                                           std::to_string(cfg_.pipeline.microbatches));
       spec.microbatch = static_cast<int>(v);
     }
-    read_choice(fs, "where", "place for the value", {"grad", "activation"}, spec.where);
+    std::string where = "grad";
+    read_choice(fs, "where", "place for the value", {"grad", "activation"}, where);
+    spec.where = where == "activation" ? nonfinite_site::activation : nonfinite_site::grad;
     f.inject.push_back(spec);
   }
 }
@@ -772,24 +780,26 @@ void reader::read_pipeline(const entry* e) {
                              {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
                               "pace_ms", "lockstep", "virtual_stages", "max_inflight", "recompute", "sim_ms", "threads"});
   read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
-  const bool interleaved = p.schedule == "interleaved";
-  const bool v_shape = p.schedule == "zb-v";
-  const bool greedy = p.schedule == "greedy";
-  p.virtual_stages = interleaved || v_shape ? 2 : 1;
+  const schedule_traits& sched = *find_schedule(p.schedule);
+  p.virtual_stages = sched.default_chunks;
   if (read_small_int(s, "virtual_stages", p.virtual_stages)) {
     at_least("pipeline.virtual_stages", p.virtual_stages, 1);
-    if (v_shape && p.virtual_stages != 2)
-      fail_key("pipeline.virtual_stages", "zb-v runs exactly 2 chunks per stage (one down the V, one back), not " +
+    if (sched.fixed_chunks > 1 && p.virtual_stages != sched.fixed_chunks)
+      fail_key("pipeline.virtual_stages", p.schedule + " runs exactly " + std::to_string(sched.fixed_chunks) +
+                                              " chunks per stage (" + sched.chunks_why + "), not " +
                                               std::to_string(p.virtual_stages));
-    if (!interleaved && !v_shape && !greedy && p.virtual_stages != 1)
+    if (sched.fixed_chunks == 1 && p.virtual_stages != 1)
       fail_key("pipeline.virtual_stages",
-               "only the interleaved, zb-v and greedy schedules run several chunks per stage, not " + p.schedule);
+               "only the " + trainable_schedules_where([](const schedule_traits& t) { return t.fixed_chunks != 1; }) +
+                   " schedules run several chunks per stage, not " + p.schedule);
   }
   if (read_small_int(s, "max_inflight", p.max_inflight)) {
     at_least("pipeline.max_inflight", p.max_inflight, 1);
-    if (!greedy)
-      fail_key("pipeline.max_inflight", "only the greedy schedule takes a memory bound; " + p.schedule +
-                                            " sets its own");
+    if (!sched.takes_max_inflight)
+      fail_key("pipeline.max_inflight", "only the " +
+                                            trainable_schedules_where(
+                                                [](const schedule_traits& t) { return t.takes_max_inflight; }) +
+                                            " schedule takes a memory bound; " + p.schedule + " sets its own");
   }
   const int v = p.virtual_stages;
 
@@ -819,26 +829,26 @@ void reader::read_pipeline(const entry* e) {
 
   if (read_small_int(s, "microbatches", p.microbatches)) at_least("pipeline.microbatches", p.microbatches, 1);
   const int64_t batch = cfg_.train.batch_size;
-  if (p.schedule == "naive") {
-    p.microbatches = 1;  // naive runs the whole batch as one microbatch
+  if (sched.one_microbatch) {
+    p.microbatches = 1;  // the whole batch as one microbatch
   } else if (p.microbatches > batch) {
     fail_key("pipeline.microbatches",
              std::to_string(p.microbatches) + " exceeds train.batch_size " + std::to_string(batch));
   } else if (int64_t n = torch_chunk_count(batch, p.microbatches); n != p.microbatches) {
     fail_key("pipeline.microbatches", "torch.chunk splits train.batch_size " + std::to_string(batch) + " into " +
                                           std::to_string(n) + " chunks, not " + std::to_string(p.microbatches));
-  } else if (p.schedule == "async" && p.microbatches < p.stages) {
-    fail_key("pipeline.microbatches", "async (PipeDream-2BW) needs at least as many microbatches as stages (" +
+  } else if (sched.microbatches_at_least_stages && p.microbatches < p.stages) {
+    fail_key("pipeline.microbatches", sched.display + " needs at least as many microbatches as stages (" +
                                           std::to_string(p.stages) + ") so that two weight versions suffice; got " +
                                           std::to_string(p.microbatches));
-  } else if (p.schedule == "async" && p.microbatches * cfg_.train.steps > INT_MAX) {
+  } else if (!sched.flushes && p.microbatches * cfg_.train.steps > INT_MAX) {
     // Both at most 2^31: the product fits int64. The stages count the
     // stream's microbatches in an int.
-    fail_key("train.steps", "async (PipeDream-2BW) streams every step's microbatches as one: " +
+    fail_key("train.steps", sched.display + " streams every step's microbatches as one: " +
                                 std::to_string(cfg_.train.steps) + " steps x " + std::to_string(p.microbatches) +
                                 " microbatches exceed " + std::to_string(INT_MAX));
-  } else if (interleaved && p.microbatches % p.stages != 0) {
-    fail_key("pipeline.microbatches", "interleaved runs microbatches in groups of pipeline.stages (" +
+  } else if (sched.microbatches_in_stage_groups && p.microbatches % p.stages != 0) {
+    fail_key("pipeline.microbatches", p.schedule + " runs microbatches in groups of pipeline.stages (" +
                                           std::to_string(p.stages) + "); " + std::to_string(p.microbatches) +
                                           " is not a multiple");
   } else if (const int dp = cfg_.parallel.dp; dp > 1) {
@@ -851,13 +861,13 @@ void reader::read_pipeline(const entry* e) {
                                               ") splits into " + std::to_string(k) + " chunks, not " +
                                               std::to_string(p.microbatches));
   }
-  if (cfg_.parallel.dp > 1 && p.schedule == "async")
-    fail_key("parallel.dp", "async (PipeDream-2BW) runs one replica; its stages step on their own, with no "
+  if (cfg_.parallel.dp > 1 && !sched.flushes)
+    fail_key("parallel.dp", sched.display + " runs one replica; its stages step on their own, with no "
                             "allreduce point");
 
-  if (p.schedule == "async" && cfg_.train.clip_grad_norm > 0)
+  if (!sched.flushes && cfg_.train.clip_grad_norm > 0)
     fail_key(cfg_.marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
-             "async (PipeDream-2BW) steps each stage on its own, with no global gradient norm to clip by; "
+             sched.display + " steps each stage on its own, with no global gradient norm to clip by; "
              "leave train.clip_grad_norm out");
 
   if (const entry* de = s.find("devices")) read_devices(*de);

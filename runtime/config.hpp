@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/fault_kind.hpp"
+
 namespace actorpipe {
 
 /// A bad config, a bad data file or an impossible request; exit code 2.
@@ -153,13 +155,13 @@ struct supervision_config {
   double max_skipped_fraction = 0.5;
 };
 
-/// One injected fault (only `nonfinite` so far).
+/// One injected fault.
 struct fault_spec {
-  std::string kind;  ///< nonfinite | duplicate | delay | slow_stage
-  int stage = 0;     ///< nonfinite, slow_stage
+  fault_kind kind = fault_kind::nonfinite;
+  int stage = 0;     ///< nonfinite, slow_stage, kill_stage, throw
   int64_t step = 0;
   int microbatch = 0;
-  std::string where = "grad";  ///< grad | activation
+  nonfinite_site where = nonfinite_site::grad;
   int from = -1, to = -1;      ///< delay: messages from stage `from` to stage `to` (-1: any)
   double probability = 0.0;    ///< duplicate, delay: per message, drawn from faults.seed
   double ms = 0.0;             ///< delay

@@ -106,7 +106,7 @@ public:
 
 using policy_factory = std::function<std::unique_ptr<policy>(const policy_options&)>;
 
-/// Policy by name; nullptr if unknown.
+/// Policy by name; nullptr if unknown (runtime/policies/registry.cpp).
 std::unique_ptr<policy> make_policy(const std::string& name, const policy_options& opts = {});
 /// Names of all registered policies, in registry order.
 std::vector<std::string> policy_names();

@@ -1,4 +1,6 @@
 #include "runtime/simulator.hpp"
+
+#include "runtime/policies/registry.hpp"
 #include "runtime/text.hpp"
 
 #include <algorithm>
@@ -311,8 +313,9 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
 
 sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost,
                     int chunks, int max_inflight) {
-  if (schedule.rfind("interleaved", 0) == 0 && microbatches % stages != 0)
-    throw std::invalid_argument("simulate: interleaved needs microbatches (" + std::to_string(microbatches) +
+  const schedule_traits* t = find_schedule(schedule);
+  if (t && t->microbatches_in_stage_groups && microbatches % stages != 0)
+    throw std::invalid_argument("simulate: " + t->name + " needs microbatches (" + std::to_string(microbatches) +
                                 ") to be a multiple of stages (" + std::to_string(stages) + ")");
   auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
   if (!pol) throw std::invalid_argument("simulate: unknown schedule " + quoted_input(schedule));

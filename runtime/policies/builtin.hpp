@@ -1,6 +1,6 @@
 #pragma once
 // The built-in policies. Each lives in its own file in this folder and has
-// one line in runtime/policy.cpp's registry.
+// one entry in registry.cpp.
 #include <memory>
 #include <mutex>
 

@@ -11,8 +11,9 @@ std::shared_ptr<const std::vector<std::vector<op_id>>> zb_v_policy::program(int 
                                                                             int microbatches) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!program_ || stages_ != stages || microbatches_ != microbatches) {
-    program_ = std::make_shared<const std::vector<std::vector<op_id>>>(
-        canonical_order("zb-v", stages, microbatches));
+    std::vector<std::vector<op_id>> order;
+    for (int r = 0; r < stages; ++r) order.push_back(canonical::zb_v_stage(stages, r, microbatches));
+    program_ = std::make_shared<const std::vector<std::vector<op_id>>>(std::move(order));
     stages_ = stages;
     microbatches_ = microbatches;
   }

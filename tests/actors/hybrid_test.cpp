@@ -174,7 +174,7 @@ TEST(HybridSupervision, AStageOfOneReplicaKilledAtARandomOpIsRestartedAndLosesNo
   const auto want = run_training(clean, opts).weights;
   const auto canon = canonical_order("1f1b", 2, 4);
   for (uint64_t seed = 1; seed <= 8; ++seed) {
-    const auto kill = seeded_death(derive_seed(seed, {2}), seed % 3 == 0 ? "throw" : "kill_stage", canon, 4, 2);
+    const auto kill = seeded_death(derive_seed(seed, {2}), seed % 3 == 0 ? fault_kind::throw_in_op : fault_kind::kill_stage, canon, 4, 2);
     auto c = clean;
     c.faults.inject = {kill};
     auto out = run_training(c, opts);
@@ -198,12 +198,12 @@ TEST(HybridMessageFaults, DuplicatesDelaysAndADropLeaveTheWeightsBitwiseEqual) {
   c.faults.seed = 11;
   c.supervision.op_timeout_ms = 50;
   fault_spec dup, delay, drop;
-  dup.kind = "duplicate";
+  dup.kind = fault_kind::duplicate;
   dup.probability = 0.05;
-  delay.kind = "delay";
+  delay.kind = fault_kind::delay;
   delay.probability = 0.05;
   delay.ms = 5;
-  drop.kind = "drop";
+  drop.kind = fault_kind::drop;
   drop.step = 2;
   drop.from = 0;
   drop.to = 1;
@@ -233,12 +233,12 @@ TEST(HybridNonFinite, ANaNInOneReplicaSkipsTheStepEverywhere) {
   const auto want = run_training(clean, skipping).weights;
   auto c = clean;
   fault_spec nan;
-  nan.kind = "nonfinite";
+  nan.kind = fault_kind::nonfinite;
   nan.replica = 1;
   nan.stage = 1;
   nan.step = 2;
   nan.microbatch = 1;
-  nan.where = "grad";
+  nan.where = nonfinite_site::grad;
   c.faults.inject = {nan};
   auto out = run_training(c, opts);
   EXPECT_EQ(out.result.skipped_steps, std::vector<int64_t>{2});

@@ -69,7 +69,7 @@ inline config small_config(const std::string& schedule, int stages, int microbat
 /// A death at a spot drawn from `r`: the stage, the step (of `steps`) and
 /// one of that stage's canonical ops (`canon`, by stage); with replicas,
 /// the replica too. `kind` is kill_stage (after the op) or throw (inside it).
-inline fault_spec seeded_death(uint64_t r, const std::string& kind, const std::vector<std::vector<op_id>>& canon,
+inline fault_spec seeded_death(uint64_t r, fault_kind kind, const std::vector<std::vector<op_id>>& canon,
                                int steps, int replicas = 1) {
   fault_spec f;
   f.kind = kind;
@@ -83,7 +83,7 @@ inline fault_spec seeded_death(uint64_t r, const std::string& kind, const std::v
 
 /// "kill_stage replica 1 stage 0 step 2 B3", for failure messages.
 inline std::string describe_fault(const fault_spec& f) {
-  return f.kind + (f.replica >= 0 ? " replica " + std::to_string(f.replica) : std::string()) + " stage " +
+  return to_string(f.kind) + (f.replica >= 0 ? " replica " + std::to_string(f.replica) : std::string()) + " stage " +
          std::to_string(f.stage) + " step " + std::to_string(f.step) + " " + f.op;
 }
 

@@ -422,7 +422,8 @@ TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
   for (const std::string where : {"grad", "activation"}) {
     auto c = small_config("1f1b", 4, 8, true);
     c.train.steps = 8;
-    c.faults.inject.push_back({"nonfinite", 1, 5, 2, where});
+    const auto site = where == "grad" ? nonfinite_site::grad : nonfinite_site::activation;
+    c.faults.inject.push_back({fault_kind::nonfinite, 1, 5, 2, site});
     auto out = run_training(c);
     std::vector<double> norms;
     // The reference: the same run without the fault, minus step 5's update
@@ -432,7 +433,7 @@ TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
     auto want = reference_weights(plain, &norms, {5});
     auto mine = small_config("1f1b", 4, 8, false);
     mine.train.steps = 8;
-    mine.faults.inject.push_back({"nonfinite", 1, 5, 2, where});
+    mine.faults.inject.push_back({fault_kind::nonfinite, 1, 5, 2, site});
     auto got = run_training(mine);
     ASSERT_EQ(got.result.skipped_steps, std::vector<int64_t>{5});
     for (auto& [name, w] : got.weights) {
@@ -476,7 +477,7 @@ TEST(StepReport, TrainingAccuracyIsTheForwardsOnTheStepsBatch) {
 namespace actorpipe {
 namespace {
 
-fault_spec message_fault(const char* kind, double p, double ms = 0.0, int from = -1, int to = -1) {
+fault_spec message_fault(fault_kind kind, double p, double ms = 0.0, int from = -1, int to = -1) {
   fault_spec f;
   f.kind = kind;
   f.probability = p;
@@ -495,7 +496,7 @@ TEST(MessageFaults, DuplicatesAndDelaysLeaveTheWeightsBitwiseEqualAndAreCounted)
     auto clean = small_config(schedule, 4, 8, true);
     auto faulty = clean;
     faulty.faults.seed = 11;
-    faulty.faults.inject = {message_fault("duplicate", 0.05), message_fault("delay", 0.05, 2.0)};
+    faulty.faults.inject = {message_fault(fault_kind::duplicate, 0.05), message_fault(fault_kind::delay, 0.05, 2.0)};
     auto a = run_training(clean), b = run_training(faulty);
     EXPECT_TRUE(bitwise_equal(a.weights, b.weights)) << schedule;
     EXPECT_GT(injected_duplicates(b.result), 0u) << schedule;
@@ -511,7 +512,7 @@ TEST(MessageFaults, DuplicatesAndDelaysLeaveTheWeightsBitwiseEqualAndAreCounted)
 TEST(MessageFaults, TheFaultSeedPicksTheSameMessagesEveryRun) {
   auto c = small_config("1f1b", 4, 8);
   c.faults.seed = 3;
-  c.faults.inject = {message_fault("duplicate", 0.2)};
+  c.faults.inject = {message_fault(fault_kind::duplicate, 0.2)};
   auto a = run_training(c), b = run_training(c);
   ASSERT_EQ(a.result.steps.size(), b.result.steps.size());
   for (size_t t = 0; t < a.result.steps.size(); ++t)
@@ -529,7 +530,7 @@ TEST(Stragglers, AStageSlowedThreeTimesScoresAboutAThird) {
   // wake-up delays (added to every op alike) stay small beside them.
   c.pipeline.pace_ms = 6.0;
   fault_spec slow;
-  slow.kind = "slow_stage";
+  slow.kind = fault_kind::slow_stage;
   slow.stage = 2;
   slow.factor = 3.0;
   c.faults.inject = {slow};
@@ -555,7 +556,7 @@ TEST(Supervision, AStageKilledAtARandomOpIsRestartedAndLosesNothing) {
   const auto want = run_training(clean).weights;
   const auto canon = canonical_order("1f1b", 4, 4);
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    const auto kill = seeded_death(derive_seed(seed, {1}), seed % 4 == 0 ? "throw" : "kill_stage", canon, 4);
+    const auto kill = seeded_death(derive_seed(seed, {1}), seed % 4 == 0 ? fault_kind::throw_in_op : fault_kind::kill_stage, canon, 4);
     auto c = clean;
     c.faults.inject = {kill};
     auto out = run_training(c);
@@ -573,7 +574,7 @@ TEST(Supervision, AfterARestartNoActorOfTheOldGenerationIsAlive) {
   c.train.steps = 4;
   c.supervision.max_restarts = 2;
   fault_spec kill;
-  kill.kind = "kill_stage";
+  kill.kind = fault_kind::kill_stage;
   kill.stage = 2;
   kill.step = 2;
   kill.op = "B1";
@@ -599,17 +600,17 @@ TEST(Reproducibility, TheSameConfigAndFaultSeedGiveTheSameEventTrace) {
   c.supervision.max_restarts = 3;
   c.faults.seed = 7;
   fault_spec dup, nan, kill, boom;
-  dup.kind = "duplicate";
+  dup.kind = fault_kind::duplicate;
   dup.probability = 0.1;
-  nan.kind = "nonfinite";
+  nan.kind = fault_kind::nonfinite;
   nan.stage = 1;
   nan.step = 1;
   nan.microbatch = 3;
-  kill.kind = "kill_stage";
+  kill.kind = fault_kind::kill_stage;
   kill.stage = 2;
   kill.step = 2;
   kill.op = "F5";
-  boom.kind = "throw";
+  boom.kind = fault_kind::throw_in_op;
   boom.stage = 1;
   boom.step = 4;
   boom.op = "B2";
@@ -636,7 +637,7 @@ TEST(Supervision, RestartsBeyondTheLimitGiveUp) {
   c.supervision.max_restarts = 1;
   c.supervision.window_steps = 10;
   fault_spec a, b;
-  a.kind = b.kind = "kill_stage";
+  a.kind = b.kind = fault_kind::kill_stage;
   a.stage = 0, a.step = 1, a.op = "F0";
   b.stage = 1, b.step = 2, b.op = "B1";
   c.faults.inject = {a, b};
@@ -665,7 +666,7 @@ TEST(MessageFaults, ADroppedMessageIsRequestedAgainAndNothingIsLost) {
     auto c = clean;
     c.supervision.op_timeout_ms = 50;
     fault_spec drop;
-    drop.kind = "drop";
+    drop.kind = fault_kind::drop;
     drop.step = 2;
     drop.op = op;
     drop.from = op[0] == 'F' ? 1 : 2;

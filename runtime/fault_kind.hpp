@@ -1,0 +1,47 @@
+#pragma once
+// The kinds of injected fault, typed once at config load. Names are what a
+// config writes (`faults.inject[i].kind`); nothing past the config reader
+// compares them as strings.
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace actorpipe {
+
+enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop };
+
+/// Where a `nonfinite` fault puts its NaN.
+enum class nonfinite_site { grad, activation };
+
+struct fault_kind_info {
+  fault_kind kind;
+  const char* name;        ///< the config's spelling
+  const char* op_key;      ///< the key naming its op ("after_op", "op"), or null
+  bool picks_messages;     ///< acts on messages of every replica, not on one stage
+  bool ends_stage;         ///< the stage dies of it (a restart re-runs the step without it)
+};
+
+/// Every kind, in the order errors list them.
+inline const std::array<fault_kind_info, 7>& fault_kinds() {
+  static const std::array<fault_kind_info, 7> kinds = {{
+      {fault_kind::nonfinite, "nonfinite", nullptr, false, false},
+      {fault_kind::duplicate, "duplicate", nullptr, true, false},
+      {fault_kind::delay, "delay", nullptr, true, false},
+      {fault_kind::slow_stage, "slow_stage", nullptr, false, false},
+      {fault_kind::kill_stage, "kill_stage", "after_op", false, true},
+      {fault_kind::throw_in_op, "throw", "op", false, true},
+      {fault_kind::drop, "drop", "op", true, false},
+  }};
+  return kinds;
+}
+
+inline const fault_kind_info& info(fault_kind k) { return fault_kinds()[static_cast<size_t>(k)]; }
+inline std::string to_string(fault_kind k) { return info(k).name; }
+inline std::optional<fault_kind> fault_kind_named(std::string_view name) {
+  for (const auto& i : fault_kinds())
+    if (name == i.name) return i.kind;
+  return std::nullopt;
+}
+
+}  // namespace actorpipe
