@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -20,6 +21,8 @@
 #include "runtime/collectives.hpp"
 #include "runtime/device_stream.hpp"
 #include "runtime/fault_plan.hpp"
+#include "runtime/op_grid.hpp"
+#include "runtime/ready_board.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/optimizer_state.hpp"
 #include "runtime/placement.hpp"
@@ -73,20 +76,11 @@ struct stage_state {
   caf::actor driver;
 
   int64_t step = -1;
-  std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // by chunk
-  // Backward inputs that arrived ahead of their turn: per chunk, B runs in
-  // ascending microbatch order (the gradient sums stay bitwise the same
-  // when messages are delayed or reordered), so B(mb) is ready only once
-  // B(mb - 1) has run.
-  std::vector<mb_set> bwd_arrived;
-  std::vector<int> bwd_next;
-  // Forwards too: a delayed activation must not let a later microbatch take
-  // the in-flight slot its predecessor needs (that deadlocks 1F1B).
-  std::vector<mb_set> fwd_arrived;
-  std::vector<int> fwd_next;
+  // Ready sets, in-order promotion, duplicate detection and the policy's
+  // counters for the step (shared with the simulator).
+  ready_board board;
   bool split = false;  // the policy runs B and W as separate ops
   // The rest is indexed by slot = chunk * M + mb.
-  std::vector<char> fwd_seen, bwd_seen;  // duplicate detection per step
   std::vector<activation_msg> inputs;
   // What this stage sent this step, by its own slot, to send again when a
   // receiver reports it missing (a dropped message).
@@ -99,11 +93,7 @@ struct stage_state {
   // one GPU queue their kernels side by side.
   std::unique_ptr<device_stream> queue;
   std::vector<stash_entry> stash;
-  int fwd_done = 0;
-  int bwd_done = 0;
-  int w_done = 0;
   int stashed = 0;
-  int open = 0;  // microbatches opened by chunk 0's F and not yet closed
   // Mean measured duration per op kind (ns), over the whole run: what a
   // dynamic policy estimates with.
   double measured[3] = {0.0, 0.0, 0.0};
@@ -176,35 +166,19 @@ int virtual_stage(const stage_state& s, int chunk) { return s.plc.virtual_stage(
 int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
 
 // Every backward (and, split, every weight gradient) of the step has run.
-bool step_done(const stage_state& s) {
-  const int n = s.setup.microbatches * s.setup.chunks;
-  return s.bwd_done == n && (!s.split || s.w_done == n);
-}
+bool step_done(const stage_state& s) { return s.board.done(); }
 
 void begin_step(stage_state& s, int64_t step) {
   const int m = s.setup.microbatches, slots = m * s.setup.chunks;
   s.step = step;
-  s.fwd_ready.assign(s.setup.chunks, mb_set{});
-  s.bwd_ready.assign(s.setup.chunks, mb_set{});
-  s.bwd_arrived.assign(s.setup.chunks, mb_set{});
-  for (auto& r : s.bwd_arrived) r.reset(m);
-  s.bwd_next.assign(s.setup.chunks, 0);
-  s.fwd_arrived.assign(s.setup.chunks, mb_set{});
-  for (auto& r : s.fwd_arrived) r.reset(m);
-  s.fwd_next.assign(s.setup.chunks, 0);
-  s.w_ready.assign(s.setup.chunks, mb_set{});
-  for (auto& r : s.fwd_ready) r.reset(m);
-  for (auto& r : s.bwd_ready) r.reset(m);
-  for (auto& r : s.w_ready) r.reset(m);
-  s.fwd_seen.assign(slots, 0);
-  s.bwd_seen.assign(slots, 0);
+  s.board.reset(m, s.setup.chunks, s.split);
   s.inputs.assign(slots, activation_msg{});
   s.sent_fwd.assign(slots, activation_msg{});
   s.sent_bwd.assign(slots, gradient_msg{});
   s.grads_in.assign(slots, at::Tensor());
   s.grads_ready.assign(slots, nullptr);
   s.stash.assign(slots, stash_entry{});
-  s.fwd_done = s.bwd_done = s.w_done = s.stashed = s.open = 0;
+  s.stashed = 0;
   s.stash_bytes = 0;
   s.loss_sum = at::Tensor();
   s.correct_sum = at::Tensor();
@@ -218,49 +192,19 @@ void begin_step(stage_state& s, int64_t step) {
   s.finite_check_ns.clear();
 }
 
-// Per chunk, ops of one kind run in microbatch order: an input that arrived
-// ahead of its turn waits in `arrived`; the next one in order moves to
-// `ready` once it is there.
-void promote(mb_set& arrived, mb_set& ready, int next, int microbatches) {
-  if (next < microbatches && arrived.contains(next)) {
-    arrived.erase(next);
-    ready.insert(next);
-  }
-}
-
-void promote_forward(stage_state& s, int chunk) {
-  promote(s.fwd_arrived[chunk], s.fwd_ready[chunk], s.fwd_next[chunk], s.setup.microbatches);
-}
-
-void promote_backward(stage_state& s, int chunk) {
-  promote(s.bwd_arrived[chunk], s.bwd_ready[chunk], s.bwd_next[chunk], s.setup.microbatches);
-}
-
-void arrive_forward(stage_state& s, int chunk, int mb) {
-  s.fwd_arrived[chunk].insert(mb);
-  promote_forward(s, chunk);
-}
-
-void arrive_backward(stage_state& s, int chunk, int mb) {
-  s.bwd_arrived[chunk].insert(mb);
-  promote_backward(s, chunk);
-}
-
 // Returns false (and counts it) for a message of an older step, or one
 // whose op input already arrived.
-bool accept(stage_state& s, const msg_header& h, std::vector<char>& seen) {
+bool accept(stage_state& s, const msg_header& h, op_kind kind) {
   if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
       h.chunk >= s.setup.chunks) {
     ++s.dropped;
     return false;
   }
   if (h.step > s.step) begin_step(s, h.step);
-  auto& flag = seen[slot(s, h.chunk, h.mb)];
-  if (flag) {
+  if (!s.board.arrive(kind, h.chunk, h.mb)) {
     ++s.dropped;
     return false;
   }
-  flag = 1;
   return true;
 }
 
@@ -313,7 +257,14 @@ void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg m
     return;
   }
   const bool twice = verdict.twice;
-  const double delay_ms = verdict.delay_ms;
+  double delay_ms = verdict.delay_ms;
+  if (s.setup.lockstep && delay_ms > 0) {
+    // Lock-step: a round stands for one op, so the delay is counted in
+    // rounds (ms rounded up): the receiver sees the message that much later.
+    msg.h.round += static_cast<int64_t>(std::ceil(delay_ms));
+    ++s.stats.injected_delays;
+    delay_ms = 0;
+  }
   if (twice) {
     ++s.stats.injected_duplicates;
     self->send(to, atom, msg);
@@ -425,8 +376,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   if (injected(s, mb, nonfinite_site::activation)) out = out + std::numeric_limits<float>::quiet_NaN();
   check_finite(s, {op_kind::F, mb, chunk}, out);
   if (last_virtual(s, chunk) && !work) {
-    arrive_backward(s, chunk, mb);
-    s.bwd_seen[k] = 1;
+    s.board.arrive(op_kind::B, chunk, mb);
   } else if (last_virtual(s, chunk)) {
     auto y = on_device(s, msg.y, msg.y.scalar_type());
     double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
@@ -441,8 +391,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
       s.samples += y.size(0);
     }
     e.output = s.setup.recompute ? at::Tensor() : loss;
-    arrive_backward(s, chunk, mb);  // the loss starts the backward right here
-    s.bwd_seen[k] = 1;
+    s.board.arrive(op_kind::B, chunk, mb);  // the loss starts the backward right here
   } else {
     if (!s.setup.recompute) e.output = out;
     auto next = hop_to(s, virtual_stage(s, chunk) + 1);
@@ -458,7 +407,6 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   s.stash_bytes += s.stash[k].bytes;
   s.stats.peak_stash = std::max(s.stats.peak_stash, s.stashed);
   s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
-  ++s.fwd_done;
 }
 
 // Recompute: the forward again, with autograd, from the stashed input.
@@ -489,11 +437,9 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   const int k = slot(s, chunk, mb);
   const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
   if (!computes(s)) {
-    if (s.split) s.w_ready[chunk].insert(mb);
-    else --s.stashed;
+    if (!s.split) --s.stashed;
     s.grads_in[k] = at::Tensor();
     if (!first) send_backward(self, chunk, mb, s.nothing, start);
-    ++s.bwd_done;
     return;
   }
   if (s.queue && !last) s.queue->wait(s.grads_ready[k], s.grads_in[k]);
@@ -543,14 +489,12 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
       s.stash_bytes += held;
       s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
     }
-    s.w_ready[chunk].insert(mb);
   }
   s.grads_in[k] = at::Tensor();
   if (!first) {
     check_finite(s, {op_kind::B, mb, chunk}, grad_in);
     send_backward(self, chunk, mb, grad_in, start);
   }
-  ++s.bwd_done;
 }
 
 // Weight gradient of a split backward: accumulated into .grad in the
@@ -600,7 +544,6 @@ void fire_weight(stage_ptr self, int chunk, int mb) {
   weight_grads(s, chunk, e);
   --s.stashed;
   s.stash_bytes -= e.bytes;
-  ++s.w_done;
 }
 
 // Sums this stage's gradients over its data-parallel replicas. It blocks
@@ -711,51 +654,10 @@ stage_status status_of(const stage_state& s) {
   st.rank = s.setup.rank;
   st.fired = s.fired_total;
   st.done = s.step < 0 || step_done(s);
-  std::ostringstream os;
-  os << "stage " << s.setup.rank << " (step " << s.step << "): fired [";
-  for (size_t i = 0; i < s.stats.events.size(); ++i) os << (i ? " " : "") << to_string(s.stats.events[i].op);
-  os << "]";
-  if (!st.done && s.step >= 0) {
-    const int m = s.setup.microbatches;
-    std::vector<std::string> ready;
-    for (int c = 0; c < s.setup.chunks; ++c)
-      for (int i = 0; i < m; ++i) {
-        if (s.fwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, c}));
-        if (s.bwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, c}));
-        if (s.w_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::W, i, c}));
-      }
-    os << "  ready, not chosen: [";
-    for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
-    os << "]";
-    std::vector<std::string> queued;  // inputs there, but an earlier microbatch goes first
-    for (int c = 0; c < s.setup.chunks; ++c)
-      for (int i = 0; i < m; ++i) {
-        if (s.fwd_arrived[c].contains(i)) queued.push_back(to_string(op_id{op_kind::F, i, c}));
-        if (s.bwd_arrived[c].contains(i)) queued.push_back(to_string(op_id{op_kind::B, i, c}));
-      }
-    if (!queued.empty()) {
-      os << "  in order after them: [";
-      for (size_t i = 0; i < queued.size(); ++i) os << (i ? " " : "") << queued[i];
-      os << "]";
-    }
-    for (int c = 0; c < s.setup.chunks; ++c) {
-      const int k = virtual_stage(s, c);
-      for (int i = 0; i < m; ++i)
-        if (!s.fwd_seen[slot(s, c, i)]) {
-          os << "; " << to_string(op_id{op_kind::F, i, c}) << " waits for its input from "
-             << (k == 0 ? std::string("the driver") : "stage " + std::to_string(s.plc.rank_of(k - 1)));
-          break;
-        }
-      for (int i = 0; i < m; ++i)
-        if (!s.bwd_seen[slot(s, c, i)]) {
-          os << "; " << to_string(op_id{op_kind::B, i, c})
-             << (last_virtual(s, c) ? std::string(" waits for its own forward")
-                                    : " waits for its gradient from stage " + std::to_string(s.plc.rank_of(k + 1)));
-          break;
-        }
-    }
-  }
-  st.grid = os.str();
+  std::vector<op_id> fired;
+  for (const auto& e : s.stats.events) fired.push_back(e.op);
+  const std::string label = "stage " + std::to_string(s.setup.rank) + " (step " + std::to_string(s.step) + ")";
+  st.grid = op_grid_row(label, fired, st.done ? nullptr : &s.board, s.plc, s.setup.rank);
   return st;
 }
 
@@ -776,34 +678,20 @@ void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t) {
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
   if (s.step < 0 || step_done(s)) return false;
-  stage_view v{s.setup.rank,       s.setup.stages, s.setup.microbatches, s.fwd_done,
-               s.bwd_done,         s.fwd_ready.data(), s.bwd_ready.data(), s.setup.chunks,
-               s.w_ready.data(),   s.w_done,           s.open,             s.measured};
-  auto op = s.pol->next(v);
+  auto op = s.pol->next(s.board.view(s.setup.rank, s.setup.stages, s.measured));
   if (!op) return false;
   if (auto what = s.faults.throw_in(s.step, *op)) throw std::runtime_error(*what);
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
-  if (op->kind == op_kind::F) {
-    s.fwd_ready[op->chunk].erase(op->mb);
-    ++s.fwd_next[op->chunk];
+  s.board.fire(*op);
+  if (op->kind == op_kind::F)
     fire_forward(self, op->chunk, op->mb, start);
-    promote_forward(s, op->chunk);
-  } else if (op->kind == op_kind::B) {
-    s.bwd_ready[op->chunk].erase(op->mb);
-    ++s.bwd_next[op->chunk];
+  else if (op->kind == op_kind::B)
     fire_backward(self, op->chunk, op->mb, start);
-    promote_backward(s, op->chunk);
-  } else {
-    s.w_ready[op->chunk].erase(op->mb);
+  else
     fire_weight(self, op->chunk, op->mb);
-  }
   pad(s, start, op->kind);  // ops that send nothing
   int64_t end_ns = now_ns(s);
-  if (op->chunk == 0) {
-    if (op->kind == op_kind::F) ++s.open;
-    if (op->kind == (s.split ? op_kind::W : op_kind::B)) --s.open;
-  }
   ++s.fired_total;
   const int kind = static_cast<int>(op->kind);
   s.measured[kind] += (static_cast<double>(end_ns - start_ns) - s.measured[kind]) /
@@ -851,13 +739,13 @@ void on_recheck(stage_ptr self, int64_t fired_then, int64_t step) {
   const int m = s.setup.microbatches;
   for (int c = 0; c < s.setup.chunks; ++c) {
     const int k = virtual_stage(s, c);
-    const int f = s.fwd_next[c], b = s.bwd_next[c];
-    if (k > 0 && f < m && !s.fwd_seen[slot(s, c, f)]) {
+    const int f = s.board.next(op_kind::F, c), b = s.board.next(op_kind::B, c);
+    if (k > 0 && f < m && !s.board.arrived(op_kind::F, c, f)) {
       auto from = hop_to(s, k - 1);
       self->send(from.to, resend_atom::value, int32_t{0}, s.step, int32_t{f}, from.chunk);
       ++s.stats.resend_requests;
     }
-    if (!last_virtual(s, c) && b < m && !s.bwd_seen[slot(s, c, b)]) {
+    if (!last_virtual(s, c) && b < m && !s.board.arrived(op_kind::B, c, b)) {
       auto from = hop_to(s, k + 1);
       self->send(from.to, resend_atom::value, int32_t{1}, s.step, int32_t{b}, from.chunk);
       ++s.stats.resend_requests;
@@ -953,17 +841,15 @@ void evaluate(stage_ptr self, eval_msg m) {
 
 void on_activation(stage_ptr self, activation_msg& m) {
   auto& s = self->state;
-  if (!accept(s, m.h, s.fwd_seen)) return;
+  if (!accept(s, m.h, op_kind::F)) return;
   const int chunk = m.h.chunk, mb = m.h.mb;
   s.inputs[slot(s, chunk, mb)] = std::move(m);
-  arrive_forward(s, chunk, mb);
   schedule_tick(self);
 }
 
 void on_gradient(stage_ptr self, gradient_msg& m) {
   auto& s = self->state;
-  if (!accept(s, m.h, s.bwd_seen)) return;
-  arrive_backward(s, m.h.chunk, m.h.mb);
+  if (!accept(s, m.h, op_kind::B)) return;
   s.grads_in[slot(s, m.h.chunk, m.h.mb)] = std::move(m.g);
   s.grads_ready[slot(s, m.h.chunk, m.h.mb)] = std::move(m.ready);
   schedule_tick(self);

@@ -1,6 +1,8 @@
 #include "runtime/simulator.hpp"
 
+#include "runtime/op_grid.hpp"
 #include "runtime/policies/registry.hpp"
+#include "runtime/ready_board.hpp"
 #include "runtime/text.hpp"
 
 #include <algorithm>
@@ -64,13 +66,7 @@ std::vector<std::vector<op_id>> sim_result::order() const {
 namespace {
 
 struct sim_stage {
-  std::vector<mb_set> fwd_ready, bwd_ready, w_ready;  // per chunk
-  std::vector<std::vector<char>> fwd_fired, bwd_fired;  // per chunk, per mb
-  int fwd_done = 0;
-  int bwd_done = 0;
-  int w_done = 0;
-  int w_expected = 0;  // W ops in a step: M x chunks when split, else 0
-  int open = 0;        // microbatches opened by chunk 0's F, not yet closed
+  ready_board board;
   double measured[3] = {0.0, 0.0, 0.0};  // mean duration per op kind so far
   int measured_n[3] = {0, 0, 0};
   bool busy = false;
@@ -92,50 +88,16 @@ struct later {
   }
 };
 
-// The per-stage op grid of a stuck step: what each stage fired, what is
-// ready but refused, and what each pending op waits for.
-std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, int m, const placement& plc) {
-  const int s_count = static_cast<int>(st.size());
-  const int chunks = static_cast<int>(st.front().fwd_ready.size());
+// The per-stage op grid of a stuck step, stuck stages marked.
+std::string diagnose(const std::vector<sim_stage>& st, const sim_result& r, const placement& plc) {
   std::ostringstream os;
   os << "deadlock: no op can fire and the step is not done\n";
-  for (int s = 0; s < s_count; ++s) {
-    bool done = st[s].bwd_done == m * chunks && st[s].w_done == st[s].w_expected;
-    os << (done ? "   " : ">> ") << "stage " << s << ": fired [";
+  for (int s = 0; s < static_cast<int>(st.size()); ++s) {
+    const bool done = st[s].board.done();
     std::vector<op_id> fired;
     for (const auto& o : r.timeline[s]) fired.push_back(o.op);
-    os << to_string(fired) << "]";
-    if (!done) {
-      std::vector<std::string> ready, waits;
-      for (int c = 0; c < chunks; ++c)
-        for (int i = 0; i < m; ++i) {
-          if (st[s].fwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::F, i, c}));
-          if (st[s].bwd_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::B, i, c}));
-          if (st[s].w_ready[c].contains(i)) ready.push_back(to_string(op_id{op_kind::W, i, c}));
-        }
-      for (int c = 0; c < chunks; ++c) {
-        const int k = plc.virtual_stage(s, c);
-        int next_f = -1, next_b = -1;
-        for (int i = 0; i < m && next_f < 0; ++i)
-          if (!st[s].fwd_fired[c][i] && !st[s].fwd_ready[c].contains(i)) next_f = i;
-        for (int i = 0; i < m && next_b < 0; ++i)
-          if (!st[s].bwd_fired[c][i] && !st[s].bwd_ready[c].contains(i)) next_b = i;
-        auto name = [&](op_kind kind, int mb) { return to_string(op_id{kind, mb, c}); };
-        if (next_f >= 0)
-          waits.push_back(name(op_kind::F, next_f) + " waits for its input from stage " +
-                          std::to_string(plc.rank_of(k - 1)));
-        if (next_b >= 0)
-          waits.push_back(name(op_kind::B, next_b) +
-                          (k + 1 == s_count * chunks
-                               ? " waits for its own " + name(op_kind::F, next_b)
-                               : " waits for its gradient from stage " + std::to_string(plc.rank_of(k + 1))));
-      }
-      os << "  ready, not chosen: [";
-      for (size_t i = 0; i < ready.size(); ++i) os << (i ? " " : "") << ready[i];
-      os << "]";
-      for (const auto& w : waits) os << "; " << w;
-    }
-    os << "\n";
+    os << (done ? "   " : ">> ") << op_grid_row("stage " + std::to_string(s), fired, done ? nullptr : &st[s].board, plc, s)
+       << "\n";
   }
   return os.str();
 }
@@ -182,18 +144,8 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   const placement plc = pol.layout(s_count);
   const int last_k = plc.count() - 1;  // the last virtual stage computes the loss
   std::vector<sim_stage> st(s_count);
-  for (auto& s : st) {
-    s.fwd_ready.assign(chunks, mb_set{});
-    s.bwd_ready.assign(chunks, mb_set{});
-    s.w_ready.assign(chunks, mb_set{});
-    for (auto& set : s.w_ready) set.reset(m);
-    s.w_expected = split ? m * chunks : 0;
-    for (auto& set : s.fwd_ready) set.reset(m);
-    for (auto& set : s.bwd_ready) set.reset(m);
-    s.fwd_fired.assign(chunks, std::vector<char>(m, 0));
-    s.bwd_fired.assign(chunks, std::vector<char>(m, 0));
-  }
-  for (int i = 0; i < m; ++i) st[0].fwd_ready[0].insert(i);
+  for (auto& s : st) s.board.reset(m, chunks, split);
+  for (int i = 0; i < m; ++i) st[0].board.arrive(op_kind::F, plc.chunk_of(0), i);
   auto factor = [&](int r) {
     return r < static_cast<int>(cost.stage_factor.size()) ? cost.stage_factor[r] : 1.0;
   };
@@ -205,41 +157,21 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   auto decide = [&](int r) {
     auto& s = st[r];
     if (s.busy) return;
-    stage_view v{r,      s_count,          m,      s.fwd_done, s.bwd_done, s.fwd_ready.data(),
-                 s.bwd_ready.data(), chunks, s.w_ready.data(), s.w_done, s.open, s.measured};
-    auto op = pol.next(v);
+    auto op = pol.next(s.board.view(r, s_count, s.measured));
     if (!op) return;
-    const auto& ready = op->kind == op_kind::F   ? s.fwd_ready
-                        : op->kind == op_kind::B ? s.bwd_ready
-                                                 : s.w_ready;
-    if (op->chunk < 0 || op->chunk >= chunks || op->mb < 0 || op->mb >= m ||
-        !ready[op->chunk].contains(op->mb))
+    if (!s.board.ready(*op))
       throw std::logic_error("policy " + pol.name() + " chose " + to_string(*op) + " on stage " +
                              std::to_string(r) + ", which is not ready");
     const double full_b = split ? cost.b : cost.b + cost.w;
     double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? full_b : cost.w) * factor(r);
-    if (op->chunk == 0) {
-      if (op->kind == op_kind::F) ++s.open;
-      if (op->kind == (split ? op_kind::W : op_kind::B)) --s.open;
-    }
     const int kind = static_cast<int>(op->kind);
     s.measured[kind] = (s.measured[kind] * s.measured_n[kind] + d) / (s.measured_n[kind] + 1);
     ++s.measured_n[kind];
-    if (op->kind == op_kind::F) {
-      s.fwd_ready[op->chunk].erase(op->mb);
-      s.fwd_fired[op->chunk][op->mb] = 1;
-      ++s.fwd_done;
-    } else if (op->kind == op_kind::B) {
-      s.bwd_ready[op->chunk].erase(op->mb);
-      s.bwd_fired[op->chunk][op->mb] = 1;
-      ++s.bwd_done;
-    } else {
-      s.w_ready[op->chunk].erase(op->mb);
-      ++s.w_done;
-    }
+    s.board.fire(*op);
     // Activations live until the op that consumes them last: B, or W.
     if (op->kind == op_kind::F)
-      res.peak_stash[r] = std::max(res.peak_stash[r], s.fwd_done - (split ? s.w_done : s.bwd_done));
+      res.peak_stash[r] =
+          std::max(res.peak_stash[r], s.board.fwd_done() - (split ? s.board.w_done() : s.board.bwd_done()));
     s.busy = true;
     res.timeline[r].push_back({*op, now, now + d});
     res.busy[r] += d;
@@ -266,31 +198,32 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
       }
       auto& s = st[e.stage];
       switch (e.kind) {
-        case ev_kind::arrive_f: s.fwd_ready[e.op.chunk].insert(e.op.mb); break;
-        case ev_kind::arrive_b: s.bwd_ready[e.op.chunk].insert(e.op.mb); break;
+        case ev_kind::arrive_f: s.board.arrive(op_kind::F, e.op.chunk, e.op.mb); break;
+        case ev_kind::arrive_b: s.board.arrive(op_kind::B, e.op.chunk, e.op.mb); break;
         case ev_kind::op_end: {
           s.busy = false;
           res.makespan = std::max(res.makespan, e.time);
           const int k = plc.virtual_stage(e.stage, e.op.chunk);
           // A hop between two chunks of one rank (the V's turn) is local.
-          auto hop = [&](int to) { return to == e.stage ? 0.0 : cost.comm; };
+          auto hop = [&](int to, op_id input) {
+            return (to == e.stage ? 0.0 : cost.comm) + (cost.message_delay ? cost.message_delay(e.stage, to, input) : 0.0);
+          };
           if (e.op.kind == op_kind::F) {
             if (k < last_k) {
               const int to = plc.rank_of(k + 1);
               op_id next{op_kind::F, e.op.mb, plc.chunk_of(k + 1)};
-              q.push({e.time + hop(to), seq++, ev_kind::arrive_f, to, next});
+              q.push({e.time + hop(to, next), seq++, ev_kind::arrive_f, to, next});
             } else {
-              s.bwd_ready[e.op.chunk].insert(e.op.mb);  // the loss starts the backward
+              s.board.arrive(op_kind::B, e.op.chunk, e.op.mb);  // the loss starts the backward
             }
           } else if (e.op.kind == op_kind::B) {
             if (k > 0) {
               const int to = plc.rank_of(k - 1);
               op_id prev{op_kind::B, e.op.mb, plc.chunk_of(k - 1)};
-              q.push({e.time + hop(to), seq++, ev_kind::arrive_b, to, prev});
+              q.push({e.time + hop(to, prev), seq++, ev_kind::arrive_b, to, prev});
             }
-            if (split) s.w_ready[e.op.chunk].insert(e.op.mb);
-            if (s.bwd_done == m * chunks && s.w_done == s.w_expected) ++done_stages;
-          } else if (s.bwd_done == m * chunks && s.w_done == s.w_expected) {
+            if (s.board.done()) ++done_stages;
+          } else if (s.board.done()) {
             ++done_stages;  // the stage's last W
           }
           break;
@@ -306,7 +239,7 @@ sim_result simulate(const policy& pol, int stages, int microbatches, const cost_
   }
   if (done_stages < s_count) {
     res.deadlock = true;
-    res.diagnosis = diagnose(st, res, m, plc);
+    res.diagnosis = diagnose(st, res, plc);
   }
   return res;
 }

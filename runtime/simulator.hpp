@@ -5,6 +5,7 @@
 // of time t before it chooses at time t (the lock-step device's rule), so
 // with uniform costs the simulated order is the real actors' order.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct cost_model {
   double comm = 0.0;  ///< latency of an activation or gradient hop
   /// Multiplies every op of stage r (uneven stages); empty = all 1.
   std::vector<double> stage_factor;
+  /// Extra latency of one message: the input of `op` (F: an activation, B:
+  /// a gradient) sent by stage `from` to stage `to`. Empty = none. A lock-
+  /// step run's delay faults, in rounds, replay here as the same delays.
+  std::function<double(int from, int to, op_id op)> message_delay;
 };
 
 /// The largest op cost and stage factor: a step's sums over its ops stay
