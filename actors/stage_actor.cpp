@@ -28,30 +28,13 @@
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
 #include "runtime/seed.hpp"
+#include "runtime/stage_compute.hpp"
 
 namespace actorpipe {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-/// What F(mb) left for B(mb): the input leaf (for its gradient) and the
-/// output (or the weighted loss on the last stage).
-struct stash_entry {
-  at::Tensor input;
-  at::Tensor output;
-  at::Tensor grad_out;  // split backward: B keeps it for W
-  // Split backward, per layer with parameters: its output (from F) and the
-  // loss's gradient there (from B). W then runs each such layer's weight
-  // gradient alone, with no input gradient computed a second time.
-  std::vector<at::Tensor> param_outs, param_grads;
-  int64_t bytes = 0;
-  // Recompute: what B needs to run the forward again (the same dropout
-  // masks come back: they depend on ctx, not on order).
-  at::Tensor targets;
-  forward_ctx ctx;
-  const std::vector<at::Tensor>* weights = nullptr;
-};
 
 std::atomic<int> live_stage_count{0};
 
@@ -70,7 +53,6 @@ struct stage_state {
   std::shared_ptr<const policy> pol;
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<at::Tensor> params;                     // every chunk's, for the optimizer
-  std::vector<std::vector<at::Tensor>> chunk_params;  // by chunk, layer order
   placement plc;                  // chunk <-> virtual stage
   std::vector<caf::actor> ranks;  // every stage, by rank (the V turns on one rank)
   caf::actor driver;
@@ -92,18 +74,12 @@ struct stage_state {
   // CUDA: this stage's own stream (null elsewhere), so that the stages on
   // one GPU queue their kernels side by side.
   std::unique_ptr<device_stream> queue;
-  std::vector<stash_entry> stash;
-  int stashed = 0;
+  // F, B, W, the loss and the stash: what the ops compute.
+  stage_compute compute;
   // Mean measured duration per op kind (ns), over the whole run: what a
   // dynamic policy estimates with.
   double measured[3] = {0.0, 0.0, 0.0};
   int64_t measured_n[3] = {0, 0, 0};
-  int64_t stash_bytes = 0;
-  // Last stage: the step's loss (float64, summed in microbatch firing
-  // order) and correct count stay on the device until the step's report:
-  // reading them per microbatch would stall the device's queue.
-  at::Tensor loss_sum, correct_sum;
-  int64_t samples = 0;  // last stage: the step's samples (training accuracy)
   stage_stats stats;
   bool tick_pending = false;
   // Async: versions[t] is step t's copy of weight version max(t-1, 0); its
@@ -177,12 +153,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.sent_bwd.assign(slots, gradient_msg{});
   s.grads_in.assign(slots, at::Tensor());
   s.grads_ready.assign(slots, nullptr);
-  s.stash.assign(slots, stash_entry{});
-  s.stashed = 0;
-  s.stash_bytes = 0;
-  s.loss_sum = at::Tensor();
-  s.correct_sum = at::Tensor();
-  s.samples = 0;
+  s.compute.begin_step();
   s.stats = stage_stats{};
   // Sized once per step: no reallocation on the firing path.
   const size_t ops = static_cast<size_t>(slots) * (s.split ? 3 : 2);
@@ -329,10 +300,16 @@ std::vector<at::Tensor> snapshot(const stage_state& s) {
   return out;
 }
 
+// The stash's size after an op: the step's peaks.
+void note_stash(stage_state& s) {
+  s.stats.peak_stash = std::max(s.stats.peak_stash, s.compute.stashed());
+  s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.compute.stash_bytes());
+}
+
 void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
-  const bool first = first_virtual(s, chunk);
+  const bool first = first_virtual(s, chunk), last = last_virtual(s, chunk);
   auto msg = std::move(s.inputs[k]);
   const bool work = computes(s);
   at::Tensor x = msg.x;
@@ -356,67 +333,22 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
                              std::to_string(s.setup.rank) + " before its weight version existed");
     weights = &it->second;
   }
-  stash_entry e;
-  e.input = x;
-  at::Tensor out;
-  if (!work) {
-    out = s.nothing;
-  } else if (s.setup.recompute) {
-    // Keep the input alone; B runs this forward again with autograd on.
-    torch::NoGradGuard no_grad;
-    out = s.setup.layers[chunk]->forward(x, ctx, nullptr, weights);
-    e.bytes = static_cast<int64_t>(x.numel() * x.element_size());
-    e.ctx = ctx;
-    e.weights = weights;
-    if (last_virtual(s, chunk)) e.targets = msg.y;
-  } else {
-    out = s.setup.layers[chunk]->forward(x, ctx, &e.bytes, weights, s.split ? &e.param_outs : nullptr);
-    if (!first) e.bytes += static_cast<int64_t>(x.numel() * x.element_size());
-  }
-  if (injected(s, mb, nonfinite_site::activation)) out = out + std::numeric_limits<float>::quiet_NaN();
-  check_finite(s, {op_kind::F, mb, chunk}, out);
-  if (last_virtual(s, chunk) && !work) {
-    s.board.arrive(op_kind::B, chunk, mb);
-  } else if (last_virtual(s, chunk)) {
-    auto y = on_device(s, msg.y, msg.y.scalar_type());
-    double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
-    auto loss = torch::nn::functional::cross_entropy(out, y) * weight;
-    if (s.setup.async) {
-      s.step_loss[step_of(s, mb)] += loss.item<double>();
-    } else {
-      auto l = loss.detach().to(torch::kDouble);
-      auto c = out.argmax(1).eq(y).sum();
-      s.loss_sum = s.loss_sum.defined() ? s.loss_sum + l : l;
-      s.correct_sum = s.correct_sum.defined() ? s.correct_sum + c : c;
-      s.samples += y.size(0);
-    }
-    e.output = s.setup.recompute ? at::Tensor() : loss;
+  auto r = s.compute.forward(chunk, mb, ctx, x, msg.y, first, last, weights,
+                             injected(s, mb, nonfinite_site::activation), !s.setup.async);
+  check_finite(s, {op_kind::F, mb, chunk}, r.out);
+  if (last) {
+    if (work && s.setup.async) s.step_loss[step_of(s, mb)] += r.loss.item<double>();
     s.board.arrive(op_kind::B, chunk, mb);  // the loss starts the backward right here
   } else {
-    if (!s.setup.recompute) e.output = out;
     auto next = hop_to(s, virtual_stage(s, chunk) + 1);
-    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? out.detach() : out, msg.y, nullptr};
+    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? r.out.detach() : r.out, msg.y, nullptr};
     if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
     if (s.queue) down.ready = s.queue->mark(down.x);
     pad(s, start, op_kind::F);
     s.sent_fwd[k] = down;
     deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
   }
-  s.stash[k] = std::move(e);
-  ++s.stashed;
-  s.stash_bytes += s.stash[k].bytes;
-  s.stats.peak_stash = std::max(s.stats.peak_stash, s.stashed);
-  s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
-}
-
-// Recompute: the forward again, with autograd, from the stashed input.
-void rematerialize(const stage_state& s, int chunk, stash_entry& e) {
-  at::Tensor out = s.setup.layers[chunk]->forward(e.input, e.ctx, nullptr, e.weights);
-  if (last_virtual(s, chunk)) {
-    double weight = static_cast<double>(out.size(0)) / static_cast<double>(s.setup.batch_size);
-    out = torch::nn::functional::cross_entropy(out, on_device(s, e.targets, e.targets.scalar_type())) * weight;
-  }
-  e.output = out;
+  note_stash(s);
 }
 
 // The gradient of B(mb)'s input goes up to the previous virtual stage once
@@ -436,114 +368,16 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
   const bool last = last_virtual(s, chunk), first = first_virtual(s, chunk);
-  if (!computes(s)) {
-    if (!s.split) --s.stashed;
-    s.grads_in[k] = at::Tensor();
-    if (!first) send_backward(self, chunk, mb, s.nothing, start);
-    return;
-  }
-  if (s.queue && !last) s.queue->wait(s.grads_ready[k], s.grads_in[k]);
+  const bool work = computes(s);
+  if (work && s.queue && !last) s.queue->wait(s.grads_ready[k], s.grads_in[k]);
   s.grads_ready[k] = nullptr;
-  if (s.setup.recompute) rematerialize(s, chunk, s.stash[k]);
-  if (injected(s, mb, nonfinite_site::grad)) {
-    if (last)
-      s.stash[k].output = s.stash[k].output * std::numeric_limits<float>::quiet_NaN();
-    else
-      s.grads_in[k] = s.grads_in[k] + std::numeric_limits<float>::quiet_NaN();
-  }
-  at::Tensor grad_in;
-  if (!s.split) {
-    auto e = std::move(s.stash[k]);
-    if (last)
-      e.output.backward();
-    else
-      torch::autograd::backward({e.output}, {s.grads_in[k]});
-    if (!first) grad_in = e.input.grad();
-    --s.stashed;
-    s.stash_bytes -= e.bytes;
-  } else {
-    // Input gradient only; the graph stays for W. Along the way B takes the
-    // gradient at each parameterised layer's output, which is all W needs
-    // besides the graph (autograd computes no weight gradient here: no
-    // weight is asked for). Without those outputs (recompute), W needs the
-    // gradient of the stage's output, and runs the input gradients again.
-    auto& e = s.stash[k];
-    if (e.param_outs.empty() && !last) e.grad_out = s.grads_in[k];
-    std::vector<at::Tensor> wrt;
-    if (!first) wrt.push_back(e.input);
-    for (const auto& h : e.param_outs) wrt.push_back(h);
-    if (!wrt.empty()) {
-      std::vector<at::Tensor> grad_outputs;
-      if (!last) grad_outputs.push_back(s.grads_in[k]);
-      auto grads = torch::autograd::grad({e.output}, wrt, grad_outputs, /*retain_graph=*/true,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-      size_t i = 0;
-      if (!first) grad_in = grads[i++];
-      e.param_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(i), grads.end());
-    }
-    if (!e.param_outs.empty()) {
-      int64_t held = 0;
-      for (const auto& g : e.param_grads)
-        if (g.defined()) held += static_cast<int64_t>(g.numel() * g.element_size());
-      e.bytes += held;  // W frees them with the rest
-      s.stash_bytes += held;
-      s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.stash_bytes);
-    }
-  }
+  auto grad_in = s.compute.backward(chunk, mb, std::move(s.grads_in[k]), first, last,
+                                    work && injected(s, mb, nonfinite_site::grad));
   s.grads_in[k] = at::Tensor();
-  if (!first) {
-    check_finite(s, {op_kind::B, mb, chunk}, grad_in);
-    send_backward(self, chunk, mb, grad_in, start);
-  }
-}
-
-// Weight gradient of a split backward: accumulated into .grad in the
-// order W fires, ascending microbatches per chunk, like autograd would.
-void accumulate(const at::Tensor& param, const at::Tensor& grad) {
-  if (!grad.defined()) return;
-  torch::NoGradGuard no_grad;
-  auto& g = param.mutable_grad();
-  if (g.defined())
-    g.add_(grad);
-  else
-    g = grad;
-}
-
-void weight_grads(const stage_state& s, int chunk, const stash_entry& e) {
-  const auto& params = s.chunk_params[chunk];
-  if (params.empty() || !computes(s)) return;
-  if (e.param_outs.empty()) {  // recompute: from the stage's output, input gradients again
-    std::vector<at::Tensor> grad_outputs;
-    if (e.grad_out.defined()) grad_outputs.push_back(e.grad_out);
-    auto grads = torch::autograd::grad({e.output}, params, grad_outputs, /*retain_graph=*/false,
-                                       /*create_graph=*/false, /*allow_unused=*/true);
-    for (size_t i = 0; i < params.size(); ++i) accumulate(params[i], grads[i]);
-    return;
-  }
-  // Layer by layer: each one's weight gradient from its output and the
-  // gradient B left there.
-  size_t p = 0, j = 0;
-  for (const auto& l : s.setup.layers[chunk]->layers()) {
-    const auto n = static_cast<size_t>(l.parameter_tensors());
-    if (n == 0) continue;
-    const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
-                                       params.begin() + static_cast<std::ptrdiff_t>(p + n));
-    if (e.param_grads.at(j).defined()) {
-      auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-      for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
-    }
-    p += n;
-    ++j;
-  }
-}
-
-void fire_weight(stage_ptr self, int chunk, int mb) {
-  auto& s = self->state;
-  auto e = std::move(s.stash[slot(s, chunk, mb)]);
-  weight_grads(s, chunk, e);
-  --s.stashed;
-  s.stash_bytes -= e.bytes;
+  note_stash(s);
+  if (first) return;
+  if (work) check_finite(s, {op_kind::B, mb, chunk}, grad_in);
+  send_backward(self, chunk, mb, work ? grad_in : s.nothing, start);
 }
 
 // Sums this stage's gradients over its data-parallel replicas. It blocks
@@ -595,15 +429,17 @@ void report_grads(stage_ptr self) {
   r.rank = s.setup.rank;
   r.replica = s.setup.replica;
   r.step = s.step;
-  for (const auto& chunk : s.chunk_params) {
+  for (const auto& chunk : s.compute.chunk_params()) {
     std::vector<at::Tensor> norms;
     for (const auto& p : chunk)
       if (p.grad().defined()) norms.push_back(p.grad().norm(2));
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU, torch::kFloat));
   }
-  r.loss_sum = s.loss_sum.defined() ? s.loss_sum.item<double>() : 0.0;
-  r.correct = s.correct_sum.defined() ? s.correct_sum.item<int64_t>() : 0;
-  r.samples = s.samples;
+  const auto& loss = s.compute.loss_sum();
+  const auto& correct = s.compute.correct_sum();
+  r.loss_sum = loss.defined() ? loss.item<double>() : 0.0;
+  r.correct = correct.defined() ? correct.item<int64_t>() : 0;
+  r.samples = s.compute.samples();
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
   r.stats.duplicates = s.dropped;  // since the last report, between steps too
@@ -641,8 +477,8 @@ void async_step(stage_ptr self, int64_t t) {
   r.stats.duplicates = s.dropped;
   s.dropped = 0;
   r.stats.peak_versions = s.peak_versions;
-  s.stats.peak_stash = s.stashed;
-  s.stats.peak_stash_bytes = s.stash_bytes;
+  s.stats.peak_stash = s.compute.stashed();
+  s.stats.peak_stash_bytes = s.compute.stash_bytes();
   s.stats.duplicates = 0;
   self->send(s.driver, grads_atom::value, std::move(r));
 }
@@ -689,7 +525,7 @@ bool fire_one(stage_ptr self) {
   else if (op->kind == op_kind::B)
     fire_backward(self, op->chunk, op->mb, start);
   else
-    fire_weight(self, op->chunk, op->mb);
+    s.compute.weight(op->chunk, op->mb);
   pad(s, start, op->kind);  // ops that send nothing
   int64_t end_ns = now_ns(s);
   ++s.fired_total;
@@ -699,7 +535,7 @@ bool fire_one(stage_ptr self) {
   if (s.setup.async) {
     const int64_t t = step_of(s, op->mb);
     auto& st = s.step_stats[t];
-    st.memory.emplace_back(end_ns, s.stash_bytes);
+    st.memory.emplace_back(end_ns, s.compute.stash_bytes());
     st.events.push_back({{op->kind, op->mb % s.setup.step_microbatches, op->chunk}, start_ns, end_ns, version_of(t)});
     st.busy_ns += end_ns - start_ns;
     if (op->kind == op_kind::B && op->mb % s.setup.step_microbatches == s.setup.step_microbatches - 1)
@@ -711,7 +547,7 @@ bool fire_one(stage_ptr self) {
     self->quit(caf::exit_reason::kill);  // dies right after firing the op, as the fault asks
     return false;
   }
-  s.stats.memory.emplace_back(end_ns, s.stash_bytes);
+  s.stats.memory.emplace_back(end_ns, s.compute.stash_bytes());
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;
   if (step_done(s)) report_grads(self);
@@ -817,11 +653,10 @@ void evaluate(stage_ptr self, eval_msg m) {
   auto& s = self->state;
   ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
-  forward_ctx ctx{s.setup.seed, -1, 0, false};
   // Later stages get their input on this device already (the sender moved it).
   if (first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
   else if (s.queue) s.queue->wait(m.ready, m.x);
-  auto out = s.setup.layers[m.chunk]->forward(m.x, ctx, nullptr);
+  auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed);
   if (!last_virtual(s, m.chunk)) {
     auto next = hop_to(s, virtual_stage(s, m.chunk) + 1);
     eval_msg down{out.to(torch::Device(next.device)), m.y, next.chunk, nullptr};
@@ -829,13 +664,11 @@ void evaluate(stage_ptr self, eval_msg m) {
     self->send(next.to, eval_atom::value, std::move(down));
     return;
   }
-  auto y = on_device(s, m.y, m.y.scalar_type());
+  const eval_numbers n = s.compute.eval_loss(out, m.y);
   eval_result r;
-  r.total = y.size(0);
-  r.correct = out.argmax(1).eq(y).sum().item<int64_t>();
-  r.loss_sum = torch::nn::functional::cross_entropy(
-                   out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
+  r.total = n.total;
+  r.correct = n.correct;
+  r.loss_sum = n.loss_sum;
   self->send(s.driver, evaluated_atom::value, r);
 }
 
@@ -879,10 +712,18 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   if (!s.pol) throw std::invalid_argument("stage spawned without a schedule policy");
   s.split = s.pol->splits_backward();
   s.plc = s.pol->layout(s.setup.stages);
-  for (const auto& chunk : s.setup.layers) {
-    s.chunk_params.push_back(chunk->parameters());
-    for (auto& p : s.chunk_params.back()) s.params.push_back(p);
-  }
+  compute_shape shape;
+  shape.layers = s.setup.layers;
+  shape.microbatches = s.setup.microbatches;
+  shape.split = s.split;
+  shape.recompute = s.setup.recompute;
+  shape.work = computes(s);
+  shape.batch_size = s.setup.batch_size;
+  stage_state* st = &s;
+  shape.to_device = [st](const at::Tensor& t, at::ScalarType type) { return on_device(*st, t, type); };
+  s.compute = stage_compute(std::move(shape));
+  for (const auto& chunk : s.compute.chunk_params())
+    for (const auto& p : chunk) s.params.push_back(p);
   s.opt = make_optimizer(s.setup.optimizer, s.params);
   if (s.setup.optimizer_copy) restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
   if (s.setup.async) {
