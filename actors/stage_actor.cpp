@@ -27,6 +27,7 @@
 #include "runtime/optimizer_state.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
+#include "actors/stage_link.hpp"
 #include "runtime/seed.hpp"
 #include "runtime/stage_compute.hpp"
 
@@ -54,7 +55,7 @@ struct stage_state {
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<at::Tensor> params;                     // every chunk's, for the optimizer
   placement plc;                  // chunk <-> virtual stage
-  std::vector<caf::actor> ranks;  // every stage, by rank (the V turns on one rank)
+  std::unique_ptr<stage_link> link;  // sends to the other stages
   caf::actor driver;
 
   int64_t step = -1;
@@ -64,10 +65,6 @@ struct stage_state {
   bool split = false;  // the policy runs B and W as separate ops
   // The rest is indexed by slot = chunk * M + mb.
   std::vector<activation_msg> inputs;
-  // What this stage sent this step, by its own slot, to send again when a
-  // receiver reports it missing (a dropped message).
-  std::vector<activation_msg> sent_fwd;
-  std::vector<gradient_msg> sent_bwd;
   bool recheck_pending = false;
   std::vector<at::Tensor> grads_in;
   std::vector<device_mark_ptr> grads_ready;  // by slot: when grads_in's kernels are done
@@ -128,16 +125,6 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& 
 bool first_virtual(const stage_state& s, int chunk) { return s.plc.first(s.setup.rank, chunk); }
 bool last_virtual(const stage_state& s, int chunk) { return s.plc.last(s.setup.rank, chunk); }
 
-/// Where virtual stage k lives: the actor, its chunk there, its device.
-struct hop {
-  const caf::actor& to;
-  int32_t chunk;
-  const std::string& device;
-};
-hop hop_to(const stage_state& s, int k) {
-  const int r = s.plc.rank_of(k);
-  return {s.ranks[r], s.plc.chunk_of(k), s.setup.devices[r]};
-}
 int virtual_stage(const stage_state& s, int chunk) { return s.plc.virtual_stage(s.setup.rank, chunk); }
 int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
 
@@ -149,8 +136,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.step = step;
   s.board.reset(m, s.setup.chunks, s.split);
   s.inputs.assign(slots, activation_msg{});
-  s.sent_fwd.assign(slots, activation_msg{});
-  s.sent_bwd.assign(slots, gradient_msg{});
+  s.link->begin_step();
   s.grads_in.assign(slots, at::Tensor());
   s.grads_ready.assign(slots, nullptr);
   s.compute.begin_step();
@@ -211,40 +197,6 @@ void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
   if (const double factor = s.faults.slow_factor(); factor > 1.0) {
     const auto took = clock_type::now() - start;
     std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(took * factor));
-  }
-}
-
-// Sends an activation or a gradient, through the injected faults: a message
-// picked (by faults.seed and its ids, never by timing) is sent twice, or
-// held back. Receivers drop the duplicate; the delay only moves time.
-template <class Atom, class Msg>
-void deliver(stage_ptr self, const caf::actor& to, int to_rank, Atom atom, Msg msg) {
-  auto& s = self->state;
-  const auto& h = msg.h;
-  const op_kind kind = std::is_same<Atom, fwd_atom>::value ? op_kind::F : op_kind::B;
-  const auto verdict = s.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
-  if (verdict.drop) {
-    ++s.stats.injected_drops;
-    return;
-  }
-  const bool twice = verdict.twice;
-  double delay_ms = verdict.delay_ms;
-  if (s.setup.lockstep && delay_ms > 0) {
-    // Lock-step: a round stands for one op, so the delay is counted in
-    // rounds (ms rounded up): the receiver sees the message that much later.
-    msg.h.round += static_cast<int64_t>(std::ceil(delay_ms));
-    ++s.stats.injected_delays;
-    delay_ms = 0;
-  }
-  if (twice) {
-    ++s.stats.injected_duplicates;
-    self->send(to, atom, msg);
-  }
-  if (delay_ms > 0) {
-    ++s.stats.injected_delays;
-    self->delayed_send(to, std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)), atom, std::move(msg));
-  } else {
-    self->send(to, atom, std::move(msg));
   }
 }
 
@@ -340,28 +292,11 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
     if (work && s.setup.async) s.step_loss[step_of(s, mb)] += r.loss.item<double>();
     s.board.arrive(op_kind::B, chunk, mb);  // the loss starts the backward right here
   } else {
-    auto next = hop_to(s, virtual_stage(s, chunk) + 1);
-    activation_msg down{{0, s.step, mb, next.chunk, s.round}, work ? r.out.detach() : r.out, msg.y, nullptr};
-    if (next.device != s.setup.device) down.x = down.x.to(torch::Device(next.device));
-    if (s.queue) down.ready = s.queue->mark(down.x);
+    // The op's results leave once its padded time is over.
     pad(s, start, op_kind::F);
-    s.sent_fwd[k] = down;
-    deliver(self, next.to, s.plc.rank_of(virtual_stage(s, chunk) + 1), fwd_atom::value, std::move(down));
+    s.link->send_activation(chunk, {{0, s.step, mb, 0, s.round}, work ? r.out.detach() : r.out, msg.y, nullptr});
   }
   note_stash(s);
-}
-
-// The gradient of B(mb)'s input goes up to the previous virtual stage once
-// the op's time is over.
-void send_backward(stage_ptr self, int chunk, int mb, const at::Tensor& grad_in, clock_type::time_point start) {
-  auto& s = self->state;
-  auto prev = hop_to(s, virtual_stage(s, chunk) - 1);
-  gradient_msg up{{0, s.step, mb, prev.chunk, s.round}, grad_in, nullptr};
-  if (prev.device != s.setup.device) up.g = up.g.to(torch::Device(prev.device));
-  if (s.queue) up.ready = s.queue->mark(up.g);
-  pad(s, start, op_kind::B);
-  s.sent_bwd[slot(s, chunk, mb)] = up;
-  deliver(self, prev.to, s.plc.rank_of(virtual_stage(s, chunk) - 1), bwd_atom::value, std::move(up));
 }
 
 void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
@@ -377,7 +312,9 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   note_stash(s);
   if (first) return;
   if (work) check_finite(s, {op_kind::B, mb, chunk}, grad_in);
-  send_backward(self, chunk, mb, work ? grad_in : s.nothing, start);
+  // The gradient of B(mb)'s input goes up once the op's time is over.
+  pad(s, start, op_kind::B);
+  s.link->send_gradient(chunk, {{0, s.step, mb, 0, s.round}, work ? grad_in : s.nothing, nullptr});
 }
 
 // Sums this stage's gradients over its data-parallel replicas. It blocks
@@ -576,34 +513,13 @@ void on_recheck(stage_ptr self, int64_t fired_then, int64_t step) {
   for (int c = 0; c < s.setup.chunks; ++c) {
     const int k = virtual_stage(s, c);
     const int f = s.board.next(op_kind::F, c), b = s.board.next(op_kind::B, c);
-    if (k > 0 && f < m && !s.board.arrived(op_kind::F, c, f)) {
-      auto from = hop_to(s, k - 1);
-      self->send(from.to, resend_atom::value, int32_t{0}, s.step, int32_t{f}, from.chunk);
-      ++s.stats.resend_requests;
-    }
-    if (!last_virtual(s, c) && b < m && !s.board.arrived(op_kind::B, c, b)) {
-      auto from = hop_to(s, k + 1);
-      self->send(from.to, resend_atom::value, int32_t{1}, s.step, int32_t{b}, from.chunk);
-      ++s.stats.resend_requests;
-    }
+    if (k > 0 && f < m && !s.board.arrived(op_kind::F, c, f)) s.link->ask_resend(op_kind::F, c, s.step, f);
+    if (!last_virtual(s, c) && b < m && !s.board.arrived(op_kind::B, c, b))
+      s.link->ask_resend(op_kind::B, c, s.step, b);
   }
   arm_recheck(self);
 }
 
-void on_resend(stage_ptr self, int32_t kind, int64_t step, int32_t mb, int32_t chunk) {
-  auto& s = self->state;
-  if (step != s.step || mb < 0 || mb >= s.setup.microbatches || chunk < 0 || chunk >= s.setup.chunks) return;
-  const int k = slot(s, chunk, mb);
-  if (kind == 0 && s.sent_fwd[k].x.defined()) {
-    auto to = hop_to(s, virtual_stage(s, chunk) + 1);
-    self->send(to.to, fwd_atom::value, s.sent_fwd[k]);
-    ++s.stats.retransmits;
-  } else if (kind == 1 && s.sent_bwd[k].g.defined()) {
-    auto to = hop_to(s, virtual_stage(s, chunk) - 1);
-    self->send(to.to, bwd_atom::value, s.sent_bwd[k]);
-    ++s.stats.retransmits;
-  }
-}
 
 // Fires ops while nothing new is waiting. A waiting message (an input, a
 // status request) may change the next choice or must be answered, so then
@@ -658,10 +574,7 @@ void evaluate(stage_ptr self, eval_msg m) {
   else if (s.queue) s.queue->wait(m.ready, m.x);
   auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed);
   if (!last_virtual(s, m.chunk)) {
-    auto next = hop_to(s, virtual_stage(s, m.chunk) + 1);
-    eval_msg down{out.to(torch::Device(next.device)), m.y, next.chunk, nullptr};
-    if (s.queue) down.ready = s.queue->mark(down.x);
-    self->send(next.to, eval_atom::value, std::move(down));
+    s.link->send_eval(m.chunk, eval_msg{out, m.y, 0, nullptr});
     return;
   }
   const eval_numbers n = s.compute.eval_loss(out, m.y);
@@ -753,7 +666,20 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
           st.queue = device_stream::open(st.setup.device);
           if (st.queue) st.queue->enter();
         }
-        st.ranks = std::move(ranks);
+        link_setup ls;
+        ls.rank = st.setup.rank;
+        ls.microbatches = st.setup.microbatches;
+        ls.chunks = st.setup.chunks;
+        ls.plc = st.plc;
+        ls.device = st.setup.device;
+        ls.devices = st.setup.devices;
+        ls.lockstep = st.setup.lockstep;
+        ls.faults = st.faults;
+        ls.queue = st.queue.get();
+        ls.stats = &st.stats;
+        ls.step = &st.step;
+        st.link = make_local_link(self, std::move(ls));
+        st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
         self->become(running(self));
       },
@@ -776,7 +702,9 @@ caf::behavior running(stage_ptr self) {
       },
       [=](tick_atom) { on_tick(self); },
       [=](recheck_atom, int64_t fired_then, int64_t step) { on_recheck(self, fired_then, step); },
-      [=](resend_atom, int32_t kind, int64_t step, int32_t mb, int32_t chunk) { on_resend(self, kind, step, mb, chunk); },
+      [=](resend_atom, int32_t kind, int64_t step, int32_t mb, int32_t chunk) {
+        self->state.link->resend(kind == 0 ? op_kind::F : op_kind::B, chunk, step, mb);
+      },
       [=](round_atom, int64_t round) {
         auto& st = self->state;
         st.round = round;

@@ -1,0 +1,135 @@
+#include "actors/stage_link.hpp"
+
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "messages/atoms.hpp"
+#include "runtime/device_stream.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+class local_link final : public stage_link {
+public:
+  local_link(caf::event_based_actor* self, link_setup setup) : self_(self), s_(std::move(setup)) {}
+
+  void wire(std::vector<caf::actor> ranks) override { ranks_ = std::move(ranks); }
+
+  void begin_step() override {
+    const size_t slots = static_cast<size_t>(s_.microbatches) * s_.chunks;
+    sent_fwd_.assign(slots, activation_msg{});
+    sent_bwd_.assign(slots, gradient_msg{});
+  }
+
+  void send_activation(int chunk, activation_msg msg) override {
+    const int k = s_.plc.virtual_stage(s_.rank, chunk) + 1;
+    prepare(msg.h, k, msg.x, msg.ready);
+    sent_fwd_[slot(chunk, msg.h.mb)] = msg;
+    deliver(k, fwd_atom::value, std::move(msg));
+  }
+
+  void send_gradient(int chunk, gradient_msg msg) override {
+    const int k = s_.plc.virtual_stage(s_.rank, chunk) - 1;
+    prepare(msg.h, k, msg.g, msg.ready);
+    sent_bwd_[slot(chunk, msg.h.mb)] = msg;
+    deliver(k, bwd_atom::value, std::move(msg));
+  }
+
+  void send_eval(int chunk, eval_msg msg) override {
+    const int k = s_.plc.virtual_stage(s_.rank, chunk) + 1;
+    const int r = s_.plc.rank_of(k);
+    msg.chunk = s_.plc.chunk_of(k);
+    msg.x = msg.x.to(torch::Device(s_.devices[r]));
+    if (s_.queue) msg.ready = s_.queue->mark(msg.x);
+    self_->send(ranks_[r], eval_atom::value, std::move(msg));
+  }
+
+  void ask_resend(op_kind kind, int chunk, int64_t step, int mb) override {
+    const bool fwd = kind == op_kind::F;
+    const int k = s_.plc.virtual_stage(s_.rank, chunk) + (fwd ? -1 : 1);
+    self_->send(ranks_[s_.plc.rank_of(k)], resend_atom::value, int32_t{fwd ? 0 : 1}, step, int32_t{mb},
+                int32_t{s_.plc.chunk_of(k)});
+    ++s_.stats->resend_requests;
+  }
+
+  void resend(op_kind kind, int chunk, int64_t step, int mb) override {
+    if (step != *s_.step || mb < 0 || mb >= s_.microbatches || chunk < 0 || chunk >= s_.chunks) return;
+    const int k = s_.plc.virtual_stage(s_.rank, chunk);
+    if (kind == op_kind::F && sent_fwd_[slot(chunk, mb)].x.defined()) {
+      self_->send(ranks_[s_.plc.rank_of(k + 1)], fwd_atom::value, sent_fwd_[slot(chunk, mb)]);
+      ++s_.stats->retransmits;
+    } else if (kind == op_kind::B && sent_bwd_[slot(chunk, mb)].g.defined()) {
+      self_->send(ranks_[s_.plc.rank_of(k - 1)], bwd_atom::value, sent_bwd_[slot(chunk, mb)]);
+      ++s_.stats->retransmits;
+    }
+  }
+
+  uint32_t epoch() const override { return s_.epoch; }
+
+private:
+  int slot(int chunk, int mb) const { return chunk * s_.microbatches + mb; }
+
+  // Addressed to virtual stage k: its chunk there, this link's epoch, the
+  // tensor on its device and, on CUDA, the mark after which it is written.
+  void prepare(msg_header& h, int k, at::Tensor& t, device_mark_ptr& ready) {
+    h.epoch = s_.epoch;
+    h.chunk = s_.plc.chunk_of(k);
+    const std::string& to_device = s_.devices[s_.plc.rank_of(k)];
+    if (to_device != s_.device) t = t.to(torch::Device(to_device));
+    if (s_.queue) ready = s_.queue->mark(t);
+  }
+
+  // Through the injected faults: a message picked (by faults.seed and its
+  // ids, never by timing) is dropped, sent twice, or held back. Receivers
+  // drop the duplicate; the delay only moves time.
+  template <class Atom, class Msg>
+  void deliver(int k, Atom atom, Msg msg) {
+    const int to_rank = s_.plc.rank_of(k);
+    const caf::actor& to = ranks_[to_rank];
+    const auto& h = msg.h;
+    const op_kind kind = std::is_same<Atom, fwd_atom>::value ? op_kind::F : op_kind::B;
+    const auto verdict = s_.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
+    if (verdict.drop) {
+      ++s_.stats->injected_drops;
+      return;
+    }
+    double delay_ms = verdict.delay_ms;
+    if (s_.lockstep && delay_ms > 0) {
+      // Lock-step: a round stands for one op, so the delay is counted in
+      // rounds (ms rounded up): the receiver sees the message that much later.
+      msg.h.round += static_cast<int64_t>(std::ceil(delay_ms));
+      ++s_.stats->injected_delays;
+      delay_ms = 0;
+    }
+    if (verdict.twice) {
+      ++s_.stats->injected_duplicates;
+      self_->send(to, atom, msg);
+    }
+    if (delay_ms > 0) {
+      ++s_.stats->injected_delays;
+      self_->delayed_send(to, std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)), atom,
+                          std::move(msg));
+    } else {
+      self_->send(to, atom, std::move(msg));
+    }
+  }
+
+  caf::event_based_actor* self_;
+  link_setup s_;
+  std::vector<caf::actor> ranks_;
+  // What this stage sent this step, by its own slot, to send again when a
+  // receiver reports it missing (a dropped message).
+  std::vector<activation_msg> sent_fwd_;
+  std::vector<gradient_msg> sent_bwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup) {
+  return std::make_unique<local_link>(self, std::move(setup));
+}
+
+}  // namespace actorpipe

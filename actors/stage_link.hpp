@@ -1,0 +1,68 @@
+#pragma once
+// A stage's link to the other stages: the one place that sends an
+// activation or a gradient to virtual stage k, resends one on request,
+// moves it to the receiver's device, records the CUDA mark that says when
+// it is written, stamps the epoch, and lets the fault plan drop, duplicate
+// or delay it. The stage says what goes where; the link says how.
+//
+// The in-process link passes tensor handles through CAF mailboxes. A link
+// to a stage in another process serializes tensors itself (never through
+// CAF's element-wise inspector) behind this same interface.
+#include <caf/fwd.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "messages/payloads.hpp"
+#include "runtime/fault_plan.hpp"
+#include "runtime/placement.hpp"
+
+namespace actorpipe {
+
+class device_stream;
+
+class stage_link {
+public:
+  virtual ~stage_link() = default;
+  /// Every stage by rank (known once the mesh is wired).
+  virtual void wire(std::vector<caf::actor> ranks) = 0;
+  /// A new step: what was sent before cannot be asked for again.
+  virtual void begin_step() = 0;
+  /// F's output of `chunk` (this rank's) goes to the next virtual stage.
+  virtual void send_activation(int chunk, activation_msg msg) = 0;
+  /// B's input gradient of `chunk` goes to the previous virtual stage.
+  virtual void send_gradient(int chunk, gradient_msg msg) = 0;
+  /// An evaluation forward's output of `chunk` goes on.
+  virtual void send_eval(int chunk, eval_msg msg) = 0;
+  /// The sender of `chunk`'s input of `kind` (F: the stage before, B: the
+  /// stage after) is asked to send microbatch `mb` of `step` again.
+  virtual void ask_resend(op_kind kind, int chunk, int64_t step, int mb) = 0;
+  /// A receiver asked again for what `chunk` sent: its output of `kind` (F:
+  /// the activation, B: the gradient) for microbatch `mb` of `step`.
+  virtual void resend(op_kind kind, int chunk, int64_t step, int mb) = 0;
+  /// The epoch this link stamps and a receiver accepts.
+  virtual uint32_t epoch() const = 0;
+};
+
+struct link_setup {
+  int rank = 0;
+  int microbatches = 1;
+  int chunks = 1;
+  placement plc;
+  std::string device;                ///< this stage's
+  std::vector<std::string> devices;  ///< every rank's
+  uint32_t epoch = 0;
+  bool lockstep = false;  ///< delays count in rounds, not milliseconds
+  fault_plan faults;
+  const device_stream* queue = nullptr;  ///< CUDA: marks when a sent tensor is written
+  stage_stats* stats = nullptr;          ///< where injected faults and resends are counted
+  /// The step whose messages may still be asked for again.
+  const int64_t* step = nullptr;
+};
+
+/// The in-process link of a stage actor `self`.
+std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup);
+
+}  // namespace actorpipe
