@@ -1,0 +1,213 @@
+// The stage's step boundary: the gradients summed over the replicas and
+// reported, the update applied, the async step, evaluation, and the
+// answers to the driver's questions (status, checksum).
+#if ACTORPIPE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include <thread>
+
+#include "actors/stage_state.hpp"
+#include "runtime/collectives.hpp"
+#include "runtime/lr.hpp"
+#include "runtime/op_grid.hpp"
+
+namespace actorpipe::stage_detail {
+
+namespace {
+
+// Sums this stage's gradients over its data-parallel replicas. It blocks
+// this stage's thread only: the other stages go on with their cool-down.
+void allreduce_grads(stage_state& s) {
+  if (!s.setup.dp_group) return;
+  s.stats.allreduce_start_ns = now_ns(s);
+  const bool host = s.setup.dp_group->backend() == "gloo" && s.setup.device != "cpu";
+  std::vector<at::Tensor> grads;
+  for (auto& p : s.params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    // The test hook still joins the collective (the peers would wait for
+    // it) but gives zeros and keeps its own gradient.
+    grads.push_back(s.setup.skip_allreduce ? torch::zeros_like(p, torch::kCPU)
+                    : host                 ? p.grad().to(torch::kCPU)
+                                           : p.grad());
+  }
+  auto work = s.setup.dp_group->allreduce_sum_async(grads, s.queue ? s.queue->native() : nullptr);
+  if (s.setup.abandon) {
+    // Poll instead of blocking, so that a torn-down attempt can call the
+    // wait off: yielding at first (a peer that is nearly there), then in
+    // short sleeps.
+    const auto polled_from = clock_type::now();
+    while (!work->ready()) {
+      if (s.setup.abandon->load()) {
+        // The collective may never finish: nothing may wait for it or free
+        // the tensors under it. The group is kept alive by the supervisor.
+        (void)work.release();
+        throw std::runtime_error("allreduce abandoned: a stage of another replica stopped");
+      }
+      if (clock_type::now() - polled_from < std::chrono::microseconds(200))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  work->wait();
+  if (host && !s.setup.skip_allreduce) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < grads.size(); ++i) s.params[i].mutable_grad().copy_(grads[i]);
+  }
+  s.stats.allreduce_end_ns = now_ns(s);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& o,
+                                                        const std::vector<at::Tensor>& params) {
+  if (o.type == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::Adam>(
+      params, torch::optim::AdamOptions(o.lr)
+                  .betas(std::make_tuple(o.beta1, o.beta2))
+                  .eps(o.eps)
+                  .weight_decay(o.weight_decay));
+}
+
+void report_grads(stage_ptr self) {
+  auto& s = self->state;
+  allreduce_grads(s);
+  grads_report r;
+  r.rank = s.setup.rank;
+  r.replica = s.setup.replica;
+  r.step = s.step;
+  for (const auto& chunk : s.compute.chunk_params()) {
+    std::vector<at::Tensor> norms;
+    for (const auto& p : chunk)
+      if (p.grad().defined()) norms.push_back(p.grad().norm(2));
+    r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU, torch::kFloat));
+  }
+  const auto& loss = s.compute.loss_sum();
+  const auto& correct = s.compute.correct_sum();
+  r.loss_sum = loss.defined() ? loss.item<double>() : 0.0;
+  r.correct = correct.defined() ? correct.item<int64_t>() : 0;
+  r.samples = s.compute.samples();
+  r.nonfinite = first_nonfinite(s);
+  r.stats = std::move(s.stats);
+  r.stats.duplicates = s.dropped;  // since the last report, between steps too
+  s.dropped = 0;
+  s.stats = stage_stats{};
+  self->send(s.driver, grads_atom::value, std::move(r));
+}
+
+nonfinite_seen first_nonfinite(const stage_state& s) {
+  nonfinite_seen seen;
+  if (auto bad = s.finite.first()) {
+    seen.mb = bad->op.mb;
+    seen.where = bad->op.kind == op_kind::F ? "activation" : "gradient";
+    seen.at_ns = bad->at_ns;
+  }
+  return seen;
+}
+
+// Async: step t's last backward ran here. Step the weights with step t's
+// gradient (computed at version t-1), drop step t's copy, and copy the new
+// weights (version t+1) for step t+2.
+void async_step(stage_ptr self, int64_t t) {
+  auto& s = self->state;
+  s.versions.step(t, *s.opt, s.params, lr_at(s.setup.train, t));
+  grads_report r;
+  r.rank = s.setup.rank;
+  r.step = t;
+  r.loss_sum = s.step_loss[t];
+  s.step_loss.erase(t);
+  r.stats = std::move(s.step_stats[t]);
+  s.step_stats.erase(t);
+  // Peaks since the last report; counts of what was dropped.
+  r.stats.peak_stash = s.stats.peak_stash;
+  r.stats.peak_stash_bytes = s.stats.peak_stash_bytes;
+  r.stats.duplicates = s.dropped;
+  s.dropped = 0;
+  r.stats.peak_versions = s.versions.peak();
+  s.stats.peak_stash = s.compute.stashed();
+  s.stats.peak_stash_bytes = s.compute.stash_bytes();
+  s.stats.duplicates = 0;
+  self->send(s.driver, grads_atom::value, std::move(r));
+}
+
+// This stage's row of the op grid for a hang report: what it fired this
+// step, what is ready but not chosen, and what the next missing ops wait on.
+stage_status status_of(const stage_state& s) {
+  stage_status st;
+  st.rank = s.setup.rank;
+  st.fired = s.fired_total;
+  st.done = s.step < 0 || step_done(s);
+  std::vector<op_id> fired;
+  for (const auto& e : s.stats.events) fired.push_back(e.op);
+  const std::string label = "stage " + std::to_string(s.setup.rank) + " (step " + std::to_string(s.step) + ")";
+  st.grid = op_grid_row(label, fired, st.done ? nullptr : &s.board, s.plc, s.setup.rank);
+  return st;
+}
+
+// The CUDA caching allocator's view of this stage's device (only where
+// LibTorch was built with CUDA; a CPU build has no allocator to ask).
+void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t) {
+#if ACTORPIPE_TORCH_CUDA
+  if (device.rfind("cuda:", 0) != 0) return;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(std::stoi(device.substr(5))));
+  st.cuda_memory.push_back({t, stats.allocated_bytes[0].current, stats.reserved_bytes[0].current});
+#else
+  (void)st, (void)device, (void)t;
+#endif
+}
+
+void apply_update(stage_ptr self, const apply_msg& m) {
+  auto& s = self->state;
+  ++s.fired_total;
+  torch::NoGradGuard no_grad;
+  if (m.skip) {  // a NaN or an infinity somewhere: weights and optimizer state stay as they were
+    for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+    return;
+  }
+  if (m.clip_coef.defined()) {
+    auto coef = on_device(s, m.clip_coef, m.clip_coef.scalar_type());
+    for (auto& p : s.params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
+  s.opt->step();
+  for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+}
+
+// FNV-1a over the bytes of every parameter: replicas that hold the same
+// bits agree, any drift shows.
+uint64_t weights_checksum(const stage_state& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& p : s.params) {
+    auto t = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+void evaluate(stage_ptr self, eval_msg m) {
+  auto& s = self->state;
+  ++s.fired_total;  // progress, as far as the watchdog is concerned
+  torch::NoGradGuard no_grad;
+  // Later stages get their input on this device already (the sender moved it).
+  if (first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
+  else if (s.queue) s.queue->wait(m.ready, m.x);
+  auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed);
+  if (!last_virtual(s, m.chunk)) {
+    s.link->send_eval(m.chunk, eval_msg{out, m.y, 0, nullptr});
+    return;
+  }
+  const eval_numbers n = s.compute.eval_loss(out, m.y);
+  eval_result r;
+  r.total = n.total;
+  r.correct = n.correct;
+  r.loss_sum = n.loss_sum;
+  self->send(s.driver, evaluated_atom::value, r);
+}
+
+}  // namespace actorpipe::stage_detail

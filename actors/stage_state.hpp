@@ -1,0 +1,141 @@
+#pragma once
+// Inside the stage actor (not a public header): its state, split by owner
+// into the ready board, the compute, the link, the fault plan, the weight
+// versions and the NaN watch, and the functions that act on it. The
+// behaviors are in stage_actor.cpp, firing in stage_ops.cpp, the step
+// boundary (allreduce, report, apply, evaluation) in stage_boundary.cpp.
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "actors/stage_actor.hpp"
+#include "actors/stage_link.hpp"
+#include "messages/atoms.hpp"
+#include "messages/payloads.hpp"
+#include "runtime/device_stream.hpp"
+#include "runtime/fault_plan.hpp"
+#include "runtime/finite_watch.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/policy.hpp"
+#include "runtime/ready_board.hpp"
+#include "runtime/stage_compute.hpp"
+#include "runtime/weight_versions.hpp"
+
+namespace actorpipe::stage_detail {
+
+using clock_type = std::chrono::steady_clock;
+
+extern std::atomic<int> live_stage_count;
+
+// Counts the stages alive: a member of the state, which CAF destroys when
+// the actor terminates.
+struct live_token {
+  live_token() { ++live_stage_count; }
+  ~live_token() { --live_stage_count; }
+  live_token(const live_token&) = delete;
+  live_token& operator=(const live_token&) = delete;
+};
+
+struct stage_state {
+  live_token alive;
+  stage_setup setup;
+  std::shared_ptr<const policy> pol;
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  std::vector<at::Tensor> params;                     // every chunk's, for the optimizer
+  placement plc;                  // chunk <-> virtual stage
+  std::unique_ptr<stage_link> link;  // sends to the other stages
+  caf::actor driver;
+
+  int64_t step = -1;
+  // Ready sets, in-order promotion, duplicate detection and the policy's
+  // counters for the step (shared with the simulator).
+  ready_board board;
+  bool split = false;  // the policy runs B and W as separate ops
+  // The rest is indexed by slot = chunk * M + mb.
+  std::vector<activation_msg> inputs;
+  bool recheck_pending = false;
+  std::vector<at::Tensor> grads_in;
+  std::vector<device_mark_ptr> grads_ready;  // by slot: when grads_in's kernels are done
+  // CUDA: this stage's own stream (null elsewhere), so that the stages on
+  // one GPU queue their kernels side by side.
+  std::unique_ptr<device_stream> queue;
+  // F, B, W, the loss and the stash: what the ops compute.
+  stage_compute compute;
+  // Mean measured duration per op kind (ns), over the whole run: what a
+  // dynamic policy estimates with.
+  double measured[3] = {0.0, 0.0, 0.0};
+  int64_t measured_n[3] = {0, 0, 0};
+  stage_stats stats;
+  bool tick_pending = false;
+  weight_versions versions;  // async: each step's copy of the weights it computes with
+  std::map<int64_t, stage_stats> step_stats;
+  std::map<int64_t, double> step_loss;
+  int64_t fired_total = 0;  // every op of the run, for the watchdog
+  uint64_t dropped = 0;     // duplicate or stale messages since the last report
+  fault_plan faults;  // from setup.faults: what to inject where
+  std::chrono::steady_clock::time_point slowed_op_start;  // slow_stage: the op already slowed
+  finite_watch finite;  // which op first produced a NaN or an infinity
+  at::Tensor nothing;  // null and sim devices: every activation and gradient
+  int64_t round = 0;                      // lock-step: the round being fired
+  std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
+  std::vector<gradient_msg> early_bwd;
+
+  static inline const char* name = "stage";
+};
+
+using stage_ptr = caf::stateful_actor<stage_state>*;
+
+inline int64_t now_ns(const stage_state& s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - s.setup.origin)
+      .count();
+}
+
+// Edge stages are flags: the first virtual stage takes the microbatch, the
+// last one computes the loss.
+inline bool first_virtual(const stage_state& s, int chunk) { return s.plc.first(s.setup.rank, chunk); }
+inline bool last_virtual(const stage_state& s, int chunk) { return s.plc.last(s.setup.rank, chunk); }
+inline int virtual_stage(const stage_state& s, int chunk) { return s.plc.virtual_stage(s.setup.rank, chunk); }
+inline int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
+// Every backward (and, split, every weight gradient) of the step has run.
+inline bool step_done(const stage_state& s) { return s.board.done(); }
+inline bool computes(const stage_state& s) { return s.setup.work == stage_setup::work_kind::compute; }
+// Async: the step of stream microbatch g, and the weight version it uses.
+inline int64_t step_of(const stage_state& s, int g) { return g / s.setup.step_microbatches; }
+
+// A host tensor (a microbatch, its targets) on this stage's device as
+// `dtype`. On CUDA it goes through pinned memory without blocking: a plain
+// copy from pageable memory would wait for everything queued before it.
+inline at::Tensor on_device(const stage_state& s, const at::Tensor& t, at::ScalarType dtype) {
+  if (s.queue && !t.is_cuda()) return t.pin_memory().to(torch::Device(s.setup.device), dtype, /*non_blocking=*/true);
+  return t.to(torch::Device(s.setup.device), dtype);
+}
+
+// stage_ops.cpp: the step's ops.
+void begin_step(stage_state& s, int64_t step);
+bool accept(stage_state& s, const msg_header& h, op_kind kind);
+void schedule_tick(stage_ptr self);
+bool fire_one(stage_ptr self);
+void arm_recheck(stage_ptr self);
+void on_recheck(stage_ptr self, int64_t fired_then, int64_t step);
+void on_tick(stage_ptr self);
+void on_activation(stage_ptr self, activation_msg& m);
+void on_gradient(stage_ptr self, gradient_msg& m);
+
+// stage_boundary.cpp: the step boundary and the driver's questions.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& o,
+                                                        const std::vector<at::Tensor>& params);
+void report_grads(stage_ptr self);
+void async_step(stage_ptr self, int64_t t);
+nonfinite_seen first_nonfinite(const stage_state& s);
+stage_status status_of(const stage_state& s);
+void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t);
+void apply_update(stage_ptr self, const apply_msg& m);
+uint64_t weights_checksum(const stage_state& s);
+void evaluate(stage_ptr self, eval_msg m);
+
+}  // namespace actorpipe::stage_detail
