@@ -120,128 +120,141 @@ std::string simulation_too_large(int64_t stages, int64_t microbatches, int chunk
          memory(max_sim_ops * bytes_per_op) + ")";
 }
 
-sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost) {
-  if (stages < 1 || microbatches < 1)
-    throw std::invalid_argument("simulate: stages and microbatches must be at least 1");
-  if (const std::string why = simulation_too_large(stages, microbatches, pol.chunks(), pol.splits_backward());
-      !why.empty())
-    throw std::invalid_argument("simulate: " + why);
-  const int s_count = stages;
-  const int m = microbatches;
-  sim_result res;
-  res.stages = s_count;
-  res.microbatches = m;
-  res.schedule = pol.name();
-  res.chunks = pol.chunks();
-  res.placement = pol.placement();
-  res.split_backward = pol.splits_backward();
-  res.timeline.assign(s_count, {});
-  res.busy.assign(s_count, 0.0);
-  res.peak_stash.assign(s_count, 0);
+namespace {
 
-  const int chunks = pol.chunks();
-  const bool split = pol.splits_backward();
-  const placement plc = pol.layout(s_count);
-  const int last_k = plc.count() - 1;  // the last virtual stage computes the loss
-  std::vector<sim_stage> st(s_count);
-  for (auto& s : st) s.board.reset(m, chunks, split);
-  for (int i = 0; i < m; ++i) st[0].board.arrive(op_kind::F, plc.chunk_of(0), i);
-  auto factor = [&](int r) {
-    return r < static_cast<int>(cost.stage_factor.size()) ? cost.stage_factor[r] : 1.0;
-  };
+// One simulated step: the stages' boards, the event queue and the result.
+class simulation {
+public:
+  simulation(const policy& pol, int stages, int microbatches, const cost_model& cost)
+      : pol_(pol), cost_(cost), m_(microbatches), split_(pol.splits_backward()), plc_(pol.layout(stages)),
+        st_(stages) {
+    res_.stages = stages;
+    res_.microbatches = microbatches;
+    res_.schedule = pol.name();
+    res_.chunks = pol.chunks();
+    res_.placement = pol.placement();
+    res_.split_backward = split_;
+    res_.timeline.assign(stages, {});
+    res_.busy.assign(stages, 0.0);
+    res_.peak_stash.assign(stages, 0);
+    for (auto& s : st_) s.board.reset(m_, pol.chunks(), split_);
+    for (int i = 0; i < m_; ++i) st_[0].board.arrive(op_kind::F, plc_.chunk_of(0), i);
+  }
 
-  std::priority_queue<event, std::vector<event>, later> q;
-  uint64_t seq = 0;
-  double now = 0.0;
-  int done_stages = 0;
-  auto decide = [&](int r) {
-    auto& s = st[r];
+  sim_result run() {
+    const int s_count = static_cast<int>(st_.size());
+    for (int r = 0; r < s_count; ++r) decide(r);
+    // Only a stage that an event touched can choose differently from last
+    // time (a policy is a pure function of its stage's view), so only those
+    // choose again, in rank order as before: a step costs its events, not
+    // stages x distinct times.
+    std::vector<int> touched;
+    std::vector<char> is_touched(s_count, 0);
+    while (!q_.empty()) {
+      now_ = q_.top().time;
+      // Everything that happens at `now` (arrivals, op ends and the arrivals
+      // they cause when comm is 0) is seen before any stage chooses.
+      while (!q_.empty() && q_.top().time <= now_) {
+        event e = q_.top();
+        q_.pop();
+        if (!is_touched[e.stage]) {
+          is_touched[e.stage] = 1;
+          touched.push_back(e.stage);
+        }
+        handle(e);
+      }
+      std::sort(touched.begin(), touched.end());
+      for (int r : touched) {
+        is_touched[r] = 0;
+        decide(r);
+      }
+      touched.clear();
+    }
+    if (done_stages_ < s_count) {
+      res_.deadlock = true;
+      res_.diagnosis = diagnose(st_, res_, plc_);
+    }
+    return std::move(res_);
+  }
+
+private:
+  double factor(int r) const {
+    return r < static_cast<int>(cost_.stage_factor.size()) ? cost_.stage_factor[r] : 1.0;
+  }
+
+  // Stage r, if idle, fires what its policy chooses.
+  void decide(int r) {
+    auto& s = st_[r];
     if (s.busy) return;
-    auto op = pol.next(s.board.view(r, s_count, s.measured));
+    auto op = pol_.next(s.board.view(r, static_cast<int>(st_.size()), s.measured));
     if (!op) return;
     if (!s.board.ready(*op))
-      throw std::logic_error("policy " + pol.name() + " chose " + to_string(*op) + " on stage " +
+      throw std::logic_error("policy " + pol_.name() + " chose " + to_string(*op) + " on stage " +
                              std::to_string(r) + ", which is not ready");
-    const double full_b = split ? cost.b : cost.b + cost.w;
-    double d = (op->kind == op_kind::F ? cost.f : op->kind == op_kind::B ? full_b : cost.w) * factor(r);
+    const double full_b = split_ ? cost_.b : cost_.b + cost_.w;
+    double d = (op->kind == op_kind::F ? cost_.f : op->kind == op_kind::B ? full_b : cost_.w) * factor(r);
     const int kind = static_cast<int>(op->kind);
     s.measured[kind] = (s.measured[kind] * s.measured_n[kind] + d) / (s.measured_n[kind] + 1);
     ++s.measured_n[kind];
     s.board.fire(*op);
     // Activations live until the op that consumes them last: B, or W.
     if (op->kind == op_kind::F)
-      res.peak_stash[r] =
-          std::max(res.peak_stash[r], s.board.fwd_done() - (split ? s.board.w_done() : s.board.bwd_done()));
+      res_.peak_stash[r] =
+          std::max(res_.peak_stash[r], s.board.fwd_done() - (split_ ? s.board.w_done() : s.board.bwd_done()));
     s.busy = true;
-    res.timeline[r].push_back({*op, now, now + d});
-    res.busy[r] += d;
-    q.push({now + d, seq++, ev_kind::op_end, r, *op});
-  };
+    res_.timeline[r].push_back({*op, now_, now_ + d});
+    res_.busy[r] += d;
+    q_.push({now_ + d, seq_++, ev_kind::op_end, r, *op});
+  }
 
-  for (int r = 0; r < s_count; ++r) decide(r);
-  // Only a stage that an event touched can choose differently from last
-  // time (a policy is a pure function of its stage's view), so only those
-  // choose again, in rank order as before: a step costs its events, not
-  // stages x distinct times.
-  std::vector<int> touched;
-  std::vector<char> is_touched(s_count, 0);
-  while (!q.empty()) {
-    now = q.top().time;
-    // Everything that happens at `now` (arrivals, op ends and the arrivals
-    // they cause when comm is 0) is seen before any stage chooses.
-    while (!q.empty() && q.top().time <= now) {
-      event e = q.top();
-      q.pop();
-      if (!is_touched[e.stage]) {
-        is_touched[e.stage] = 1;
-        touched.push_back(e.stage);
-      }
-      auto& s = st[e.stage];
-      switch (e.kind) {
-        case ev_kind::arrive_f: s.board.arrive(op_kind::F, e.op.chunk, e.op.mb); break;
-        case ev_kind::arrive_b: s.board.arrive(op_kind::B, e.op.chunk, e.op.mb); break;
-        case ev_kind::op_end: {
-          s.busy = false;
-          res.makespan = std::max(res.makespan, e.time);
-          const int k = plc.virtual_stage(e.stage, e.op.chunk);
-          // A hop between two chunks of one rank (the V's turn) is local.
-          auto hop = [&](int to, op_id input) {
-            return (to == e.stage ? 0.0 : cost.comm) + (cost.message_delay ? cost.message_delay(e.stage, to, input) : 0.0);
-          };
-          if (e.op.kind == op_kind::F) {
-            if (k < last_k) {
-              const int to = plc.rank_of(k + 1);
-              op_id next{op_kind::F, e.op.mb, plc.chunk_of(k + 1)};
-              q.push({e.time + hop(to, next), seq++, ev_kind::arrive_f, to, next});
-            } else {
-              s.board.arrive(op_kind::B, e.op.chunk, e.op.mb);  // the loss starts the backward
-            }
-          } else if (e.op.kind == op_kind::B) {
-            if (k > 0) {
-              const int to = plc.rank_of(k - 1);
-              op_id prev{op_kind::B, e.op.mb, plc.chunk_of(k - 1)};
-              q.push({e.time + hop(to, prev), seq++, ev_kind::arrive_b, to, prev});
-            }
-            if (s.board.done()) ++done_stages;
-          } else if (s.board.done()) {
-            ++done_stages;  // the stage's last W
-          }
-          break;
-        }
-      }
+  void handle(const event& e) {
+    auto& s = st_[e.stage];
+    if (e.kind == ev_kind::arrive_f) return (void)s.board.arrive(op_kind::F, e.op.chunk, e.op.mb);
+    if (e.kind == ev_kind::arrive_b) return (void)s.board.arrive(op_kind::B, e.op.chunk, e.op.mb);
+    s.busy = false;
+    res_.makespan = std::max(res_.makespan, e.time);
+    const int k = plc_.virtual_stage(e.stage, e.op.chunk);
+    if (e.op.kind == op_kind::F) {
+      if (k < plc_.count() - 1)
+        send(e, ev_kind::arrive_f, {op_kind::F, e.op.mb, plc_.chunk_of(k + 1)}, plc_.rank_of(k + 1));
+      else
+        s.board.arrive(op_kind::B, e.op.chunk, e.op.mb);  // the loss starts the backward
+    } else if (e.op.kind == op_kind::B && k > 0) {
+      send(e, ev_kind::arrive_b, {op_kind::B, e.op.mb, plc_.chunk_of(k - 1)}, plc_.rank_of(k - 1));
     }
-    std::sort(touched.begin(), touched.end());
-    for (int r : touched) {
-      is_touched[r] = 0;
-      decide(r);
-    }
-    touched.clear();
+    if (e.op.kind != op_kind::F && s.board.done()) ++done_stages_;  // its last B, or W
   }
-  if (done_stages < s_count) {
-    res.deadlock = true;
-    res.diagnosis = diagnose(st, res, plc);
+
+  // The input `input` of stage `to`, sent when op e ended. A hop between
+  // two chunks of one rank (the V's turn) is local.
+  void send(const event& e, ev_kind kind, op_id input, int to) {
+    const double latency = (to == e.stage ? 0.0 : cost_.comm) +
+                           (cost_.message_delay ? cost_.message_delay(e.stage, to, input) : 0.0);
+    q_.push({e.time + latency, seq_++, kind, to, input});
   }
-  return res;
+
+  const policy& pol_;
+  const cost_model& cost_;
+  const int m_;
+  const bool split_;
+  const placement plc_;
+  std::vector<sim_stage> st_;
+  sim_result res_;
+  std::priority_queue<event, std::vector<event>, later> q_;
+  uint64_t seq_ = 0;
+  double now_ = 0.0;
+  int done_stages_ = 0;
+};
+
+}  // namespace
+
+sim_result simulate(const policy& pol, int stages, int microbatches, const cost_model& cost) {
+  if (stages < 1 || microbatches < 1)
+    throw std::invalid_argument("simulate: stages and microbatches must be at least 1");
+  if (const std::string why = simulation_too_large(stages, microbatches, pol.chunks(), pol.splits_backward());
+      !why.empty())
+    throw std::invalid_argument("simulate: " + why);
+  return simulation(pol, stages, microbatches, cost).run();
 }
 
 sim_result simulate(const std::string& schedule, int stages, int microbatches, const cost_model& cost,
