@@ -103,119 +103,134 @@ public:
   pvalue_ptr run() {
     for (;;) {
       const uint8_t op = u8();
-      switch (op) {
-        case 0x80: u8(); break;          // PROTO
-        case 0x95: bytes(8); break;      // FRAME: framing is a hint only
-        case '.':                        // STOP
-          if (stack_.size() != 1) fail("stack has " + std::to_string(stack_.size()) + " items at STOP");
-          return stack_.back();
-        case 'c': {                      // GLOBAL
-          std::string mod = line();
-          std::string name = line();
-          push(global(mod + "." + name));
-          break;
-        }
-        case 0x93: {                     // STACK_GLOBAL
-          auto name = pop(), mod = pop();
-          if (mod->k != pvalue::kind::string || name->k != pvalue::kind::string) fail("STACK_GLOBAL of non-strings");
-          push(global(mod->s + "." + name->s));
-          break;
-        }
-        case 'q': memo_[u8()] = top(); break;          // BINPUT
-        case 'r': memo_[u32()] = top(); break;         // LONG_BINPUT
-        case 0x94: memo_[memo_.size()] = top(); break; // MEMOIZE
-        case 'h': push(memo_get(u8())); break;         // BINGET
-        case 'j': push(memo_get(u32())); break;        // LONG_BINGET
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case '0': pop(); break;                            // POP
-        case '1': pop_mark(); break;                       // POP_MARK
-        case '2': push(top()); break;                      // DUP
-        case 'N': push(make(pvalue::kind::none)); break;
-        case 0x88: push(boolean(true)); break;   // NEWTRUE
-        case 0x89: push(boolean(false)); break;  // NEWFALSE
-        case 'J': push(integer(static_cast<int32_t>(u32()))); break;  // BININT
-        case 'K': push(integer(u8())); break;                         // BININT1
-        case 'M': push(integer(u16())); break;                        // BININT2
-        case 0x8a: push(integer(long1(u8()))); break;                 // LONG1
-        case 'G': {                                                   // BINFLOAT, big-endian
-          uint64_t bits = 0;
-          const char* p = bytes(8);
-          for (int b = 0; b < 8; ++b) bits = (bits << 8) | static_cast<uint8_t>(p[b]);
-          auto v = make(pvalue::kind::floating);
-          std::memcpy(&v->d, &bits, sizeof bits);
-          push(v);
-          break;
-        }
-        case 'X': push(string(u32())); break;   // BINUNICODE
-        case 0x8c: push(string(u8())); break;   // SHORT_BINUNICODE
-        case ')': push(make(pvalue::kind::tuple)); break;  // EMPTY_TUPLE
-        case 't': {                                        // TUPLE
-          auto v = make(pvalue::kind::tuple);
-          v->items = pop_mark();
-          nest(v, v->items);
-          push(v);
-          break;
-        }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
-          auto v = make(pvalue::kind::tuple);
-          v->items.resize(op - 0x84);
-          for (auto it = v->items.rbegin(); it != v->items.rend(); ++it) *it = pop();
-          nest(v, v->items);
-          push(v);
-          break;
-        }
-        case ']': push(make(pvalue::kind::list)); break;  // EMPTY_LIST
-        case 'a': {                                       // APPEND
-          auto v = pop();
-          auto l = as(top(), pvalue::kind::list, "APPEND");
-          l->items.push_back(v);
-          nest(l, {v});
-          break;
-        }
-        case 'e': {  // APPENDS
-          auto vs = pop_mark();
-          auto l = as(top(), pvalue::kind::list, "APPENDS");
-          l->items.insert(l->items.end(), vs.begin(), vs.end());
-          nest(l, vs);
-          break;
-        }
-        case '}': push(make(pvalue::kind::dict)); break;  // EMPTY_DICT
-        case 's': {                                       // SETITEM
-          auto v = pop(), k = pop();
-          set_item(as(top(), pvalue::kind::dict, "SETITEM"), k, v);
-          break;
-        }
-        case 'u': {  // SETITEMS
-          auto kvs = pop_mark();
-          if (kvs.size() % 2 != 0) fail("SETITEMS with an odd item count");
-          auto d = as(top(), pvalue::kind::dict, "SETITEMS");
-          for (size_t j = 0; j < kvs.size(); j += 2) set_item(d, kvs[j], kvs[j + 1]);
-          break;
-        }
-        case 'Q': push(persistent_load(pop())); break;  // BINPERSID
-        case 'R': {                                     // REDUCE
-          auto args = as(pop(), pvalue::kind::tuple, "REDUCE arguments");
-          auto fn = as(pop(), pvalue::kind::global, "REDUCE callable");
-          push(reduce(fn->s, args->items));
-          break;
-        }
-        case 'b': {  // BUILD: the state (OrderedDict._metadata, tensor hooks) is not ours
-          pop();
-          const auto k = top()->k;
-          if (k != pvalue::kind::dict && k != pvalue::kind::tensor)
-            fail(std::string("BUILD on a ") + kind_name(k));
-          break;
-        }
-        default: {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "0x%02x", op);
-          fail(std::string("opcode ") + hex + " at byte " + std::to_string(pos_ - 1));
-        }
+      if (op == '.') {  // STOP
+        if (stack_.size() != 1) fail("stack has " + std::to_string(stack_.size()) + " items at STOP");
+        return stack_.back();
+      }
+      if (!scalar_op(op) && !container_op(op)) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", op);
+        fail(std::string("opcode ") + hex + " at byte " + std::to_string(pos_ - 1));
       }
     }
   }
 
 private:
+  // Framing, globals, the memo, marks and scalars. False: not one of these.
+  bool scalar_op(uint8_t op) {
+    switch (op) {
+      case 0x80: u8(); break;          // PROTO
+      case 0x95: bytes(8); break;      // FRAME: framing is a hint only
+      case 'c': {                      // GLOBAL
+        std::string mod = line();
+        std::string name = line();
+        push(global(mod + "." + name));
+        break;
+      }
+      case 0x93: {                     // STACK_GLOBAL
+        auto name = pop(), mod = pop();
+        if (mod->k != pvalue::kind::string || name->k != pvalue::kind::string) fail("STACK_GLOBAL of non-strings");
+        push(global(mod->s + "." + name->s));
+        break;
+      }
+      case 'q': memo_[u8()] = top(); break;          // BINPUT
+      case 'r': memo_[u32()] = top(); break;         // LONG_BINPUT
+      case 0x94: memo_[memo_.size()] = top(); break; // MEMOIZE
+      case 'h': push(memo_get(u8())); break;         // BINGET
+      case 'j': push(memo_get(u32())); break;        // LONG_BINGET
+      case '(': marks_.push_back(stack_.size()); break;  // MARK
+      case '0': pop(); break;                            // POP
+      case '1': pop_mark(); break;                       // POP_MARK
+      case '2': push(top()); break;                      // DUP
+      case 'N': push(make(pvalue::kind::none)); break;
+      case 0x88: push(boolean(true)); break;   // NEWTRUE
+      case 0x89: push(boolean(false)); break;  // NEWFALSE
+      case 'J': push(integer(static_cast<int32_t>(u32()))); break;  // BININT
+      case 'K': push(integer(u8())); break;                         // BININT1
+      case 'M': push(integer(u16())); break;                        // BININT2
+      case 0x8a: push(integer(long1(u8()))); break;                 // LONG1
+      case 'G': {                                                   // BINFLOAT, big-endian
+        uint64_t bits = 0;
+        const char* p = bytes(8);
+        for (int b = 0; b < 8; ++b) bits = (bits << 8) | static_cast<uint8_t>(p[b]);
+        auto v = make(pvalue::kind::floating);
+        std::memcpy(&v->d, &bits, sizeof bits);
+        push(v);
+        break;
+      }
+      case 'X': push(string(u32())); break;   // BINUNICODE
+      case 0x8c: push(string(u8())); break;   // SHORT_BINUNICODE
+      default: return false;
+    }
+    return true;
+  }
+
+  // Tuples, lists, dicts, persistent ids, REDUCE and BUILD. False: not one of these.
+  bool container_op(uint8_t op) {
+    switch (op) {
+      case ')': push(make(pvalue::kind::tuple)); break;  // EMPTY_TUPLE
+      case 't': {                                        // TUPLE
+        auto v = make(pvalue::kind::tuple);
+        v->items = pop_mark();
+        nest(v, v->items);
+        push(v);
+        break;
+      }
+      case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+        auto v = make(pvalue::kind::tuple);
+        v->items.resize(op - 0x84);
+        for (auto it = v->items.rbegin(); it != v->items.rend(); ++it) *it = pop();
+        nest(v, v->items);
+        push(v);
+        break;
+      }
+      case ']': push(make(pvalue::kind::list)); break;  // EMPTY_LIST
+      case 'a': {                                       // APPEND
+        auto v = pop();
+        auto l = as(top(), pvalue::kind::list, "APPEND");
+        l->items.push_back(v);
+        nest(l, {v});
+        break;
+      }
+      case 'e': {  // APPENDS
+        auto vs = pop_mark();
+        auto l = as(top(), pvalue::kind::list, "APPENDS");
+        l->items.insert(l->items.end(), vs.begin(), vs.end());
+        nest(l, vs);
+        break;
+      }
+      case '}': push(make(pvalue::kind::dict)); break;  // EMPTY_DICT
+      case 's': {                                       // SETITEM
+        auto v = pop(), k = pop();
+        set_item(as(top(), pvalue::kind::dict, "SETITEM"), k, v);
+        break;
+      }
+      case 'u': {  // SETITEMS
+        auto kvs = pop_mark();
+        if (kvs.size() % 2 != 0) fail("SETITEMS with an odd item count");
+        auto d = as(top(), pvalue::kind::dict, "SETITEMS");
+        for (size_t j = 0; j < kvs.size(); j += 2) set_item(d, kvs[j], kvs[j + 1]);
+        break;
+      }
+      case 'Q': push(persistent_load(pop())); break;  // BINPERSID
+      case 'R': {                                     // REDUCE
+        auto args = as(pop(), pvalue::kind::tuple, "REDUCE arguments");
+        auto fn = as(pop(), pvalue::kind::global, "REDUCE callable");
+        push(reduce(fn->s, args->items));
+        break;
+      }
+      case 'b': {  // BUILD: the state (OrderedDict._metadata, tensor hooks) is not ours
+        pop();
+        const auto k = top()->k;
+        if (k != pvalue::kind::dict && k != pvalue::kind::tensor)
+          fail(std::string("BUILD on a ") + kind_name(k));
+        break;
+      }
+      default: return false;
+    }
+    return true;
+  }
+
   [[noreturn]] void fail(const std::string& what) const { unsupported(path_, what); }
 
   const char* bytes(size_t n) {
