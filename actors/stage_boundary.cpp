@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "actors/stage_state.hpp"
+#include "runtime/fnv1a.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/op_grid.hpp"
@@ -181,13 +182,12 @@ void apply_update(stage_ptr self, const apply_msg& m) {
 // FNV-1a over the bytes of every parameter: replicas that hold the same
 // bits agree, any drift shows.
 uint64_t weights_checksum(const stage_state& s) {
-  uint64_t h = 1469598103934665603ull;
+  fnv1a h;
   for (const auto& p : s.params) {
     auto t = p.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-    for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    h.bytes(t.data_ptr(), t.numel() * t.element_size());
   }
-  return h;
+  return h.digest();
 }
 
 void evaluate(stage_ptr self, eval_msg m) {

@@ -1,4 +1,5 @@
 #include "runtime/checkpoint.hpp"
+#include "runtime/fnv1a.hpp"
 
 #include <torch/torch.h>
 
@@ -32,18 +33,15 @@ const std::vector<std::string>& fields_of(const std::string& type) {
 
 // FNV-1a over every entry's name and bytes, in file order.
 int64_t checksum(const named_tensors& entries) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
+  fnv1a h;
+  auto mix = [&h](const void* p, size_t n) { h.bytes(p, n); };
   for (const auto& [name, t] : entries) {
     if (name == "meta.checksum") continue;
     mix(name.data(), name.size());
     auto c = t.contiguous();
     mix(c.data_ptr(), c.numel() * c.element_size());
   }
-  return static_cast<int64_t>(h);
+  return static_cast<int64_t>(h.digest());
 }
 
 std::string file_name(int64_t step) {

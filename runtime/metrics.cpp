@@ -1,4 +1,5 @@
 #include "runtime/metrics.hpp"
+#include "runtime/fnv1a.hpp"
 
 #include <algorithm>
 
@@ -62,10 +63,8 @@ message_fault_counts count_message_faults(const train_result& r) {
 }
 
 uint64_t trace_hash(const train_result& r, bool with_order) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bit
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
+  fnv1a h;
+  auto mix = [&h](uint64_t v) { h.value(v); };
   for (const auto& step : r.steps) {
     mix(static_cast<uint64_t>(step.step));
     mix(step.skipped);
@@ -82,7 +81,7 @@ uint64_t trace_hash(const train_result& r, bool with_order) {
     }
   }
   mix(static_cast<uint64_t>(r.restarts));
-  return h;
+  return h.digest();
 }
 
 std::vector<double> stage_speeds(const train_result& r) {
