@@ -29,10 +29,8 @@ void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
   if (s.setup.pace_ms > 0)
     std::this_thread::sleep_until(
         start + std::chrono::microseconds(static_cast<int64_t>(s.setup.pace_ms * 1000)));
-  // slow_stage: the op takes `factor` times as long as it did (once per op:
-  // pad runs again after ops that send nothing).
-  if (s.slowed_op_start == start) return;
-  s.slowed_op_start = start;
+  // slow_stage: the op takes `factor` times as long as it did.
+  s.padded = true;
   if (const double factor = s.faults.slow_factor(); factor > 1.0) {
     const auto took = clock_type::now() - start;
     std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(took * factor));
@@ -158,13 +156,14 @@ bool fire_one(stage_ptr self) {
   auto start = clock_type::now();
   int64_t start_ns = now_ns(s);
   s.board.fire(*op);
+  s.padded = false;
   if (op->kind == op_kind::F)
     fire_forward(self, op->chunk, op->mb, start);
   else if (op->kind == op_kind::B)
     fire_backward(self, op->chunk, op->mb, start);
   else
     s.compute.weight(op->chunk, op->mb);
-  pad(s, start, op->kind);  // ops that send nothing
+  if (!s.padded) pad(s, start, op->kind);  // an op that sent nothing: padded here, once
   int64_t end_ns = now_ns(s);
   ++s.fired_total;
   const int kind = static_cast<int>(op->kind);

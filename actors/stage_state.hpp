@@ -78,7 +78,7 @@ struct stage_state {
   int64_t fired_total = 0;  // every op of the run, for the watchdog
   uint64_t dropped = 0;     // duplicate or stale messages since the last report
   fault_plan faults;  // from setup.faults: what to inject where
-  std::chrono::steady_clock::time_point slowed_op_start;  // slow_stage: the op already slowed
+  bool padded = false;  // the op being fired was padded before it sent (pad runs once per op)
   finite_watch finite;  // which op first produced a NaN or an infinity
   at::Tensor nothing;  // null and sim devices: every activation and gradient
   int64_t round = 0;                      // lock-step: the round being fired
