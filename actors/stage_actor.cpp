@@ -17,19 +17,6 @@ namespace {
 
 using namespace stage_detail;
 
-// Lock-step: hands over what was sent before `round`, keeps the rest.
-template <class Msg, class Handler>
-void release(std::vector<Msg>& held, int64_t round, Handler handle) {
-  std::vector<Msg> keep;
-  for (auto& m : held) {
-    if (m.h.round < round)
-      handle(m);
-    else
-      keep.push_back(std::move(m));
-  }
-  held = std::move(keep);
-}
-
 caf::behavior running(stage_ptr self);
 
 /// The initial state: waits to learn its neighbours and its driver.
@@ -94,6 +81,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         ls.stats = &st.stats;
         ls.step = &st.step;
         st.link = make_local_link(self, std::move(ls));
+        if (st.setup.lockstep)
+          st.clock = make_lockstep_clock();
+        else
+          st.clock = make_ticking_clock(self);
         st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
         self->become(running(self));
@@ -104,16 +95,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
 caf::behavior running(stage_ptr self) {
   return {
       [=](fwd_atom, activation_msg& m) {
-        if (self->state.setup.lockstep && m.h.round >= self->state.round)
-          self->state.early_fwd.push_back(std::move(m));
-        else
-          on_activation(self, m);
+        if (self->state.clock->take_now(m)) on_activation(self, m);
       },
       [=](bwd_atom, gradient_msg& m) {
-        if (self->state.setup.lockstep && m.h.round >= self->state.round)
-          self->state.early_bwd.push_back(std::move(m));
-        else
-          on_gradient(self, m);
+        if (self->state.clock->take_now(m)) on_gradient(self, m);
       },
       [=](tick_atom) { on_tick(self); },
       [=](recheck_atom, int64_t fired_then, int64_t step) { on_recheck(self, fired_then, step); },
@@ -121,12 +106,12 @@ caf::behavior running(stage_ptr self) {
         self->state.link->resend(kind == 0 ? op_kind::F : op_kind::B, chunk, step, mb);
       },
       [=](round_atom, int64_t round) {
-        auto& st = self->state;
-        st.round = round;
-        // What a neighbour sent in an earlier round is visible now; what it
-        // sent in this round (it may already have fired) waits for the next.
-        release(st.early_fwd, round, [=](activation_msg& m) { on_activation(self, m); });
-        release(st.early_bwd, round, [=](gradient_msg& m) { on_gradient(self, m); });
+        // What a neighbour sent in an earlier round is visible now.
+        std::vector<activation_msg> fwd;
+        std::vector<gradient_msg> bwd;
+        self->state.clock->begin_round(round, fwd, bwd);
+        for (auto& m : fwd) on_activation(self, m);
+        for (auto& m : bwd) on_gradient(self, m);
         fire_one(self);
         self->send(self->state.driver, round_done_atom::value, round);
       },

@@ -82,7 +82,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   } else {
     // The op's results leave once its padded time is over.
     pad(s, start, op_kind::F);
-    s.link->send_activation(chunk, {{0, s.step, mb, 0, s.round}, work ? r.out.detach() : r.out, msg.y, nullptr});
+    s.link->send_activation(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? r.out.detach() : r.out, msg.y, nullptr});
   }
   note_stash(s);
 }
@@ -102,7 +102,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   if (work) check_finite(s, {op_kind::B, mb, chunk}, grad_in);
   // The gradient of B(mb)'s input goes up once the op's time is over.
   pad(s, start, op_kind::B);
-  s.link->send_gradient(chunk, {{0, s.step, mb, 0, s.round}, work ? grad_in : s.nothing, nullptr});
+  s.link->send_gradient(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? grad_in : s.nothing, nullptr});
 }
 
 }  // namespace
@@ -140,11 +140,7 @@ bool accept(stage_state& s, const msg_header& h, op_kind kind) {
   return true;
 }
 
-void schedule_tick(stage_ptr self) {
-  if (self->state.tick_pending || self->state.setup.lockstep) return;
-  self->state.tick_pending = true;
-  self->send(self, tick_atom::value);
-}
+void schedule_tick(stage_ptr self) { self->state.clock->poke(); }
 
 // Fires the policy's choice, if any. Returns whether an op ran.
 bool fire_one(stage_ptr self) {
@@ -195,7 +191,8 @@ bool fire_one(stage_ptr self) {
 // senders of the next missing inputs to send them again.
 void arm_recheck(stage_ptr self) {
   auto& s = self->state;
-  if (s.setup.op_timeout_ms <= 0 || s.recheck_pending || s.step < 0 || step_done(s) || s.setup.lockstep) return;
+  if (s.setup.op_timeout_ms <= 0 || s.recheck_pending || s.step < 0 || step_done(s) || !s.clock->rechecks())
+    return;
   s.recheck_pending = true;
   self->delayed_send(caf::actor_cast<caf::actor>(self), std::chrono::microseconds(static_cast<int64_t>(s.setup.op_timeout_ms * 1000)),
                      recheck_atom::value, s.fired_total, s.step);
@@ -225,7 +222,7 @@ void on_recheck(stage_ptr self, int64_t fired_then, int64_t step) {
 // the tick goes behind it; with none, firing on saves a self-message (and
 // its allocation) per op.
 void on_tick(stage_ptr self) {
-  self->state.tick_pending = false;
+  self->state.clock->ticked();
   while (fire_one(self))
     if (!self->mailbox().empty()) {
       schedule_tick(self);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/stage_actor.hpp"
+#include "actors/stage_clock.hpp"
 #include "actors/stage_link.hpp"
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
@@ -71,7 +72,7 @@ struct stage_state {
   double measured[3] = {0.0, 0.0, 0.0};
   int64_t measured_n[3] = {0, 0, 0};
   stage_stats stats;
-  bool tick_pending = false;
+  std::unique_ptr<stage_clock> clock;  // self-ticking, or the driver's lock-step rounds
   weight_versions versions;  // async: each step's copy of the weights it computes with
   std::map<int64_t, stage_stats> step_stats;
   std::map<int64_t, double> step_loss;
@@ -81,9 +82,6 @@ struct stage_state {
   bool padded = false;  // the op being fired was padded before it sent (pad runs once per op)
   finite_watch finite;  // which op first produced a NaN or an infinity
   at::Tensor nothing;  // null and sim devices: every activation and gradient
-  int64_t round = 0;                      // lock-step: the round being fired
-  std::vector<activation_msg> early_fwd;  // lock-step: sent in the current round
-  std::vector<gradient_msg> early_bwd;
 
   static inline const char* name = "stage";
 };
