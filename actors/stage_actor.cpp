@@ -76,6 +76,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         ls.device = st.setup.device;
         ls.devices = st.setup.devices;
         ls.lockstep = st.setup.lockstep;
+        ls.epoch = st.setup.epoch;
         ls.faults = st.faults;
         ls.queue = st.queue.get();
         ls.stats = &st.stats;
@@ -122,6 +123,10 @@ caf::behavior running(stage_ptr self) {
         const auto& su = self->state.setup;
         self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
                    m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
+        // The apply closes step m.step: the next one begins here, so no
+        // message of it is taken before the update (whatever the order of
+        // arrival between this stage's senders).
+        if (m.step >= self->state.step) next_step(self, m.step);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },

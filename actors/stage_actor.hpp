@@ -79,6 +79,9 @@ struct stage_setup {
   /// never come gives up instead of blocking its thread.
   std::shared_ptr<std::atomic<bool>> abandon;
   int replica = 0;
+  /// The attempt this stage belongs to: stamped on what it sends; a message
+  /// of another epoch is dropped and counted.
+  uint32_t epoch = 0;
   /// Test hook: this replica adds zeros to the sum and keeps its own
   /// gradient (the replicas then drift apart, which --verify-replicas and
   /// the tests must catch).

@@ -95,6 +95,8 @@ void report_grads(stage_ptr self) {
   r.stats = std::move(s.stats);
   r.stats.duplicates = s.dropped;  // since the last report, between steps too
   s.dropped = 0;
+  r.stats.stale_epochs = s.stale;
+  s.stale = 0;
   s.stats = stage_stats{};
   self->send(s.driver, grads_atom::value, std::move(r));
 }
@@ -127,6 +129,8 @@ void async_step(stage_ptr self, int64_t t) {
   r.stats.peak_stash_bytes = s.stats.peak_stash_bytes;
   r.stats.duplicates = s.dropped;
   s.dropped = 0;
+  r.stats.stale_epochs = s.stale;
+  s.stale = 0;
   r.stats.peak_versions = s.versions.peak();
   s.stats.peak_stash = s.compute.stashed();
   s.stats.peak_stash_bytes = s.compute.stash_bytes();

@@ -126,18 +126,38 @@ void begin_step(stage_state& s, int64_t step) {
 
 // Returns false (and counts it) for a message of an older step, or one
 // whose op input already arrived.
-bool accept(stage_state& s, const msg_header& h, op_kind kind) {
+// A message of another epoch (an earlier attempt's) is dropped and
+// counted. The first message of an attempt begins its first step; a later
+// step begins with the apply that closes the one before (next_step), and
+// its messages wait until then.
+arrival accept(stage_state& s, const msg_header& h, op_kind kind) {
+  if (h.epoch != s.link->epoch()) {
+    ++s.stale;
+    return arrival::drop;
+  }
   if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
       h.chunk >= s.setup.chunks) {
     ++s.dropped;
-    return false;
+    return arrival::drop;
   }
-  if (h.step > s.step) begin_step(s, h.step);
+  if (s.step < 0) begin_step(s, h.step);
+  if (h.step > s.step) return arrival::hold;
   if (!s.board.arrive(kind, h.chunk, h.mb)) {
     ++s.dropped;
-    return false;
+    return arrival::drop;
   }
-  return true;
+  return arrival::take;
+}
+
+void next_step(stage_ptr self, int64_t step) {
+  auto& s = self->state;
+  begin_step(s, step + 1);
+  auto fwd = std::move(s.ahead_fwd);
+  auto bwd = std::move(s.ahead_bwd);
+  s.ahead_fwd.clear();
+  s.ahead_bwd.clear();
+  for (auto& m : fwd) on_activation(self, m);
+  for (auto& m : bwd) on_gradient(self, m);
 }
 
 void schedule_tick(stage_ptr self) { self->state.clock->poke(); }
@@ -233,7 +253,11 @@ void on_tick(stage_ptr self) {
 
 void on_activation(stage_ptr self, activation_msg& m) {
   auto& s = self->state;
-  if (!accept(s, m.h, op_kind::F)) return;
+  switch (accept(s, m.h, op_kind::F)) {
+    case arrival::drop: return;
+    case arrival::hold: s.ahead_fwd.push_back(std::move(m)); return;
+    case arrival::take: break;
+  }
   const int chunk = m.h.chunk, mb = m.h.mb;
   s.inputs[slot(s, chunk, mb)] = std::move(m);
   schedule_tick(self);
@@ -241,7 +265,11 @@ void on_activation(stage_ptr self, activation_msg& m) {
 
 void on_gradient(stage_ptr self, gradient_msg& m) {
   auto& s = self->state;
-  if (!accept(s, m.h, op_kind::B)) return;
+  switch (accept(s, m.h, op_kind::B)) {
+    case arrival::drop: return;
+    case arrival::hold: s.ahead_bwd.push_back(std::move(m)); return;
+    case arrival::take: break;
+  }
   s.grads_in[slot(s, m.h.chunk, m.h.mb)] = std::move(m.g);
   s.grads_ready[slot(s, m.h.chunk, m.h.mb)] = std::move(m.ready);
   schedule_tick(self);

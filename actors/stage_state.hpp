@@ -78,6 +78,12 @@ struct stage_state {
   std::map<int64_t, double> step_loss;
   int64_t fired_total = 0;  // every op of the run, for the watchdog
   uint64_t dropped = 0;     // duplicate or stale messages since the last report
+  uint64_t stale = 0;       // messages of another epoch since the last report
+  // Messages of a step this stage has not begun (it begins with the apply
+  // that closes the step before): they wait here, so that no mailbox order
+  // between different senders is assumed.
+  std::vector<activation_msg> ahead_fwd;
+  std::vector<gradient_msg> ahead_bwd;
   fault_plan faults;  // from setup.faults: what to inject where
   bool padded = false;  // the op being fired was padded before it sent (pad runs once per op)
   finite_watch finite;  // which op first produced a NaN or an infinity
@@ -115,7 +121,12 @@ inline at::Tensor on_device(const stage_state& s, const at::Tensor& t, at::Scala
 
 // stage_ops.cpp: the step's ops.
 void begin_step(stage_state& s, int64_t step);
-bool accept(stage_state& s, const msg_header& h, op_kind kind);
+/// What becomes of an arriving input: taken, dropped (counted), or held
+/// until its step begins.
+enum class arrival { take, drop, hold };
+arrival accept(stage_state& s, const msg_header& h, op_kind kind);
+/// The step after `step` begins (its apply ran); what waited for it arrives.
+void next_step(stage_ptr self, int64_t step);
 void schedule_tick(stage_ptr self);
 bool fire_one(stage_ptr self);
 void arm_recheck(stage_ptr self);

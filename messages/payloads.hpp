@@ -55,6 +55,7 @@ struct stage_stats {
   int peak_stash = 0;            ///< most microbatches stashed at once
   int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
   uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
+  uint64_t stale_epochs = 0;     ///< messages of another epoch (an earlier attempt) dropped
   int peak_versions = 0;         ///< async: most weight versions held at once
   uint64_t injected_duplicates = 0;  ///< messages this stage sent twice on purpose
   uint64_t injected_delays = 0;      ///< messages it held back on purpose
