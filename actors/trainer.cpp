@@ -102,16 +102,15 @@ run_failure failure_of(const caf::actor_system& sys, const caf::error& err) {
   return f;
 }
 
-// Wires every replica's stages, runs the driver, collects replica 0's
-// weights (the others hold the same, --verify-replicas) and shuts the
-// actors down. The first error wins; none leaves failure.code none.
 struct attempt_outcome {
   train_output out;
-  run_failure failure{run_errc::none, -1, -1, -1, {}};
+  run_failure failure{run_errc::none, -1, -1, -1, {}};  // the first error; code none: there was none
 };
 
-// `on_failure` runs once the run has failed, before any actor is told to
-// exit.
+// Wires every replica's stages, runs the driver, collects replica 0's
+// weights (the others hold the same, --verify-replicas) and shuts the
+// actors down. `on_failure` runs once the run has failed, before any actor
+// is told to exit.
 attempt_outcome wire_and_run(caf::actor_system& sys, const attempt_actors& actors, int stages, int dp,
                              const std::function<void()>& on_failure) {
   attempt_outcome res;

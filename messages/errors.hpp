@@ -6,8 +6,10 @@
 // exit_code_for() turns a code into the process's exit code.
 //
 // CAF 0.17 registers an error category as caf::sec does: an enum with a
-// free make_error() found by argument-dependent lookup, an atom naming the
-// category, and a renderer given to actor_system_config::add_error_category.
+// free make_error() found by argument-dependent lookup (which also lets a
+// caf::error be constructed from the enum), an atom naming the category,
+// and a renderer given to actor_system_config::add_error_category (the
+// trainer's actor system has it, so actor_system::render() shows the text).
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -33,8 +35,17 @@ enum class run_errc : uint8_t {
   failed,             ///< anything else, e.g. an error of another category
 };
 
-/// The category's atom (CAF 0.17: at most 10 characters).
-constexpr caf::atom_value run_error_category = caf::atom("actorpipe");
+/// An error code enum's category atom. (CAF 0.17.6 itself has no such
+/// trait: caf::sec names its atom inside make_error.)
+template <class E>
+struct error_category;
+
+template <>
+struct error_category<run_errc> {
+  static constexpr caf::atom_value value = caf::atom("actorpipe");  // CAF 0.17: at most 10 characters
+};
+
+constexpr caf::atom_value run_error_category = error_category<run_errc>::value;
 
 constexpr const char* to_string(run_errc code) {
   switch (code) {

@@ -3,6 +3,7 @@
 // down, and supervision's restart decision, taken from the code alone.
 #include <gtest/gtest.h>
 
+#include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/sec.hpp>
 
@@ -46,6 +47,7 @@ TEST(RunErrors, TravelInACafErrorWithTheirContext) {
   run_failure f{run_errc::stage_died, 3, 1, 2, "replica 1 stage 2 stopped at step 3: exit_reason(kill)"};
   caf::error err = to_error(f);
   EXPECT_EQ(err.category(), caf::atom("actorpipe"));
+  EXPECT_EQ(err.category(), error_category<run_errc>::value);
   EXPECT_EQ(err.code(), static_cast<uint8_t>(run_errc::stage_died));
   run_failure back;
   ASSERT_TRUE(read_failure(err, back));
@@ -55,6 +57,12 @@ TEST(RunErrors, TravelInACafErrorWithTheirContext) {
   EXPECT_EQ(back.stage, 2);
   EXPECT_EQ(back.text, f.text);
   EXPECT_EQ(render_run_error(err.code(), err.category(), err.context()), f.text);
+  {
+    caf::actor_system_config cfg;
+    add_run_error_category(cfg);
+    caf::actor_system sys{cfg};
+    EXPECT_EQ(sys.render(err), f.text);
+  }
   // Implicit construction the CAF way, and an error of another category.
   caf::error bare = run_errc::hang;
   ASSERT_TRUE(read_failure(bare, back));
