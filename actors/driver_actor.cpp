@@ -7,18 +7,19 @@
 #include <cmath>
 #include <map>
 
+#include "actors/driver_logic.hpp"
 #include "messages/atoms.hpp"
+#include "messages/errors.hpp"
 #include "messages/payloads.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/model.hpp"
-#include "runtime/text.hpp"
 
 namespace actorpipe {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = driver_clock;
 
 struct driver_state {
   driver_setup setup;
@@ -40,11 +41,8 @@ struct driver_state {
   // Async: reports per step as they come, and when the last step closed.
   std::map<int64_t, std::vector<grads_report>> async_reports;
   clock_type::time_point last_close;
-  // Watchdog: ops fired over all stages at the last check, and when that
-  // count last moved.
-  int64_t fired_seen = -1;
+  watchdog_ledger watchdog;
   std::string stop_reason;  // on_nonfinite: stop
-  clock_type::time_point progress_at;
   int64_t round = 0;       // lock-step clock
   int rounds_pending = 0;
 
@@ -57,6 +55,7 @@ int64_t since(const driver_state& s, clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t - s.setup.origin).count();
 }
 
+// The run's promise gets the result, or the error that ended the run.
 void finish(driver_ptr self, caf::error err = caf::error{}) {
   auto& s = self->state;
   if (s.finished) return;
@@ -128,26 +127,10 @@ void on_async_report(driver_ptr self, grads_report& r) {
   reps.push_back(std::move(r));
   if (static_cast<int>(reps.size()) < stages) return;
   const int64_t t = reps.front().step;
-  std::sort(reps.begin(), reps.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   auto now = clock_type::now();
-  step_record rec;
-  rec.step = t;
-  rec.lr = lr_at(s.setup.cfg.train, t);
-  rec.grad_norm = 0.0;  // each stage steps alone; there is no global norm
-  for (auto& rep : reps) rec.loss += rep.loss_sum;
-  // Steps overlap: a step's time is from the previous step's close to its own.
-  rec.step_s = std::chrono::duration<double>(now - s.last_close).count();
-  rec.pipeline_s = rec.step_s;
-  rec.start_ns = since(s, s.last_close);
-  const int64_t span = std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.last_close).count();
+  s.result.steps.push_back(close_async_step(reps, s.setup.cfg.train, s.last_close, now, s.setup.origin, s.result.duplicates));
   s.last_close = now;
-  for (auto& rep : reps) {
-    s.result.duplicates += rep.stats.duplicates;
-    rec.stages.push_back(std::move(rep.stats));
-  }
-  rec.bubble = measured_bubble(rec.stages, span);
   s.async_reports.erase(t);
-  s.result.steps.push_back(rec);
   if (s.setup.on_step) s.setup.on_step(s.result.steps.back());
   if (t + 2 < s.setup.cfg.train.steps) feed_async_step(self, t + 2);
   if (t + 1 == s.setup.cfg.train.steps) start_eval(self);
@@ -170,8 +153,6 @@ void start_eval(driver_ptr self) {
   }
 }
 
-void allreduce_figures(step_record& rec);
-
 void on_grads(driver_ptr self, grads_report& r) {
   auto& s = self->state;
   const int per_replica = static_cast<int>(s.reports.size()) / s.setup.dp;
@@ -182,14 +163,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   s.pipeline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() -
                                                                        s.step_start)
                       .count();
-  // Global norm over every parameter in model order (virtual stage by
-  // virtual stage), as torch.nn.utils.clip_grad_norm_ computes it. With
-  // replicas, every one holds the summed gradients: replica 0's norms are
-  // the global ones.
-  std::vector<at::Tensor> norms;
-  for (int k = 0; k < s.setup.plc.count(); ++k)
-    norms.push_back(s.reports[s.setup.plc.rank_of(k)].grad_norms.at(s.setup.plc.chunk_of(k)));
-  auto total = torch::cat(norms).norm(2);
+  auto total = global_grad_norm(s.reports, s.setup.plc);
   apply_msg m;
   m.step = s.step;
   m.lr = s.lr;
@@ -201,72 +175,27 @@ void on_grads(driver_ptr self, grads_report& r) {
   std::string step_notice;  // kept on the step's record too
   if (!std::isfinite(total_norm)) {
     m.skip = true;
-    const grads_report* first = nullptr;
-    for (const auto& rep : s.reports)
-      if (rep.nonfinite.mb >= 0 && (!first || rep.nonfinite.at_ns < first->nonfinite.at_ns)) first = &rep;
-    std::string where = first ? "first seen on " +
-                                    (s.setup.dp > 1 ? "replica " + std::to_string(first->replica) + " " : std::string()) +
-                                    "stage " + std::to_string(first->rank) + ", microbatch " +
-                                    std::to_string(first->nonfinite.mb) + ", in a" +
-                                    (first->nonfinite.where == "activation" ? "n activation" : " gradient")
-                              : std::string("in the gradients");
-    const bool stop = s.setup.cfg.supervision.on_nonfinite == "stop";
-    step_notice = "step " + std::to_string(s.step) + ": non-finite value " + where + "; " +
-                  (stop ? "stopping (supervision.on_nonfinite: stop)"
-                        : "step skipped, weights and optimizer state unchanged");
-    s.result.notices.push_back(step_notice);
     s.result.skipped_steps.push_back(s.step);
-    if (stop) s.stop_reason = step_notice;
-    // A run that skips most of its steps has not trained: say so, and stop.
-    const auto& sv = s.setup.cfg.supervision;
-    const auto skipped = static_cast<double>(s.result.skipped_steps.size());
-    if (!stop && skipped > sv.max_skipped_fraction * static_cast<double>(s.setup.cfg.train.steps))
-      s.stop_reason = step_notice + "; " + std::to_string(s.result.skipped_steps.size()) + " of the run's " +
-                      std::to_string(s.setup.cfg.train.steps) +
-                      " steps skipped for a NaN or an infinity, more than supervision.max_skipped_fraction " +
-                      fmt("%g", sv.max_skipped_fraction) + " allows; stopping";
+    auto verdict = judge_nonfinite(s.reports, s.setup.dp, s.step, s.setup.cfg, s.result.skipped_steps.size());
+    step_notice = verdict.notice;
+    s.result.notices.push_back(step_notice);
+    if (!verdict.stop_reason.empty()) s.stop_reason = verdict.stop_reason;
   }
   m.checksum = s.setup.verify_replicas && s.setup.dp > 1;
   double max_norm = s.setup.cfg.train.clip_grad_norm;
   if (max_norm > 0)
     m.clip_coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-  s.result.steps.push_back(step_record{});
-  auto& rec = s.result.steps.back();
-  rec.step = s.step;
-  rec.grad_norm = total_norm;
-  rec.skipped = m.skip;
-  rec.notice = step_notice;
-  rec.lr = s.lr;
-  int64_t correct = 0, samples = 0;
-  for (auto& rep : s.reports) {
-    rec.loss += rep.loss_sum;
-    correct += rep.correct;
-    samples += rep.samples;
-  }
-  if (samples > 0) rec.train_accuracy = static_cast<double>(correct) / static_cast<double>(samples);
-  rec.pipeline_s = static_cast<double>(s.pipeline_ns) * 1e-9;
-  rec.start_ns = since(s, s.step_start);
-  for (auto& rep : s.reports) {
-    s.result.duplicates += rep.stats.duplicates;
-    rec.stages.push_back(std::move(rep.stats));
-  }
-  rec.bubble = measured_bubble(rec.stages, s.pipeline_ns);
-  allreduce_figures(rec);
+  step_close close{s.step, s.lr, total_norm, m.skip, step_notice, s.pipeline_ns, since(s, s.step_start)};
+  s.result.steps.push_back(close_step(s.reports, close, s.result.duplicates));
   s.checksums.assign(s.setup.stages.size(), 0);
   s.applied = 0;
   s.applying = s.step;
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
-  // The next step need not wait for the optimizer acks: every stage handles
-  // this apply before anything of the next step reaches it (the driver sent
-  // it first, and each stage's inputs come from stages that did the same).
-  // Not where the boundary is also a snapshot, a check or the end.
-  const int64_t next = s.step + 1;
-  const int64_t every = s.setup.cfg.checkpoint.every;
-  s.overlapped = next < s.setup.cfg.train.steps && s.stop_reason.empty() && !s.setup.last_good &&
-                 !(every > 0 && next % every == 0) && !(s.setup.verify_replicas && s.setup.dp > 1) &&
-                 !s.setup.cfg.pipeline.lockstep;
+  // The next step need not wait for the optimizer acks (may_overlap says
+  // when it must).
+  s.overlapped = may_overlap(s.setup, s.step, !s.stop_reason.empty());
   if (s.overlapped) {
-    s.step = next;
+    ++s.step;
     start_step(self);
   }
 }
@@ -278,7 +207,7 @@ void watch(driver_ptr self) {
   auto& s = self->state;
   const double limit = s.setup.cfg.supervision.watchdog_s;
   if (limit <= 0 || s.finished) return;
-  const auto period = std::chrono::microseconds(std::max<int64_t>(20000, static_cast<int64_t>(limit * 250000)));
+  const auto period = watchdog_period(limit);
   const int n = static_cast<int>(s.setup.stages.size());
   auto pending = std::make_shared<int>(n);
   auto rows = std::make_shared<std::vector<stage_status>>(n);
@@ -286,28 +215,8 @@ void watch(driver_ptr self) {
   auto conclude = [=] {
     auto& st = self->state;
     if (st.finished) return;
-    int64_t fired = 0;
-    bool all = true;
-    for (int i = 0; i < n; ++i) {
-      fired += (*rows)[i].fired;
-      all = all && (*answered)[i];
-    }
-    const auto now = clock_type::now();
-    if (all && fired != st.fired_seen) {
-      st.fired_seen = fired;
-      st.progress_at = now;
-    } else if (now - st.progress_at >= std::chrono::duration<double>(limit)) {
-      const int per_replica = n / st.setup.dp;
-      std::string grid = "watchdog: no op fired anywhere for " + fmt("%g", limit) + " s; the op grid:\n";
-      for (int i = 0; i < n; ++i) {
-        const bool stuck = !(*answered)[i] || !(*rows)[i].done;
-        grid += (stuck ? ">> " : "   ") +
-                (st.setup.dp > 1 ? "replica " + std::to_string(i / per_replica) + " " : std::string()) +
-                ((*answered)[i] ? (*rows)[i].grid
-                                : "stage " + std::to_string(i % per_replica) + ": does not answer (blocked inside an op)") +
-                "\n";
-      }
-      finish(self, caf::make_error(caf::sec::runtime_error, grid));
+    if (st.watchdog.hung(*rows, *answered, clock_type::now(), limit)) {
+      finish(self, to_error(hang_failure(st.step, op_grid(limit, *rows, *answered, st.setup.dp))));
       return;
     }
     self->delayed_send(self, period, watchdog_atom::value);
@@ -328,10 +237,8 @@ void watch(driver_ptr self) {
 void advance(driver_ptr self) {
   auto& s = self->state;
   if (!s.stop_reason.empty()) {
-    finish(self, caf::make_error(caf::sec::runtime_error, s.stop_reason +
-                                                              (s.result.checkpoints.empty()
-                                                                   ? std::string()
-                                                                   : "; checkpoint " + s.result.checkpoints.back())));
+    // The step that stopped the run has closed: the driver is past it.
+    finish(self, to_error(nonfinite_stop_failure(s.step - 1, s.stop_reason, s.result.checkpoints)));
     return;
   }
   if (s.step < s.setup.cfg.train.steps)
@@ -369,12 +276,7 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
             try {
               st.result.checkpoints.push_back(save_checkpoint(cc.dir, c));
             } catch (const std::exception& e) {
-              finish(self, caf::make_error(caf::sec::runtime_error,
-                                           "the checkpoint after step " + std::to_string(c.step) +
-                                               " could not be written: " + e.what() + "; " +
-                                               (st.result.checkpoints.empty()
-                                                    ? std::string("no checkpoint of this run is on disk")
-                                                    : "the latest good one is " + st.result.checkpoints.back())));
+              finish(self, to_error(checkpoint_write_failure(c.step, e.what(), st.result.checkpoints)));
               return;
             }
             prune_checkpoints(cc.dir, c.step, cc.keep_last);
@@ -383,24 +285,6 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
           if (st.setup.last_good) *st.setup.last_good = std::move(c);
           advance(self);
         });
-}
-
-// Allreduce time per stage and how much of it overlapped the step's
-// compute (the other stages' cool-down).
-void allreduce_figures(step_record& rec) {
-  int64_t compute_end = 0, total = 0, hidden = 0;
-  int count = 0;
-  for (const auto& st : rec.stages)
-    for (const auto& e : st.events) compute_end = std::max(compute_end, e.end_ns);
-  for (const auto& st : rec.stages) {
-    if (st.allreduce_end_ns <= 0) continue;
-    ++count;
-    total += st.allreduce_end_ns - st.allreduce_start_ns;
-    hidden += std::max<int64_t>(0, std::min(st.allreduce_end_ns, compute_end) - st.allreduce_start_ns);
-  }
-  if (count == 0) return;
-  rec.allreduce_s = static_cast<double>(total) / count * 1e-9;
-  rec.allreduce_hidden = total > 0 ? static_cast<double>(hidden) / static_cast<double>(total) : 0.0;
 }
 
 void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int64_t opt_begin, int64_t opt_end) {
@@ -415,27 +299,18 @@ void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int
   if (++s.applied < static_cast<int>(s.setup.stages.size())) return;
   s.applying = -1;
   if (s.setup.verify_replicas && s.setup.dp > 1) {
-    const int per_replica = static_cast<int>(s.checksums.size()) / s.setup.dp;
-    for (int d = 1; d < s.setup.dp; ++d)
-      for (int r = 0; r < per_replica; ++r)
-        if (s.checksums[d * per_replica + r] != s.checksums[r]) {
-          finish(self, caf::make_error(caf::sec::runtime_error,
-                                       "replicas diverged after step " + std::to_string(step) + ": stage " +
-                                           std::to_string(r) + " of replica " + std::to_string(d) +
-                                           " differs from replica 0 (weight checksums " +
-                                           std::to_string(s.checksums[d * per_replica + r]) + " and " +
-                                           std::to_string(s.checksums[r]) + ")"));
-          return;
-        }
+    auto diverged = replica_divergence(s.checksums, s.setup.dp, step);
+    if (diverged.code != run_errc::none) {
+      finish(self, to_error(diverged));
+      return;
+    }
     s.result.replicas_verified = true;
   }
   rec.step_s = static_cast<double>(since(s, clock_type::now()) - rec.start_ns) * 1e-9;
   if (s.setup.on_step) s.setup.on_step(rec);
   if (s.overlapped) return;  // the next step runs already
   ++s.step;
-  const int64_t every = s.setup.cfg.checkpoint.every;
-  const bool to_disk =
-      every > 0 && (s.step % every == 0 || s.step == s.setup.cfg.train.steps || !s.stop_reason.empty());
+  const bool to_disk = checkpoint_due(s.setup.cfg, s.step, !s.stop_reason.empty());
   if (to_disk || (s.setup.last_good && s.step < s.setup.cfg.train.steps))
     take_checkpoint(self, to_disk);
   else
@@ -461,23 +336,20 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   s.result.partition = s.setup.cfg.pipeline.partition;
   for (auto& st : s.setup.stages) self->monitor(st);
   self->set_down_handler([=](caf::down_msg& dm) {
-    if (self->state.finished) return;
-    int rank = 0;
-    for (size_t i = 0; i < self->state.setup.stages.size(); ++i)
-      if (self->state.setup.stages[i].address() == dm.source) rank = static_cast<int>(i);
-    const int per_replica = static_cast<int>(self->state.setup.stages.size()) / self->state.setup.dp;
-    const std::string who = self->state.setup.dp > 1 ? "replica " + std::to_string(rank / per_replica) + " stage " +
-                                                           std::to_string(rank % per_replica)
-                                                     : "stage " + std::to_string(rank);
-    finish(self, caf::make_error(caf::sec::runtime_error, who + " stopped at step " +
-                                                              std::to_string(self->state.step) + ": " +
-                                                              self->system().render(dm.reason)));
+    auto& st = self->state;
+    if (st.finished) return;
+    int index = 0;
+    for (size_t i = 0; i < st.setup.stages.size(); ++i)
+      if (st.setup.stages[i].address() == dm.source) index = static_cast<int>(i);
+    const int per_replica = static_cast<int>(st.setup.stages.size()) / st.setup.dp;
+    finish(self, to_error(stage_down(index, per_replica, st.setup.dp, st.step, dm.reason,
+                                     self->system().render(dm.reason))));
   });
   return {
       [=](run_atom) -> caf::result<train_result> {
         auto& st = self->state;
         st.promise = self->make_response_promise();
-        st.progress_at = clock_type::now();
+        st.watchdog.progress_at = clock_type::now();
         if (st.setup.cfg.supervision.watchdog_s > 0) self->send(self, watchdog_atom::value);
         if (st.setup.cfg.train.steps <= st.step) {
           start_eval(self);

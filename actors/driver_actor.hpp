@@ -5,7 +5,11 @@
 // which op to fire.
 //
 //   idle --(run)--> training --(last step applied)--> evaluating --> done
-//   any state --(a stage went down)--> failed (the run's promise gets the error)
+//   any state --(a stage went down, a hang, a stop)--> failed (the run's
+//   promise gets the error, a run_errc of messages/errors.hpp)
+//
+// The bookkeeping (closing a step, the watchdog's ledger, the errors) is
+// plain functions in actors/driver_logic.hpp.
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "messages/errors.hpp"
 #include "messages/payloads.hpp"
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
@@ -33,17 +34,35 @@ struct train_options {
   std::function<void(const std::string&)> on_notice;
 };
 
-/// The run hung: no op fired for supervision.watchdog_s. what() holds the
-/// per-stage op grid, the stuck stages marked.
-struct stuck_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+/// A run that failed while training: what() is the text the user reads,
+/// code() what happened (exit_code_for(code()) the process's exit code),
+/// failure() also where (step, replica, stage).
+class run_error : public std::runtime_error {
+public:
+  explicit run_error(run_failure f) : std::runtime_error(f.text), failure_(std::move(f)) {}
+  run_errc code() const noexcept { return failure_.code; }
+  const run_failure& failure() const noexcept { return failure_; }
+
+private:
+  run_failure failure_;
 };
 
-/// Supervision gave up: more restarts within supervision.window_steps than
-/// supervision.max_restarts allows. what() says what failed and where.
-struct restart_limit_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+/// The run hung (run_errc::hang): no op fired for supervision.watchdog_s.
+/// what() holds the per-stage op grid, the stuck stages marked.
+struct stuck_error : run_error {
+  using run_error::run_error;
 };
+
+/// Supervision gave up (run_errc::restart_limit): more restarts within
+/// supervision.window_steps than supervision.max_restarts allows. what()
+/// says what failed and where.
+struct restart_limit_error : run_error {
+  using run_error::run_error;
+};
+
+/// Throws `f` as the run_error its code calls for (stuck_error for a hang,
+/// restart_limit_error for restart_limit, run_error otherwise).
+[[noreturn]] void throw_run_error(run_failure f);
 
 struct train_output {
   train_result result;
@@ -51,7 +70,7 @@ struct train_output {
 };
 
 /// Runs cfg to completion. Throws config_error for bad input found while
-/// loading (data, init_from) and std::runtime_error if a stage fails.
+/// loading (data, init_from) and a run_error if the run fails.
 train_output run_training(const config& cfg, const train_options& opts = {});
 
 }  // namespace actorpipe
