@@ -167,6 +167,7 @@ stage_setup stage_setup_for(const config& cfg, const train_options& opts, const 
   st.rank = r;
   st.stages = p.stages;
   st.replica = d;
+  st.epoch = opts.epoch;
   st.skip_allreduce = d == opts.skip_allreduce_replica;
   st.async = !p.pol->flushes();
   st.step_microbatches = p.microbatches;

@@ -48,6 +48,7 @@ struct driver_setup {
   std::vector<int64_t> skip_steps;
   /// Resuming: the first step to run (the checkpoint's step + 1).
   int64_t first_step = 0;
+  uint32_t epoch = 0;  ///< stamped on the microbatches it sends (the stages check it)
 };
 
 /// Spawns the driver. Send it run_atom; it answers with a train_result.

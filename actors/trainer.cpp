@@ -78,6 +78,7 @@ caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const
   ds.dp = p.dp;
   ds.verify_replicas = opts.verify_replicas;
   ds.microbatches = p.microbatches;
+  ds.epoch = opts.epoch;
   ds.origin = origin;
   ds.on_step = opts.on_step;
   ds.plc = p.plc;
@@ -255,6 +256,7 @@ train_output run_supervised(const config& cfg, const train_options& opts) {
     const checkpoint from = *last_good;
     boundary_at = std::chrono::steady_clock::now();
     try {
+      o.epoch = static_cast<uint32_t>(restarts.count());
       auto out = run_attempt(c, o, resumed ? &from : nullptr, last_good);
       merge_attempts(out, std::move(steps), std::move(notices), opts, from.step, restarts.count(), recovery_s);
       return out;

@@ -25,6 +25,10 @@ struct train_options {
   bool verify_replicas = false;
   /// Test hook: this replica skips its allreduce (-1: none does).
   int skip_allreduce_replica = -1;
+  /// The attempt's epoch, stamped on every message of its stages and its
+  /// driver: a message of another attempt is dropped. Supervision counts
+  /// the attempts from 0.
+  uint32_t epoch = 0;
   /// Steps whose update is dropped on purpose (the clean twin of a run that
   /// skipped them for a NaN).
   std::vector<int64_t> skip_steps;
