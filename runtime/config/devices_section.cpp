@@ -1,4 +1,6 @@
 // pipeline.devices: one device per stage, or one list per replica, or auto.
+// Each name is checked here; whether there is one per stage and one list per
+// replica is a cross-section check.
 #include "runtime/config/sections.hpp"
 
 #include "runtime/text.hpp"
@@ -27,7 +29,7 @@ void read_device_name(reader& r, const Node& d, const std::string& key, std::vec
   out.push_back(name);
 }
 
-/// One list per replica: replica_devices, checked against parallel.dp later.
+/// One list per replica, into replica_devices.
 void read_device_lists(reader& r, const Node& lists) {
   const std::string path = "pipeline.devices";
   const int stages = r.cfg().pipeline.stages;
@@ -35,27 +37,12 @@ void read_device_lists(reader& r, const Node& lists) {
     const Node row = lists[i];
     const std::string rkey = item(path, i);
     r.mark(rkey, row);
-    if (!row.IsSequence() || static_cast<int>(row.size()) != stages)
-      r.fail(row, rkey, "expected a list of " + std::to_string(stages) + " devices (one per stage), found " +
-                            (row.IsSequence() ? "a list of length " + std::to_string(row.size()) : describe(row)));
+    if (!row.IsSequence())
+      r.fail(row, rkey, "expected a list of " + std::to_string(stages) + " devices (one per stage), found " + describe(row));
     std::vector<std::string> names;
     for (size_t j = 0; j < row.size(); ++j) read_device_name(r, row[j], item(rkey, j), names);
     r.cfg().replica_devices.push_back(std::move(names));
   }
-}
-
-/// A measuring device stands for every stage: a real stage next to one
-/// would get empty activations.
-void check_measuring_devices(const reader& r) {
-  const config& cfg = r.cfg();
-  const auto given = cfg.replica_devices.empty() ? std::vector<std::vector<std::string>>{cfg.pipeline.devices}
-                                                 : cfg.replica_devices;
-  const std::string& first = given.front().front();
-  for (const auto& replica : given)
-    for (const auto& d : replica)
-      if ((is_measuring_device(d) || is_measuring_device(first)) && d != first)
-        r.fail_key("pipeline.devices", "the " + (is_measuring_device(d) ? d : first) +
-                                           " device runs every stage or none; found " + first + " next to " + d);
 }
 
 }  // namespace
@@ -68,13 +55,10 @@ void read_devices(reader& r, const entry& e) {
     r.fail(reader::value_mark(e), path, "expected 'auto' or a list of devices (one per stage), found " + describe(e.value));
   if (e.value.size() > 0 && e.value[0].IsSequence()) {  // dp x stages
     read_device_lists(r, e.value);
-  } else {
-    if (static_cast<int>(e.value.size()) != p.stages)
-      r.fail_key(path, std::to_string(e.value.size()) + " devices for " + std::to_string(p.stages) +
-                           " stages; give one per stage");
-    for (size_t i = 0; i < e.value.size(); ++i) read_device_name(r, e.value[i], item(path, i), p.devices);
+    return;
   }
-  check_measuring_devices(r);
+  r.facts().device_list = true;
+  for (size_t i = 0; i < e.value.size(); ++i) read_device_name(r, e.value[i], item(path, i), p.devices);
 }
 
 std::string first_device(const config& cfg, const load_env& env) {

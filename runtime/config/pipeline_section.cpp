@@ -1,13 +1,11 @@
-// pipeline: the schedule and what it decides (chunks, microbatch shape),
-// stages and partition, sim times, threads and recomputation. Devices are
-// in devices_section.cpp; what the pipeline needs of the model, the batch
-// and the replicas, and the microbatch shape the schedule needs of the final
-// stage count, are in cross_checks.cpp.
+// pipeline: the schedule and what it decides (chunks, one microbatch),
+// stages and partition, sim times, threads and recomputation, each as
+// written. Devices are in devices_section.cpp. The rules that need the
+// final stage count, the devices, the model, the batch or the replicas are
+// in cross_checks.cpp and pipeline_checks.cpp.
 #include "runtime/config/sections.hpp"
 
 #include "runtime/policies/registry.hpp"
-
-#include <cstdint>
 
 namespace actorpipe::config_detail {
 
@@ -37,15 +35,14 @@ void read_chunks(reader& r, const section& s, const schedule_traits& sched) {
   }
 }
 
-/// Contiguous [first, last] ranges from layer 0; whether they stay within
-/// model.layers is a cross-section check.
+/// The [first, last] ranges as written; whether they chain and cover the
+/// model is a cross-section check.
 void read_partition(reader& r, const entry& e) {
   const std::string path = "pipeline.partition";
   const Node& list = e.value;
   if (!list.IsSequence())
     r.fail(reader::value_mark(e), path, "expected a list of [first, last] layer ranges, found " + describe(list));
   if (list.size() == 0) r.fail_key(path, "is empty; give one [first, last] range per stage");
-  int64_t next = 0;  // the first layer the next range must start at
   for (size_t i = 0; i < list.size(); ++i) {
     const Node range = list[i];
     const std::string key = item(path, i);
@@ -59,36 +56,22 @@ void read_partition(reader& r, const entry& e) {
       r.mark(bkey, range[j]);
       bounds[j] = r.parse_int(entry{range[j], range[j]}, bkey);
     }
-    const int64_t first = bounds[0], last = bounds[1];
-    if (first != next)
-      r.fail(range, key, i == 0 ? "the first range must start at layer 0, found " + std::to_string(first)
-                                : "starts at layer " + std::to_string(first) + " but the previous range ended at layer " +
-                                      std::to_string(next - 1) + "; ranges must be contiguous");
-    if (last < first)
-      r.fail(range, key, "ends at layer " + std::to_string(last) + ", before its start " + std::to_string(first));
-    r.facts().partition.emplace_back(first, last);
-    next = last == INT64_MAX ? last : last + 1;  // no layer follows; the model check says so
+    r.facts().partition.emplace_back(bounds[0], bounds[1]);
   }
 }
 
-/// stages, or the partition's ranges over the virtual stages.
+/// stages, or the partition's ranges over the virtual stages (whether the
+/// two agree is a cross-section check, after the ranges').
 void read_stages(reader& r, const section& s) {
   auto& p = r.cfg().pipeline;
-  const int v = p.virtual_stages;
-  const bool has_stages = r.read_small_int(s, "stages", p.stages);
-  if (has_stages) r.at_least("pipeline.stages", p.stages, 1);
-  const entry* pe = s.find("partition");
-  if (!pe) return;
-  read_partition(r, *pe);
-  const int ranges = static_cast<int>(r.facts().partition.size());
-  if (v == 1 && has_stages && p.stages != ranges)
-    r.fail_key("pipeline.stages", std::to_string(p.stages) + " does not match the " + std::to_string(ranges) +
-                                      " ranges of pipeline.partition");
-  if (ranges % v != 0 || (has_stages && int64_t{p.stages} * v != ranges))
-    r.fail_key("pipeline.partition", std::to_string(ranges) + " ranges, but " +
-                                         (has_stages ? std::to_string(p.stages) : std::string("the")) + " stages x " +
-                                         std::to_string(v) + " virtual stages need one range per virtual stage");
-  p.stages = ranges / v;
+  if (r.read_small_int(s, "stages", p.stages)) {
+    r.at_least("pipeline.stages", p.stages, 1);
+    r.facts().written_stages = p.stages;
+  }
+  if (const entry* pe = s.find("partition")) {
+    read_partition(r, *pe);
+    p.stages = static_cast<int>(r.facts().partition.size()) / p.virtual_stages;
+  }
 }
 
 /// all, none, or one true/false per stage.
@@ -98,9 +81,7 @@ void read_recompute(reader& r, const entry& re) {
   if (re.value.IsScalar() && (re.value.Scalar() == "all" || re.value.Scalar() == "none")) {
     r.facts().recompute_all = re.value.Scalar() == "all";
   } else if (re.value.IsSequence()) {
-    if (static_cast<int>(re.value.size()) != p.stages)
-      r.fail_key(key, std::to_string(re.value.size()) + " values for " + std::to_string(p.stages) +
-                          " stages; give one true/false per stage, or all / none");
+    r.facts().recompute_list = true;  // one per stage: a cross-section check
     for (size_t i = 0; i < re.value.size(); ++i) {
       const Node n = re.value[i];
       const std::string k = item(key, i);
@@ -113,26 +94,6 @@ void read_recompute(reader& r, const entry& re) {
     r.fail(reader::value_mark(re), key,
            "expected all, none or a list of true/false (one per stage), found " + describe(re.value));
   }
-}
-
-/// sim_ms (the sim device's op times) and threads, which depend on the device.
-void read_device_options(reader& r, const section& s) {
-  auto& p = r.cfg().pipeline;
-  const std::string device = first_device(r.cfg(), r.env());
-  if (const entry* se = s.find("sim_ms")) {
-    const section ss = r.read_map(se->value, "pipeline.sim_ms", {"F", "B", "W"});
-    static const std::vector<field<pipeline_config>> times{
-        {"F", &pipeline_config::sim_f_ms, rule::ms()},
-        {"B", &pipeline_config::sim_b_ms, rule::ms()},
-        {"W", &pipeline_config::sim_w_ms, rule::ms()},
-    };
-    r.read_fields(ss, p, times);
-    if (device != "sim") r.fail_key("pipeline.sim_ms", "only the sim device takes op times; pipeline.devices is " + device);
-  }
-  r.read_choice(s, "threads", "threads mode", {"dedicated", "shared"}, p.threads);
-  if (p.threads == "shared" && device != "null")
-    r.fail_key("pipeline.threads", "shared runs the stages on CAF's scheduler, which only the null device's ops "
-                                   "never block; a stage on " + device + " needs its own thread (dedicated)");
 }
 
 }  // namespace
@@ -149,8 +110,17 @@ void read_pipeline(reader& r, const entry* e) {
   if (r.read_small_int(s, "microbatches", p.microbatches)) r.at_least("pipeline.microbatches", p.microbatches, 1);
   if (sched.one_microbatch) p.microbatches = 1;  // the whole batch as one microbatch
   if (const entry* de = s.find("devices")) read_devices(r, *de);
-  read_device_options(r, s);
+  if (const entry* se = s.find("sim_ms")) {
+    const section ss = r.read_map(se->value, "pipeline.sim_ms", {"F", "B", "W"});
+    static const std::vector<field<pipeline_config>> times{
+        {"F", &pipeline_config::sim_f_ms, rule::ms()},
+        {"B", &pipeline_config::sim_b_ms, rule::ms()},
+        {"W", &pipeline_config::sim_w_ms, rule::ms()},
+    };
+    r.read_fields(ss, p, times);
+  }
   static const std::vector<field<pipeline_config>> fields{
+      {"threads", &pipeline_config::threads, rule::one_of("threads mode", {"dedicated", "shared"})},
       // Each stage starts a pool this big; past the cores it only contends.
       {"intra_op_threads", &pipeline_config::intra_op_threads, rule::at_least(0, 1024)},
       {"pace_ms", &pipeline_config::pace_ms, rule::ms()},

@@ -136,9 +136,16 @@ struct read_facts {
   std::string input_key;
   int64_t output_width = 0;
   std::string output_key;
+  /// pipeline.stages as written; with a partition the stage count is its
+  /// ranges over the virtual stages.
+  std::optional<int> written_stages;
   /// pipeline.partition as written; pipeline.partition once it fits the model.
   std::vector<std::pair<int64_t, int64_t>> partition;
-  /// pipeline.recompute: all or none, applied once the stage count is final.
+  /// pipeline.devices was one flat list (pipeline.devices, maybe empty).
+  bool device_list = false;
+  /// pipeline.recompute was a list (pipeline.recompute, maybe empty);
+  /// otherwise all or none, applied once the stage count is final.
+  bool recompute_list = false;
   bool recompute_all = false;
   /// One per faults.inject item.
   std::vector<fault_indices> faults;

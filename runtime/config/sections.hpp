@@ -29,7 +29,8 @@ void read_faults(reader& r, const entry* e);
 /// Reads pipeline.devices (a flat list into pipeline.devices, one list per
 /// replica into config.replica_devices; `auto` leaves both empty).
 void read_devices(reader& r, const entry& e);
-/// Stage 0's device (replica 0): the one the config gave, or auto's.
+/// Stage 0's device (replica 0): the one the config gave, or auto's; once
+/// the device lists are known to have one device per stage.
 std::string first_device(const config& cfg, const load_env& env);
 
 /// A rule between sections.
