@@ -97,23 +97,17 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
 
 // -- the sections ------------------------------------------------------------
 
-namespace {
-
-using namespace config_detail;
-
-struct top_section {
-  const char* name;
-  section_reader read;
-};
-
-/// Every top-level key, in the order suggestions and reading go.
-const std::vector<top_section>& top_sections() {
+const std::vector<config_detail::top_section>& config_detail::top_sections() {
   static const std::vector<top_section> sections{
-      {"model", read_model},     {"data", read_data},           {"train", read_train},
-      {"parallel", read_parallel}, {"pipeline", read_pipeline}, {"compare", read_compare},
+      {"model", read_model},           {"data", read_data},          {"train", read_train},
+      {"parallel", read_parallel},     {"pipeline", read_pipeline},  {"compare", read_compare},
       {"checkpoint", read_checkpoint}, {"supervision", read_supervision}, {"faults", read_faults}};
   return sections;
 }
+
+namespace {
+
+using namespace config_detail;
 
 void read_config(reader& r, const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) r.fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");

@@ -16,6 +16,15 @@ namespace actorpipe::config_detail {
 /// Reads one top-level section; `e` is null when the config has none.
 using section_reader = void (*)(reader&, const entry* e);
 
+struct top_section {
+  const char* name;
+  section_reader read;
+};
+
+/// Every top-level section, in the order suggestions list them and
+/// load_config() reads them (any order gives the same config or error).
+const std::vector<top_section>& top_sections();
+
 void read_model(reader& r, const entry* e);
 void read_data(reader& r, const entry* e);
 void read_train(reader& r, const entry* e);
