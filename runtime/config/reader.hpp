@@ -5,9 +5,9 @@
 // has to see duplicate keys (yaml-cpp keeps them silently), record where every
 // key sits, and say what it expected and what it found. Every error goes
 // through fail(), so every message has the same FILE:LINE:COL: KEY: shape.
-// A section's reader checks only its own keys; rules between sections are
-// the named checks of cross_checks.cpp, run once every section is read, and
-// point at their key through the marks recorded here.
+// A section's reader (sections.hpp) checks only its own keys; rules between
+// sections are the named checks of checks.hpp, run once every section is
+// read, and point at their key through the marks recorded here.
 // No torch here: these files must compile in seconds.
 #include "runtime/config.hpp"
 
