@@ -2,10 +2,12 @@
 // fails with one exact FILE:LINE:COL: KEY: message line.
 #include "tests/test_util.hpp"
 #include "runtime/config.hpp"
+#include "runtime/config/sections.hpp"
 #include "runtime/text.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -268,6 +270,169 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 
 TEST(LoadConfig, KnownSchedules) {
   EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy", "async"}));
+}
+
+TEST(LoadConfig, EveryTableFieldLoads) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(data:
+  split: random
+  synthetic: {samples: 300, features: 64, classes: 7}
+train: {batch_size: 8, seed: 0}
+parallel: {dp: 2, allreduce: gloo}
+pipeline:
+  stages: 2
+  microbatches: 2
+  devices: [sim, sim]
+  sim_ms: {F: 2, B: 3, W: 0.5}
+  threads: dedicated
+  lockstep: true
+  recompute: [false, true]
+checkpoint: {dir: ck, keep_last: 0}
+supervision:
+  watchdog_s: 5
+  on_nonfinite: stop
+  max_restarts: 2
+  window_steps: 4
+  op_timeout_ms: 50
+  max_skipped_fraction: 1
+faults:
+  seed: 9
+  inject:
+    - {kind: delay, from: 0, to: 1, probability: 0.5, ms: 2}
+    - {kind: throw, stage: 1, replica: 1, step: 3, microbatch: 1, op: B1}
+)"));
+  EXPECT_EQ(cfg.data.split, "random");
+  EXPECT_EQ(cfg.data.samples, 300);
+  EXPECT_EQ(cfg.data.classes, 7);
+  EXPECT_EQ(cfg.train.seed, 0u);
+  EXPECT_EQ(cfg.parallel.dp, 2);
+  EXPECT_EQ(cfg.parallel.allreduce, "gloo");
+  EXPECT_EQ(cfg.replica_devices, (std::vector<std::vector<std::string>>(2, {"sim", "sim"})));
+  EXPECT_DOUBLE_EQ(cfg.pipeline.sim_f_ms, 2);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.sim_b_ms, 3);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.sim_w_ms, 0.5);
+  EXPECT_EQ(cfg.pipeline.threads, "dedicated");
+  EXPECT_TRUE(cfg.pipeline.lockstep);
+  EXPECT_EQ(cfg.pipeline.recompute, (std::vector<bool>{false, true}));
+  EXPECT_EQ(cfg.checkpoint.every, 1);  // a checkpoint section without `every` saves every step
+  EXPECT_EQ(cfg.checkpoint.keep_last, 0);
+  EXPECT_DOUBLE_EQ(cfg.supervision.watchdog_s, 5);
+  EXPECT_EQ(cfg.supervision.on_nonfinite, "stop");
+  EXPECT_EQ(cfg.supervision.max_restarts, 2);
+  EXPECT_EQ(cfg.supervision.window_steps, 4);
+  EXPECT_DOUBLE_EQ(cfg.supervision.op_timeout_ms, 50);
+  EXPECT_DOUBLE_EQ(cfg.supervision.max_skipped_fraction, 1);
+  EXPECT_EQ(cfg.faults.seed, 9u);
+  ASSERT_EQ(cfg.faults.inject.size(), 2u);
+  EXPECT_EQ(cfg.faults.inject[0].kind, fault_kind::delay);
+  EXPECT_EQ(cfg.faults.inject[0].from, 0);
+  EXPECT_EQ(cfg.faults.inject[0].to, 1);
+  EXPECT_DOUBLE_EQ(cfg.faults.inject[0].ms, 2);
+  EXPECT_EQ(cfg.faults.inject[1].kind, fault_kind::throw_in_op);
+  EXPECT_EQ(cfg.faults.inject[1].replica, 1);
+  EXPECT_EQ(cfg.faults.inject[1].microbatch, 1);
+  EXPECT_EQ(cfg.faults.inject[1].op, "B1");
+}
+
+TEST(LoadConfig, RecomputeAllAndThreadsDefaultFollowTheFinalStages) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  partition: [[0, 0], [1, 1], [2, 2]]
+  devices: [null, null, null]
+  recompute: all
+)"));
+  EXPECT_EQ(cfg.pipeline.stages, 3);
+  EXPECT_EQ(cfg.pipeline.recompute, (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(cfg.pipeline.threads, "shared");  // null device, one replica
+}
+
+// -- cross-section checks --------------------------------------------------------
+
+// A wrong value that another key depends on is what the error names, not
+// the key that only disagrees because of it.
+TEST(CrossSectionChecks, AStagesTypoIsBlamedOnStagesNotOnTheDevicesOrRecompute) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  stages: 32
+  devices: [cpu, cpu]
+  recompute: [true, false]
+)");
+  EXPECT_EQ(load_error(file), file + ":7:11: pipeline.stages: 32 exceeds the 3 layers of model.layers");
+}
+
+TEST(CrossSectionChecks, ARangePastTheModelIsBlamedOnThatRange) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  partition: [[0, 9], [1, 2]]
+)");
+  EXPECT_EQ(load_error(file), file + ":7:15: pipeline.partition[0]: layer 9 does not exist; model.layers has 3 layers (0..2)");
+}
+
+TEST(CrossSectionChecks, DeviceListsForTheWrongDpAreBlamedOnTheCountFirst) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  stages: 3
+  devices: [[cpu, cpu], [cpu, cpu]]
+)");
+  EXPECT_EQ(load_error(file), file + ":8:3: pipeline.devices: 2 device lists for parallel.dp 1; give one list per "
+                                     "replica (or one flat list for all)");
+}
+
+TEST(CrossSectionChecks, HaveUniqueNames) {
+  std::set<std::string> names;
+  for (const auto& c : config_detail::cross_checks()) {
+    EXPECT_FALSE(std::string(c.name).empty());
+    EXPECT_TRUE(names.insert(c.name).second) << c.name;
+  }
+  EXPECT_GE(names.size(), 20u);
+}
+
+/// What load_config throws, with the sections read last to first.
+std::string load_error_reading_backwards(const std::string& file) {
+  config cfg;
+  cfg.path = file;
+  try {
+    const YAML::Node root = YAML::LoadFile(file);
+    if (!root.IsMap()) return "(not a map)";
+    config_detail::reader r(cfg, load_env{});
+    std::vector<std::string> names;
+    for (const auto& s : config_detail::top_sections()) names.push_back(s.name);
+    const config_detail::section top = r.read_map(root, "", names);
+    const auto& sections = config_detail::top_sections();
+    for (auto s = sections.rbegin(); s != sections.rend(); ++s) s->read(r, top.find(s->name));
+    for (const auto& check : config_detail::cross_checks()) check.run(r);
+  } catch (const config_error& e) {
+    return e.what();
+  } catch (const YAML::Exception&) {
+    return "(invalid YAML)";
+  }
+  return "(no error)";
+}
+
+TEST(CrossSectionChecks, ReadOrderDoesNotMatter) {
+  // Each table case has one fault: read backwards (faults before the
+  // pipeline, the pipeline before train and the model), it names the same.
+  int compared = 0;
+  for (const auto& c : tests::bad_configs()) {
+    const std::string file = write(test_dir() / "config.yaml", c.yaml);
+    const std::string backwards = load_error_reading_backwards(file);
+    if (backwards.front() == '(') continue;  // fails before any section
+    EXPECT_EQ(backwards, load_error(file)) << c.name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 100);
+}
+
+TEST(CrossSectionChecks, HugeStagesTimesChunksIsAnErrorNotAnOverflow) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  schedule: zb-v
+  stages: 2147483647
+)");
+  EXPECT_EQ(load_error(file), file + ":6:1: pipeline.virtual_stages: 2147483647 stages x 2 virtual stages exceed the "
+                                     "3 layers of model.layers");
+}
+
+TEST(CrossSectionChecks, AFaultStageBeyondAnIntIsNotTruncated) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(faults:
+  inject:
+    - {kind: nonfinite, stage: 4294967296, step: 1}
+)");
+  EXPECT_EQ(load_error(file), file + ":8:32: faults.inject[0].stage: stage 4294967296 does not exist (pipeline.stages 1)");
 }
 
 // -- where / error_at ----------------------------------------------------------

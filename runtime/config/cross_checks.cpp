@@ -1,0 +1,155 @@
+// The rules between sections, each a named check run once every section is
+// read, so the order the sections are read in does not matter; then the
+// defaults that depend on several sections. The pipeline's own checks are
+// in pipeline_checks.cpp and device_checks.cpp.
+#include "runtime/config/checks.hpp"
+#include "runtime/config/sections.hpp"
+
+#include "runtime/policies/registry.hpp"
+
+#include <optional>
+#include <utility>
+
+namespace actorpipe::config_detail {
+
+const std::vector<cross_check>& cross_checks() {
+  static const std::vector<cross_check> checks{
+      {"synthetic_features_match_the_model", synthetic_features_match_the_model},
+      {"synthetic_classes_fit_the_model", synthetic_classes_fit_the_model},
+      {"replicas_fit_the_batch", replicas_fit_the_batch},
+      {"partition_ranges_cover_the_layers", partition_ranges_cover_the_layers},
+      {"stages_match_the_partition", stages_match_the_partition},
+      {"stages_fit_the_layers", stages_fit_the_layers},
+      {"microbatches_fit_the_batch", microbatches_fit_the_batch},
+      {"microbatches_fill_two_weight_versions", microbatches_fill_two_weight_versions},
+      {"stream_fits_an_int", stream_fits_an_int},
+      {"microbatches_in_stage_groups", microbatches_in_stage_groups},
+      {"replica_shares_split_into_microbatches", replica_shares_split_into_microbatches},
+      {"replicas_need_a_flush", replicas_need_a_flush},
+      {"clipping_needs_a_flush", clipping_needs_a_flush},
+      {"device_lists_match_the_replicas", device_lists_match_the_replicas},
+      {"devices_match_the_stages", devices_match_the_stages},
+      {"measuring_devices_run_every_stage", measuring_devices_run_every_stage},
+      {"sim_times_need_the_sim_device", sim_times_need_the_sim_device},
+      {"shared_threads_need_the_null_device", shared_threads_need_the_null_device},
+      {"shared_threads_run_one_replica", shared_threads_run_one_replica},
+      {"nccl_needs_cuda_stages", nccl_needs_cuda_stages},
+      {"recompute_matches_the_stages", recompute_matches_the_stages},
+      {"checkpoints_need_a_flush", checkpoints_need_a_flush},
+      {"fault_stages_exist", fault_stages_exist},
+      {"fault_replicas_exist", fault_replicas_exist},
+      {"fault_microbatches_exist", fault_microbatches_exist},
+  };
+  return checks;
+}
+
+// -- data vs model -------------------------------------------------------------
+
+void synthetic_features_match_the_model(const reader& r) {
+  const auto& d = r.cfg().data;
+  const read_facts& f = r.facts();
+  if (d.kind == "synthetic" && d.features != 0 && d.features != f.input_width)
+    r.fail_key("data.synthetic.features", std::to_string(d.features) + " does not match " + f.input_key + " " +
+                                              std::to_string(f.input_width));
+}
+
+void synthetic_classes_fit_the_model(const reader& r) {
+  const auto& d = r.cfg().data;
+  const read_facts& f = r.facts();
+  if (d.kind != "synthetic") return;
+  if (d.classes != 0 && d.classes > f.output_width)
+    r.fail_key("data.synthetic.classes", std::to_string(d.classes) + " exceeds the " + std::to_string(f.output_width) +
+                                             " outputs of " + f.output_key);
+  if (d.classes == 0 && f.output_width < 2)
+    r.fail_key(f.output_key, "synthetic data needs at least 2 classes, but the model has " +
+                                 std::to_string(f.output_width) + " output");
+}
+
+// -- parallel vs train -----------------------------------------------------------
+
+void replicas_fit_the_batch(const reader& r) {
+  const int dp = r.cfg().parallel.dp;
+  const int64_t batch = r.cfg().train.batch_size;
+  if (dp > batch)
+    r.fail_key("parallel.dp", std::to_string(dp) + " replicas exceed train.batch_size " + std::to_string(batch) +
+                                  "; every replica needs a sample");
+  if (int64_t n = torch_chunk_count(batch, dp); n != dp)
+    r.fail_key("parallel.dp", "torch.chunk splits train.batch_size " + std::to_string(batch) + " into " +
+                                  std::to_string(n) + " slices, not " + std::to_string(dp));
+}
+
+// -- what a schedule without a flush cannot do -------------------------------------
+
+void replicas_need_a_flush(const reader& r) {
+  const schedule_traits& sched = *find_schedule(r.cfg().pipeline.schedule);
+  if (r.cfg().parallel.dp > 1 && !sched.flushes)
+    r.fail_key("parallel.dp", sched.display + " runs one replica; its stages step on their own, with no "
+                                              "allreduce point");
+}
+
+void clipping_needs_a_flush(const reader& r) {
+  const schedule_traits& sched = *find_schedule(r.cfg().pipeline.schedule);
+  if (!sched.flushes && r.cfg().train.clip_grad_norm > 0)
+    r.fail_key(r.cfg().marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
+               sched.display + " steps each stage on its own, with no global gradient norm to clip by; "
+                               "leave train.clip_grad_norm out");
+}
+
+void checkpoints_need_a_flush(const reader& r) {
+  const schedule_traits& sched = *find_schedule(r.cfg().pipeline.schedule);
+  if (!r.cfg().checkpoint.dir.empty() && !sched.flushes)
+    r.fail_key("checkpoint", sched.display + " has no step boundary where every stage's weights are one "
+                                             "version; checkpoints need a synchronous schedule");
+}
+
+// -- faults vs pipeline and parallel -------------------------------------------------
+
+void fault_stages_exist(const reader& r) {
+  const int stages = r.cfg().pipeline.stages;
+  const auto& faults = r.facts().faults;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const std::pair<const char*, std::optional<int64_t>> indices[] = {
+        {"from", faults[i].from}, {"to", faults[i].to}, {"stage", faults[i].stage}};
+    for (const auto& [name, x] : indices)
+      if (x && *x >= stages)
+        r.fail_key(item("faults.inject", i) + "." + name,
+                   "stage " + std::to_string(*x) + " does not exist (pipeline.stages " + std::to_string(stages) + ")");
+  }
+}
+
+void fault_replicas_exist(const reader& r) {
+  const int dp = r.cfg().parallel.dp;
+  const auto& faults = r.facts().faults;
+  for (size_t i = 0; i < faults.size(); ++i)
+    if (const auto& x = faults[i].replica; x && *x >= dp)
+      r.fail_key(item("faults.inject", i) + ".replica",
+                 "replica " + std::to_string(*x) + " does not exist (parallel.dp " + std::to_string(dp) + ")");
+}
+
+void fault_microbatches_exist(const reader& r) {
+  const int microbatches = r.cfg().pipeline.microbatches;
+  const auto& faults = r.facts().faults;
+  for (size_t i = 0; i < faults.size(); ++i)
+    if (const auto& x = faults[i].microbatch; x && *x >= microbatches)
+      r.fail_key(item("faults.inject", i) + ".microbatch",
+                 std::to_string(*x) + " is not below pipeline.microbatches " + std::to_string(microbatches));
+}
+
+// -- defaults across sections ------------------------------------------------------
+
+void resolve(reader& r) {
+  config& cfg = r.cfg();
+  const read_facts& f = r.facts();
+  if (cfg.data.kind == "synthetic") {
+    cfg.data.features = f.input_width;
+    if (cfg.data.classes == 0) cfg.data.classes = f.output_width;
+  }
+  auto& p = cfg.pipeline;
+  for (const auto& [first, last] : f.partition) p.partition.emplace_back(static_cast<int>(first), static_cast<int>(last));
+  cfg.replica_devices = planned_devices(cfg, r.env());
+  p.devices = cfg.replica_devices.front();
+  if (p.threads.empty()) p.threads = p.devices.front() == "null" && cfg.parallel.dp == 1 ? "shared" : "dedicated";
+  if (!f.recompute_list) p.recompute.assign(p.stages, f.recompute_all);
+}
+
+}  // namespace actorpipe::config_detail

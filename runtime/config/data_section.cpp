@@ -1,0 +1,40 @@
+// data: where the rows come from and how they are split. The synthetic
+// sizes are checked against the model by the cross-section checks.
+#include "runtime/config/sections.hpp"
+
+namespace actorpipe::config_detail {
+
+void read_data(reader& r, const entry* e) {
+  auto& d = r.cfg().data;
+  const section s = r.read_map(e ? e->value : Node(), "data",
+                               {"kind", "path", "test_fraction", "split", "shuffle", "normalize", "synthetic"});
+  r.read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic"}, d.kind);
+  const bool from_file = d.kind != "synthetic";
+  if (from_file) {
+    // The kind is what makes the path required, so point there.
+    if (!s.has("path")) r.fail(r.cfg().marks.at("data.kind"), "data.path", "required when data.kind is " + d.kind);
+    r.read_file_path(s, "path", d.path);
+    if (s.has("synthetic")) r.fail_key("data.synthetic", "only used when data.kind is synthetic, not " + d.kind);
+  } else if (s.has("path")) {
+    r.fail_key("data.path", "only used when data.kind is csv or tensors, not synthetic");
+  }
+  static const std::vector<field<data_config>> fields{
+      {"test_fraction", &data_config::test_fraction, rule::fraction()},
+      {"split", &data_config::split, rule::one_of("split mode", {"tail", "random"})},
+      {"shuffle", &data_config::shuffle},
+      {"normalize", &data_config::normalize, rule::one_of("normalize mode", {"none", "standard"})},
+  };
+  r.read_fields(s, d, fields);
+  if (from_file) return;
+  const entry* syn = s.find("synthetic");
+  const section ss = r.read_map(syn ? syn->value : Node(), "data.synthetic", {"samples", "features", "classes"});
+  // features and classes stay 0 when absent: resolve() takes the model's.
+  static const std::vector<field<data_config>> synthetic_fields{
+      {"samples", &data_config::samples, rule::count()},
+      {"features", &data_config::features, rule::at_least(1)},
+      {"classes", &data_config::classes, rule::at_least(2)},
+  };
+  r.read_fields(ss, d, synthetic_fields);
+}
+
+}  // namespace actorpipe::config_detail
