@@ -438,7 +438,7 @@ void write_outputs(output_writer& out, const config& cfg, const std::vector<trai
     const auto& r = runs.front();
     out.write("--timeline", [&] { return run_timeline_svg(r); }, "timeline");
     out.write("--memory", [&] { return memory_svg(r); }, "memory plot");
-    out.write("--results", [&] { return results_json(r); }, "results");
+    out.write("--results", [&] { return results_json(r, cfg.path); }, "results");
   }
   out.write("--report", [&] {
     std::string text;
@@ -546,7 +546,7 @@ int cmd_train(int argc, char** argv) {
     save_tensors(path, out.weights);
     std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
   });
-  writer.write("--trace", [&] { return chrome_trace_json(out.result); }, "trace");
+  writer.write("--trace", [&] { return chrome_trace_json(out.result, cfg.path); }, "trace");
   write_outputs(writer, cfg, {out.result});
   return writer.ok() ? exit_ok : exit_failed;
 }
