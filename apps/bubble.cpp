@@ -8,18 +8,20 @@ namespace actorpipe::app {
 
 namespace {
 
-const char* bubble_help =
-    "usage: actorpipe bubble [--stages S --microbatches M]\n"
-    "\n"
+const command_spec bubble_spec = {
+    "usage: actorpipe bubble [--stages S --microbatches M]",
     "Prints the analytic bubble (idle fraction) of each schedule for the\n"
-    "reference (S, M) cases, or for one given pair.\n";
+    "reference (S, M) cases, or for one given pair.\n",
+    {{"--stages", "S", "pipeline stages (both or neither)"}, {"--microbatches", "M", "microbatches per step"}},
+    "",
+    20};
 
 }  // namespace
 
 int cmd_bubble(int argc, char** argv) {
-  auto a = parse(argc, argv, 2, {"--stages", "--microbatches"}, {});
+  auto a = parse(argc, argv, 2, bubble_spec);
   if (a.has("--help")) {
-    std::fputs(bubble_help, stdout);
+    std::fputs(a.help.c_str(), stdout);
     return exit_ok;
   }
   if (!a.positional.empty()) throw usage_error("bubble takes no positional arguments");

@@ -3,6 +3,8 @@
 
 #include <torch/cuda.h>
 
+#include <CLI/CLI.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <utility>
 #include <sstream>
 
 #include "runtime/canonical.hpp"
@@ -24,28 +27,88 @@
 
 namespace actorpipe::app {
 
-args parse(int argc, char** argv, int first, const std::vector<std::string>& valued,
-           const std::vector<std::string>& flags) {
-  args a;
-  for (int i = first; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "-h") s = "--help";
-    if (s.rfind("--", 0) != 0) {
-      a.positional.push_back(s);
-      continue;
-    }
-    auto is = [&](const std::vector<std::string>& v) {
-      return std::find(v.begin(), v.end(), s) != v.end();
-    };
-    if (is(flags) || s == "--help") {
-      a.options[s] = "";
-    } else if (is(valued)) {
-      if (i + 1 >= argc) throw usage_error(s + " needs a value");
-      a.options[s] = argv[++i];
-    } else {
-      throw usage_error("unknown option " + quoted_input(s, ""));
-    }
+namespace {
+
+/// --help as the hand-written helps had it: the usage line, the
+/// description, "options:" with one flag per line ("-h, --help", the value
+/// as its name), the help in a column, its further lines under it; then the
+/// footer. Positional arguments are in the usage line.
+class help_format : public CLI::Formatter {
+public:
+  explicit help_format(std::string usage) : usage_(std::move(usage)) {}
+
+  std::string make_option_name(const CLI::Option* o, bool) const override {
+    std::string names;
+    for (const auto& n : o->get_snames()) names += (names.empty() ? "-" : ", -") + n;
+    for (const auto& n : o->get_lnames()) names += (names.empty() ? "--" : ", --") + n;
+    return names;
   }
+  std::string make_option_opts(const CLI::Option* o) const override {
+    return o->get_expected_max() == 0 ? std::string() : " " + o->get_type_name();
+  }
+  std::string make_option_desc(const CLI::Option* o) const override { return o->get_description(); }
+  std::string make_option(const CLI::Option* o, bool positional) const override {
+    std::string out = "  " + make_option_name(o, positional) + make_option_opts(o);
+    const size_t column = get_column_width();
+    out += out.size() < column ? std::string(column - out.size(), ' ') : "  ";
+    for (char c : make_option_desc(o)) {
+      out += c;
+      if (c == '\n') out += std::string(column, ' ');
+    }
+    return out + "\n";
+  }
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::string out = usage_ + "\n";
+    if (!app->get_description().empty()) out += "\n" + app->get_description();
+    const auto flags = app->get_options([](const CLI::Option* o) { return o->nonpositional(); });
+    if (!flags.empty()) out += "\noptions:\n";
+    for (const auto* o : flags) out += make_option(o, false);
+    if (!app->get_footer().empty()) out += "\n" + app->get_footer();
+    return out;
+  }
+
+private:
+  std::string usage_;
+};
+
+}  // namespace
+
+args parse(int argc, char** argv, int first, const command_spec& spec) {
+  CLI::App app(spec.description, argv[first - 1]);
+  app.formatter(std::make_shared<help_format>(spec.usage));
+  app.get_formatter()->column_width(spec.column);
+  app.footer(spec.footer);
+  app.allow_extras();  // a flag the spec lacks: named below as the old parser named it
+  app.set_help_flag();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  args a;
+  app.add_option("ARGS", a.positional);
+  std::vector<std::pair<const flag_spec*, CLI::Option*>> given;
+  for (const auto& f : spec.flags) {
+    CLI::Option* o = f.value.empty() ? app.add_flag(f.names, f.help) : app.add_option(f.names, f.help);
+    if (!f.value.empty()) o->type_name(f.value);
+    given.emplace_back(&f, o);
+  }
+  app.set_help_flag("-h,--help", "this help");
+  auto refuse_unknown = [&] {  // also before --help, as the hand-rolled parser did
+    for (const auto& extra : app.remaining())
+      if (extra.rfind("-", 0) == 0) throw usage_error("unknown option " + quoted_input(extra, ""));
+  };
+  try {
+    app.parse(argc - first + 1, argv + first - 1);
+  } catch (const CLI::CallForHelp&) {
+    refuse_unknown();
+    a.options["--help"] = "";
+    a.help = app.help();
+    return a;
+  } catch (const CLI::ParseError& e) {
+    throw usage_error(e.what());
+  }
+  refuse_unknown();
+  for (const auto& [f, o] : given)
+    if (o->count() > 0)
+      a.options["--" + o->get_lnames().front()] =
+          f->value.empty() || o->results().empty() ? std::string() : o->results().back();
   return a;
 }
 

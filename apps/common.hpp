@@ -27,17 +27,37 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Flags after the positional arguments: --name value, or --flag.
+/// One flag of a command: its names ("--steps", "-h,--help"), the value it
+/// takes as --help shows it ("N"; empty: a flag without a value), and its
+/// help (lines after the first are indented under it).
+struct flag_spec {
+  std::string names;
+  std::string value;
+  std::string help;
+};
+
+/// A command's command line as CLI11 parses it and its --help shows it.
+struct command_spec {
+  std::string usage;        ///< the help's first line, "usage: actorpipe ..."
+  std::string description;  ///< paragraphs between the usage and the options
+  std::vector<flag_spec> flags;
+  std::string footer;       ///< after the options (exit codes)
+  size_t column = 20;       ///< where the flags' help starts
+};
+
+/// What the command line held: positional arguments, and each flag given
+/// by its long name ("--steps") with its value (the last one when repeated;
+/// "" for a flag without a value). --help given: has("--help") and `help`.
 struct args {
   std::vector<std::string> positional;
   std::map<std::string, std::string> options;
+  std::string help;
   bool has(const std::string& k) const { return options.count(k) > 0; }
 };
 
-/// argv[first..]: `valued` flags take the next argument, `flags` none;
-/// -h is --help; anything else starting with "--" is a usage_error.
-args parse(int argc, char** argv, int first, const std::vector<std::string>& valued,
-           const std::vector<std::string>& flags);
+/// argv[first..] under `spec` (CLI11): a flag CLI11 refuses, or one the
+/// spec does not have, is a usage_error naming it.
+args parse(int argc, char** argv, int first, const command_spec& spec);
 
 /// `v` as an integer in 1..INT_MAX, or a usage_error naming `flag`.
 int64_t parse_count(const std::string& flag, const std::string& v);

@@ -11,26 +11,25 @@ namespace actorpipe::app {
 
 namespace {
 
-const char* compare_help =
-    "usage: actorpipe compare CONFIG [options]\n"
-    "\n"
-    "Trains CONFIG once per schedule and prints one comparison table.\n"
-    "\n"
-    "options:\n"
-    "  --schedules LIST  comma-separated (default: the config's compare.schedules,\n"
-    "                    else naive,gpipe,1f1b); NAME+recompute runs NAME with every\n"
-    "                    stage recomputing its activations\n"
-    "  --steps N         override train.steps\n"
-    "  --log-every N     progress line every N steps (default: quiet)\n"
-    "  --report PATH     one HTML page with every schedule's timeline on one time axis\n"
-    "  -h, --help        this help\n";
+const command_spec compare_spec = {
+    "usage: actorpipe compare CONFIG [options]",
+    "Trains CONFIG once per schedule and prints one comparison table.\n",
+    {{"--schedules", "LIST",
+      "comma-separated (default: the config's compare.schedules,\n"
+      "else naive,gpipe,1f1b); NAME+recompute runs NAME with every\n"
+      "stage recomputing its activations"},
+     {"--steps", "N", "override train.steps"},
+     {"--log-every", "N", "progress line every N steps (default: quiet)"},
+     {"--report", "PATH", "one HTML page with every schedule's timeline on one time axis"}},
+    "",
+    20};
 
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
-  auto a = parse(argc, argv, 2, {"--schedules", "--steps", "--log-every", "--report"}, {});
+  auto a = parse(argc, argv, 2, compare_spec);
   if (a.has("--help")) {
-    std::fputs(compare_help, stdout);
+    std::fputs(a.help.c_str(), stdout);
     return exit_ok;
   }
   if (a.positional.size() != 1) throw usage_error("compare takes one CONFIG (see --help)");

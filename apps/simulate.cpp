@@ -21,33 +21,32 @@ namespace actorpipe::app {
 
 namespace {
 
-const char* simulate_help =
-    "usage: actorpipe simulate [CONFIG] [options]\n"
-    "\n"
+const command_spec simulate_spec = {
+    "usage: actorpipe simulate [CONFIG] [options]",
     "Discrete-event simulation of one step under the same policy objects the\n"
     "stage actors use. Stages, microbatches and schedule come from CONFIG when\n"
-    "given; the options override them.\n"
-    "\n"
-    "options:\n"
-    "  --stages S          pipeline stages (default 4)\n"
-    "  --microbatches M    microbatches per step (default 8)\n"
-    "  --schedule NAME     any registered policy: naive | gpipe | 1f1b | interleaved |\n"
-    "                      interleaved-greedy | zb-h1 | zb-v | greedy | async\n"
-    "                      (default 1f1b; async simulates one step)\n"
-    "  --virtual-stages V  chunks per stage for interleaved (default 2) and greedy\n"
-    "                      (default 1); zb-v has 2\n"
-    "  --steps K           async: stream K steps with no flush between them (default 4)\n"
-    "  --max-inflight N    greedy: microbatches a stage may hold open\n"
-    "                      (default S - rank + (V - 1) S)\n"
-    "  --cost LIST         op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)\n"
-    "  --stage-factors L   per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)\n"
-    "  --svg PATH          write the timeline as SVG\n"
-    "  --export PATH       write the emergent order as PyTorch pipelining CSV\n"
-    "  --import PATH       run the order in a CSV file instead of a schedule\n"
-    "  -h, --help          this help\n"
-    "\n"
+    "given; the options override them.\n",
+    {{"--stages", "S", "pipeline stages (default 4)"},
+     {"--microbatches", "M", "microbatches per step (default 8)"},
+     {"--schedule", "NAME",
+      "any registered policy: naive | gpipe | 1f1b | interleaved |\n"
+      "interleaved-greedy | zb-h1 | zb-v | greedy | async\n"
+      "(default 1f1b; async simulates one step)"},
+     {"--virtual-stages", "V",
+      "chunks per stage for interleaved (default 2) and greedy\n"
+      "(default 1); zb-v has 2"},
+     {"--steps", "K", "async: stream K steps with no flush between them (default 4)"},
+     {"--max-inflight", "N",
+      "greedy: microbatches a stage may hold open\n"
+      "(default S - rank + (V - 1) S)"},
+     {"--cost", "LIST", "op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)"},
+     {"--stage-factors", "L", "per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)"},
+     {"--svg", "PATH", "write the timeline as SVG"},
+     {"--export", "PATH", "write the emergent order as PyTorch pipelining CSV"},
+     {"--import", "PATH", "run the order in a CSV file instead of a schedule"}},
     "exit codes: 0 done, 2 bad arguments, 3 the schedule deadlocks (the op grid\n"
-    "is printed with the stuck stages marked)\n";
+    "is printed with the stuck stages marked)\n",
+    22};
 
 /// What to simulate: from the config when given, then the flags.
 struct sim_setup {
@@ -167,12 +166,9 @@ sim_result simulate_schedule(args& a, const sim_setup& s, const cost_model& cost
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
-  auto a = parse(argc, argv, 2,
-                 {"--stages", "--microbatches", "--schedule", "--cost", "--stage-factors", "--svg",
-                  "--export", "--import", "--virtual-stages", "--max-inflight", "--steps"},
-                 {});
+  auto a = parse(argc, argv, 2, simulate_spec);
   if (a.has("--help")) {
-    std::fputs(simulate_help, stdout);
+    std::fputs(a.help.c_str(), stdout);
     return exit_ok;
   }
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");

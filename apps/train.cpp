@@ -20,35 +20,39 @@ namespace actorpipe::app {
 
 namespace {
 
-const char* train_help =
-    "usage: actorpipe train CONFIG [options]\n"
-    "\n"
-    "options:\n"
-    "  --schedule NAME   override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
-    "                    zb-h1 | zb-v | greedy | async)\n"
-    "  --steps N         override train.steps\n"
-    "  --save PATH       write the final state dict (torch.load reads it)\n"
-    "  --trace PATH      write a Chrome-trace JSON of every op (open in Perfetto)\n"
-    "  --import PATH     run the per-rank op order in a CSV file (as `simulate --export`\n"
-    "                    writes it) instead of the schedule; a deadlocking order exits 3\n"
-    "  --log-every N     print a progress line every N steps (default 1)\n"
-    "  --quiet           no per-step lines, only the final table\n"
-    "  --resume DIR      continue from the newest loadable checkpoint in DIR (checkpoint.dir);\n"
-    "                    the weights end bitwise equal to an uninterrupted run\n"
-    "  --timeline PATH   SVG of the last step as measured: a lane per (replica, stage), F, B,\n"
-    "                    I, W, allreduce and optimizer blocks, idle left empty\n"
-    "  --memory PATH     SVG of each stage's stashed activation bytes over the last step\n"
-    "  --results PATH    JSON: per-step metrics, per-stage busy, idle and peak memory, summary\n"
-    "  --report PATH     one self-contained HTML page: config, table, loss, timeline, memory\n"
-    "  --verify-against-clean  train again without the injected faults (skipping the\n"
-    "                    same steps) and check the final weights are bitwise equal\n"
-    "  --verify-replicas (parallel.dp > 1) compare every stage's weight checksum across\n"
-    "                    replicas after every step; the first difference fails the run\n"
-    "  -h, --help        this help\n"
-    "\n"
+const command_spec train_spec = {
+    "usage: actorpipe train CONFIG [options]",
+    "",
+    {{"--schedule", "NAME",
+      "override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
+      "zb-h1 | zb-v | greedy | async)"},
+     {"--steps", "N", "override train.steps"},
+     {"--save", "PATH", "write the final state dict (torch.load reads it)"},
+     {"--trace", "PATH", "write a Chrome-trace JSON of every op (open in Perfetto)"},
+     {"--import", "PATH",
+      "run the per-rank op order in a CSV file (as `simulate --export`\n"
+      "writes it) instead of the schedule; a deadlocking order exits 3"},
+     {"--log-every", "N", "print a progress line every N steps (default 1)"},
+     {"--quiet", "", "no per-step lines, only the final table"},
+     {"--resume", "DIR",
+      "continue from the newest loadable checkpoint in DIR (checkpoint.dir);\n"
+      "the weights end bitwise equal to an uninterrupted run"},
+     {"--timeline", "PATH",
+      "SVG of the last step as measured: a lane per (replica, stage), F, B,\n"
+      "I, W, allreduce and optimizer blocks, idle left empty"},
+     {"--memory", "PATH", "SVG of each stage's stashed activation bytes over the last step"},
+     {"--results", "PATH", "JSON: per-step metrics, per-stage busy, idle and peak memory, summary"},
+     {"--report", "PATH", "one self-contained HTML page: config, table, loss, timeline, memory"},
+     {"--verify-against-clean", "",
+      "train again without the injected faults (skipping the\n"
+      "same steps) and check the final weights are bitwise equal"},
+     {"--verify-replicas", "",
+      "(parallel.dp > 1) compare every stage's weight checksum across\n"
+      "replicas after every step; the first difference fails the run"}},
     "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
     "(supervision.watchdog_s without an op anywhere; the op grid is printed), 4 more\n"
-    "restarts than supervision.max_restarts within supervision.window_steps\n";
+    "restarts than supervision.max_restarts within supervision.window_steps\n",
+    20};
 
 void print_placement(const train_result& r) {
   const int chunks = static_cast<int>(r.partition.size()) / std::max(1, r.stages);
@@ -166,12 +170,9 @@ void print_checkpoints_and_allreduce(const train_result& r) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  auto a = parse(argc, argv, 2,
-                 {"--schedule", "--steps", "--save", "--trace", "--log-every", "--import", "--timeline", "--memory",
-                  "--results", "--report", "--resume"},
-                 {"--quiet", "--verify-replicas", "--verify-against-clean"});
+  auto a = parse(argc, argv, 2, train_spec);
   if (a.has("--help")) {
-    std::fputs(train_help, stdout);
+    std::fputs(a.help.c_str(), stdout);
     return exit_ok;
   }
   if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");

@@ -170,6 +170,23 @@ TEST(CliUsage, UnknownOptionExitsTwoAndNamesIt) {
   }
 }
 
+TEST(CliUsage, AFlagWithoutItsValueExitsTwoAndNamesIt) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"train", "x.yaml", "--steps"}, {"compare", "x.yaml", "--schedules"}, {"bubble", "--stages"},
+      {"simulate", "--cost"}};
+  for (const auto& args : cases) {
+    auto r = actorpipe(args);
+    EXPECT_EQ(r.code, 2) << args[0] << "\n" << describe(r);
+    EXPECT_NE(first_line(r.err).find(args.back()), std::string::npos) << args[0] << "\n" << describe(r);
+    EXPECT_EQ(r.out, "");
+  }
+  // --name=value is the same flag as --name value.
+  auto r = actorpipe({"bubble", "--stages=4", "--microbatches=0"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("--microbatches expects a positive integer, got '0'"), std::string::npos)
+      << describe(r);
+}
+
 TEST(CliUsage, MissingConfigFileExitsTwo) {
   const fs::path dir = test_dir();
   auto r = actorpipe({"train", (dir / "nope.yaml").string()});
