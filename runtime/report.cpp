@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/canonical.hpp"
+#include "runtime/json_out.hpp"
 #include "runtime/text.hpp"
 #include "runtime/timeline_svg.hpp"
 
@@ -106,45 +107,38 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
          "backward being B + W; zb-v: F = I = W per chunk, '-' where M < 2S-1); naive runs one microbatch.\n";
 }
 
-std::string chrome_trace_json(const train_result& run) {
-  std::ostringstream os;
-  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) os << ",\n";
-    first = false;
-  };
+std::string chrome_trace_json(const train_result& run, const std::string& config_path) {
+  ordered_json events = ordered_json::array();
   // One track per (replica, stage): replica d, stage r is tid d * S + r.
   for (int t = 0; t < run.stages * std::max(1, run.dp); ++t) {
     const int r = t % std::max(1, run.stages), d = t / std::max(1, run.stages);
-    sep();
-    os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":" << t << ",\"args\":{\"name\":\""
-       << (run.dp > 1 ? "replica " + std::to_string(d) + " " : std::string()) << "stage " << r << " ("
-       << (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") << ")\"}}";
+    const std::string name = (run.dp > 1 ? "replica " + std::to_string(d) + " " : std::string()) + "stage " +
+                             std::to_string(r) + " (" +
+                             (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") + ")";
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", t}, {"args", {{"name", name}}}});
   }
+  auto us = [](int64_t ns) { return json_number("%.3f", static_cast<double>(ns) / 1e3); };
   for (const auto& step : run.steps)
     for (size_t r = 0; r < step.stages.size(); ++r)
-      for (const auto& e : step.stages[r].events) {
-        sep();
-        os << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << r << ",\"name\":\"" << to_string(e.op)
-           << "\",\"cat\":\""
-           << (e.op.kind == op_kind::F ? "forward" : e.op.kind == op_kind::B ? "backward" : "weight-grad")
-           << "\",\"ts\":" << fmt("%.3f", static_cast<double>(e.start_ns) / 1e3)
-           << ",\"dur\":" << fmt("%.3f", static_cast<double>(e.end_ns - e.start_ns) / 1e3)
-           << ",\"args\":{\"step\":" << step.step << ",\"microbatch\":" << e.op.mb << "}}";
-      }
+      for (const auto& e : step.stages[r].events)
+        events.push_back(
+            {{"ph", "X"}, {"pid", 0}, {"tid", r}, {"name", to_string(e.op)},
+             {"cat", e.op.kind == op_kind::F ? "forward" : e.op.kind == op_kind::B ? "backward" : "weight-grad"},
+             {"ts", us(e.start_ns)}, {"dur", us(e.end_ns - e.start_ns)},
+             {"args", {{"step", step.step}, {"microbatch", e.op.mb}}}});
   for (const auto& step : run.steps)
     for (size_t r = 0; r < step.stages.size(); ++r) {
       const auto& st = step.stages[r];
       if (st.allreduce_end_ns <= 0) continue;
-      sep();
-      os << "{\"ph\":\"X\",\"pid\":0,\"tid\":" << r << ",\"name\":\"allreduce\",\"cat\":\"allreduce\",\"ts\":"
-         << fmt("%.3f", static_cast<double>(st.allreduce_start_ns) / 1e3)
-         << ",\"dur\":" << fmt("%.3f", static_cast<double>(st.allreduce_end_ns - st.allreduce_start_ns) / 1e3)
-         << ",\"args\":{\"step\":" << step.step << "}}";
+      events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", r}, {"name", "allreduce"}, {"cat", "allreduce"},
+                        {"ts", us(st.allreduce_start_ns)}, {"dur", us(st.allreduce_end_ns - st.allreduce_start_ns)},
+                        {"args", {{"step", step.step}}}});
     }
-  os << "\n]}\n";
-  return os.str();
+  ordered_json doc;
+  doc["displayTimeUnit"] = "ms";
+  doc["otherData"] = {{"config", config_path}};
+  doc["traceEvents"] = std::move(events);
+  return json_text(doc);
 }
 
 std::string format_simulation(const sim_result& r, const cost_model& cost) {

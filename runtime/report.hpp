@@ -20,8 +20,9 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases);
 std::vector<std::pair<int, int>> reference_bubble_cases();
 
 /// Chrome-trace JSON (Perfetto and chrome://tracing open it): one track per
-/// stage, one complete event per fired op, the step and microbatch in args.
-std::string chrome_trace_json(const train_result& run);
+/// stage, one complete event per fired op, the step and microbatch in args;
+/// the config file the run read in otherData.config.
+std::string chrome_trace_json(const train_result& run, const std::string& config_path);
 
 /// The simulator's summary: makespan, simulated and analytic bubble, and
 /// per stage busy time, bubble and peak stash.

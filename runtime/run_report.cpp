@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/canonical.hpp"
+#include "runtime/json_out.hpp"
 #include "runtime/report.hpp"
 #include "runtime/text.hpp"
 #include "runtime/timeline_svg.hpp"
@@ -13,19 +14,6 @@
 namespace actorpipe {
 
 namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 const step_record* pick(const train_result& r, int step) {
   if (r.steps.empty()) return nullptr;
@@ -148,40 +136,50 @@ std::string memory_svg(const train_result& r, int step) {
   return os.str();
 }
 
-std::string results_json(const train_result& r) {
-  std::ostringstream os;
-  os << "{\n  \"schedule\": " << json_string(r.schedule) << ",\n  \"stages\": " << r.stages
-     << ",\n  \"microbatches\": " << r.microbatches << ",\n  \"virtual_stages\": " << r.chunks
-     << ",\n  \"dp\": " << r.dp << ",\n  \"allreduce\": " << json_string(r.allreduce) << ",\n  \"devices\": [";
-  for (size_t i = 0; i < r.devices.size(); ++i) os << (i ? ", " : "") << json_string(r.devices[i]);
-  os << "],\n  \"steps\": [\n";
-  for (size_t i = 0; i < r.steps.size(); ++i) {
-    const auto& s = r.steps[i];
-    os << "    {\"step\": " << s.step << ", \"loss\": " << fmt("%.9g", s.loss) << ", \"lr\": " << fmt("%.9g", s.lr)
-       << ", \"step_s\": " << fmt("%.9g", s.step_s) << ", \"pipeline_s\": " << fmt("%.9g", s.pipeline_s)
-       << ", \"bubble\": " << fmt("%.6f", s.bubble) << ", \"grad_norm\": " << fmt("%.9g", s.grad_norm)
-       << ", \"allreduce_s\": " << fmt("%.9g", s.allreduce_s) << ", \"train_accuracy\": "
-       << (s.train_accuracy < 0 ? std::string("null") : fmt("%.6f", s.train_accuracy))
-       << ", \"skipped\": " << (s.skipped ? "true" : "false") << ", \"stages\": [";
-    for (size_t k = 0; k < s.stages.size(); ++k) {
-      const auto& st = s.stages[k];
+std::string results_json(const train_result& r, const std::string& config_path) {
+  ordered_json doc;
+  doc["config"] = config_path;
+  doc["schedule"] = r.schedule;
+  doc["stages"] = r.stages;
+  doc["microbatches"] = r.microbatches;
+  doc["virtual_stages"] = r.chunks;
+  doc["dp"] = r.dp;
+  doc["allreduce"] = r.allreduce;
+  doc["devices"] = r.devices;
+  doc["steps"] = ordered_json::array();
+  for (const auto& s : r.steps) {
+    ordered_json step;
+    step["step"] = s.step;
+    step["loss"] = json_number("%.9g", s.loss);
+    step["lr"] = json_number("%.9g", s.lr);
+    step["step_s"] = json_number("%.9g", s.step_s);
+    step["pipeline_s"] = json_number("%.9g", s.pipeline_s);
+    step["bubble"] = json_number("%.6f", s.bubble);
+    step["grad_norm"] = json_number("%.9g", s.grad_norm);
+    step["allreduce_s"] = json_number("%.9g", s.allreduce_s);
+    step["train_accuracy"] = s.train_accuracy < 0 ? ordered_json() : json_number("%.6f", s.train_accuracy);
+    step["skipped"] = s.skipped;
+    step["stages"] = ordered_json::array();
+    for (const auto& st : s.stages) {
       const double busy = static_cast<double>(st.busy_ns) * 1e-9;
-      os << (k ? ", " : "") << "{\"busy_s\": " << fmt("%.9g", busy) << ", \"idle_s\": "
-         << fmt("%.9g", std::max(0.0, s.pipeline_s - busy)) << ", \"peak_stash\": " << st.peak_stash
-         << ", \"peak_stash_bytes\": " << st.peak_stash_bytes << "}";
+      step["stages"].push_back({{"busy_s", json_number("%.9g", busy)},
+                                {"idle_s", json_number("%.9g", std::max(0.0, s.pipeline_s - busy))},
+                                {"peak_stash", st.peak_stash},
+                                {"peak_stash_bytes", st.peak_stash_bytes}});
     }
-    os << "]}" << (i + 1 < r.steps.size() ? "," : "") << "\n";
+    doc["steps"].push_back(std::move(step));
   }
-  const auto peaks = peak_stash_bytes(r);
   const double analytic = analytic_bubble(r.schedule, r.stages, r.microbatches, r.chunks);
-  os << "  ],\n  \"summary\": {\"mean_step_s\": " << fmt("%.9g", mean_step_seconds(r))
-     << ", \"final_loss\": " << (r.steps.empty() ? std::string("null") : fmt("%.9g", r.steps.back().loss))
-     << ", \"bubble_analytic\": " << (std::isnan(analytic) ? std::string("null") : fmt("%.6f", analytic))
-     << ", \"bubble_measured\": " << fmt("%.6f", mean_bubble(r)) << ", \"peak_stash_bytes\": [";
-  for (size_t i = 0; i < peaks.size(); ++i) os << (i ? ", " : "") << peaks[i];
-  os << "], \"test_accuracy\": " << (r.test_accuracy < 0 ? std::string("null") : fmt("%.6f", r.test_accuracy))
-     << ", \"test_loss\": " << fmt("%.9g", r.test_loss) << "}\n}\n";
-  return os.str();
+  ordered_json summary;
+  summary["mean_step_s"] = json_number("%.9g", mean_step_seconds(r));
+  summary["final_loss"] = r.steps.empty() ? ordered_json() : json_number("%.9g", r.steps.back().loss);
+  summary["bubble_analytic"] = json_number("%.6f", analytic);  // NaN (no formula): null
+  summary["bubble_measured"] = json_number("%.6f", mean_bubble(r));
+  summary["peak_stash_bytes"] = peak_stash_bytes(r);
+  summary["test_accuracy"] = r.test_accuracy < 0 ? ordered_json() : json_number("%.6f", r.test_accuracy);
+  summary["test_loss"] = json_number("%.9g", r.test_loss);
+  doc["summary"] = std::move(summary);
+  return json_text(doc, 2);
 }
 
 namespace {

@@ -22,8 +22,8 @@ double step_span_ms(const train_result& r, int step = -1);
 std::string memory_svg(const train_result& r, int step = -1);
 
 /// Per-step metrics, per-stage busy / idle / peak memory, and the final
-/// table's figures.
-std::string results_json(const train_result& r);
+/// table's figures, under "config": the config file the run read.
+std::string results_json(const train_result& r, const std::string& config_path);
 
 /// One page: the config, the comparison table, loss curves, and for every
 /// run its timeline (all on one time axis) and memory plot.

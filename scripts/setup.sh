@@ -9,7 +9,7 @@ BUILD_DIR="${ACTORPIPE_BUILD_DIR:-$ROOT/build}"
 if ! declare -p ACTORPIPE_CMAKE_ARGS >/dev/null 2>&1; then ACTORPIPE_CMAKE_ARGS=(); fi
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
-          zlib1g-dev python3-torch python3-sklearn
+          zlib1g-dev nlohmann-json3-dev libcli11-dev python3-torch python3-sklearn
           libopenblas0-openmp)  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
 # scripts/test also opens the HTML report in a real headless browser.
 if [ "${ACTORPIPE_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi

@@ -170,6 +170,23 @@ TEST(CliUsage, UnknownOptionExitsTwoAndNamesIt) {
   }
 }
 
+TEST(CliUsage, AFlagWithoutItsValueExitsTwoAndNamesIt) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"train", "x.yaml", "--steps"}, {"compare", "x.yaml", "--schedules"}, {"bubble", "--stages"},
+      {"simulate", "--cost"}};
+  for (const auto& args : cases) {
+    auto r = actorpipe(args);
+    EXPECT_EQ(r.code, 2) << args[0] << "\n" << describe(r);
+    EXPECT_NE(first_line(r.err).find(args.back()), std::string::npos) << args[0] << "\n" << describe(r);
+    EXPECT_EQ(r.out, "");
+  }
+  // --name=value is the same flag as --name value.
+  auto r = actorpipe({"bubble", "--stages=4", "--microbatches=0"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(first_line(r.err).find("--microbatches expects a positive integer, got '0'"), std::string::npos)
+      << describe(r);
+}
+
 TEST(CliUsage, MissingConfigFileExitsTwo) {
   const fs::path dir = test_dir();
   auto r = actorpipe({"train", (dir / "nope.yaml").string()});
@@ -381,6 +398,35 @@ print(sum(1 for e in trace["traceEvents"] if e.get("ph") == "X"))
   auto py = run_program("/usr/bin/python3", {script, save, trace});
   ASSERT_EQ(py.code, 0) << describe(py);
   EXPECT_EQ(std::stoi(py.out), steps * stages * 2 * microbatches) << describe(py);
+}
+
+// A config path with a double quote, a tab and a non-ASCII letter reaches
+// --results and --trace as the same string, and both files stay JSON that
+// Python reads, the stage tracks named.
+TEST(CliTrain, ResultsAndTraceAreJsonWhateverTheConfigPathHolds) {
+  const fs::path base = test_dir(), dir = base / "a\"b\tc \xc3\xa9";
+  const std::string cfg = write(dir / "small \"q\"\t\xc3\xa9.yaml", small_config);
+  const std::string results = (dir / "results.json").string(), trace = (dir / "trace.json").string();
+  auto r = actorpipe({"train", cfg, "--quiet", "--results", results, "--trace", trace});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  auto parses = run_program("/usr/bin/python3", {"-c", "import json,sys; json.load(open(sys.argv[1]))", results});
+  EXPECT_EQ(parses.code, 0) << describe(parses);
+  const std::string script = write(base / "check.py", R"(import json, os, sys
+want = os.fsencode(sys.argv[3])
+with open(sys.argv[1], encoding="utf-8") as f:
+    results = json.load(f)
+with open(sys.argv[2], encoding="utf-8") as f:
+    trace = json.load(f)
+assert results["config"].encode("utf-8") == want, (results["config"], want)
+assert trace["otherData"]["config"].encode("utf-8") == want, (trace["otherData"], want)
+assert len(results["steps"]) == 3 and len(results["steps"][-1]["stages"]) == 2, results
+names = sorted(e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name")
+assert [n.split(" (")[0] for n in names] == ["stage 0", "stage 1"], names
+print(sum(1 for e in trace["traceEvents"] if e.get("ph") == "X"))
+)");
+  auto py = run_program("/usr/bin/python3", {script, results, trace, cfg});
+  ASSERT_EQ(py.code, 0) << describe(py);
+  EXPECT_EQ(std::stoi(py.out), 3 * 2 * 2 * 4) << describe(py);
 }
 
 TEST(CliTrain, ImportedOneFOneBOrderTrainsTheSameWeightsAsTheSchedule) {

@@ -1,0 +1,60 @@
+// actorpipe: train | compare | bubble | simulate. The command dispatch and
+// what each kind of failure exits with; the commands live in apps/*.cpp.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "apps/common.hpp"
+#include "runtime/text.hpp"
+
+namespace {
+
+using namespace actorpipe;
+using namespace actorpipe::app;
+
+const char* main_help =
+    "usage: actorpipe COMMAND [ARGS]\n"
+    "\n"
+    "Pipeline-parallel training on actors: each stage is an actor that fires\n"
+    "its ready forward/backward ops under a schedule policy.\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG     train the model a YAML config describes\n"
+    "  compare CONFIG   train it under naive, gpipe and 1f1b; print one table\n"
+    "  bubble           print the analytic pipeline-bubble table\n"
+    "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
+    "\n"
+    "Run 'actorpipe COMMAND --help' for a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach pipes and logs at once
+  std::string cmd = argc > 1 ? argv[1] : "";
+  try {
+    if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::fputs(main_help, cmd.empty() ? stderr : stdout);
+      return cmd.empty() ? exit_usage : exit_ok;
+    }
+    if (cmd == "train") return cmd_train(argc, argv);
+    if (cmd == "compare") return cmd_compare(argc, argv);
+    if (cmd == "bubble") return cmd_bubble(argc, argv);
+    if (cmd == "simulate") return cmd_simulate(argc, argv);
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate; see --help)");
+  } catch (const config_error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return exit_usage;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "actorpipe: %s\n", e.what());
+    return exit_usage;
+  } catch (const stuck_error& e) {
+    std::fprintf(stderr, "actorpipe: %s", e.what());
+    return exit_stuck;
+  } catch (const restart_limit_error& e) {
+    std::fprintf(stderr, "actorpipe: gave up: %s\n", e.what());
+    return exit_gave_up;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
+    return exit_failed;
+  }
+}

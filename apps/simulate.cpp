@@ -1,0 +1,203 @@
+// actorpipe simulate: one step of a schedule on a cost model, no tensors.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/common.hpp"
+#include "runtime/policies/fixed_order.hpp"
+#include "runtime/policies/registry.hpp"
+#include "runtime/policy.hpp"
+#include "runtime/report.hpp"
+#include "runtime/schedule_csv.hpp"
+#include "runtime/simulator.hpp"
+#include "runtime/text.hpp"
+
+namespace actorpipe::app {
+
+namespace {
+
+const command_spec simulate_spec = {
+    "usage: actorpipe simulate [CONFIG] [options]",
+    "Discrete-event simulation of one step under the same policy objects the\n"
+    "stage actors use. Stages, microbatches and schedule come from CONFIG when\n"
+    "given; the options override them.\n",
+    {{"--stages", "S", "pipeline stages (default 4)"},
+     {"--microbatches", "M", "microbatches per step (default 8)"},
+     {"--schedule", "NAME",
+      "any registered policy: naive | gpipe | 1f1b | interleaved |\n"
+      "interleaved-greedy | zb-h1 | zb-v | greedy | async\n"
+      "(default 1f1b; async simulates one step)"},
+     {"--virtual-stages", "V",
+      "chunks per stage for interleaved (default 2) and greedy\n"
+      "(default 1); zb-v has 2"},
+     {"--steps", "K", "async: stream K steps with no flush between them (default 4)"},
+     {"--max-inflight", "N",
+      "greedy: microbatches a stage may hold open\n"
+      "(default S - rank + (V - 1) S)"},
+     {"--cost", "LIST", "op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)"},
+     {"--stage-factors", "L", "per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)"},
+     {"--svg", "PATH", "write the timeline as SVG"},
+     {"--export", "PATH", "write the emergent order as PyTorch pipelining CSV"},
+     {"--import", "PATH", "run the order in a CSV file instead of a schedule"}},
+    "exit codes: 0 done, 2 bad arguments, 3 the schedule deadlocks (the op grid\n"
+    "is printed with the stuck stages marked)\n",
+    22};
+
+/// What to simulate: from the config when given, then the flags.
+struct sim_setup {
+  int stages = 4, microbatches = 8, chunks = 1, max_inflight = 0;
+  std::string schedule = "1f1b";
+};
+
+/// --schedule NAME: any registered policy simulates, also one the runtime
+/// does not train with.
+void check_policy_name(const std::string& schedule) {
+  if (make_policy(schedule)) return;
+  auto names = policy_names();
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  auto near = nearest(schedule, names);
+  throw usage_error("unknown schedule " + quoted_input(schedule) +
+                    (near.empty() ? "" : "; did you mean '" + near + "'?") + " (known: " + list + ")");
+}
+
+sim_setup read_setup(args& a) {
+  sim_setup s;
+  int chunks_from_config = 0;
+  if (!a.positional.empty()) {
+    auto cfg = load(a.positional[0]);
+    s.stages = cfg.pipeline.stages;
+    s.microbatches = cfg.pipeline.microbatches;
+    s.schedule = cfg.pipeline.schedule;
+    chunks_from_config = cfg.pipeline.virtual_stages;
+    s.max_inflight = cfg.pipeline.max_inflight;
+  }
+  if (a.has("--max-inflight"))
+    s.max_inflight = static_cast<int>(parse_count("--max-inflight", a.options["--max-inflight"]));
+  if (a.has("--stages")) s.stages = static_cast<int>(parse_count("--stages", a.options["--stages"]));
+  if (a.has("--microbatches"))
+    s.microbatches = static_cast<int>(parse_count("--microbatches", a.options["--microbatches"]));
+  if (a.has("--virtual-stages"))
+    s.chunks = static_cast<int>(parse_count("--virtual-stages", a.options["--virtual-stages"]));
+  if (a.has("--schedule")) {
+    s.schedule = a.options["--schedule"];
+    check_policy_name(s.schedule);
+  }
+  if (const schedule_traits* t = find_schedule(s.schedule); t && t->any_chunks() && !a.has("--virtual-stages")) {
+    if (chunks_from_config > 1 && !a.has("--schedule")) s.chunks = chunks_from_config;
+    else s.chunks = t->default_chunks;
+  }
+  if (auto pol = make_policy(s.schedule, policy_options{s.chunks}); pol && a.has("--virtual-stages") &&
+                                                                    pol->chunks() != s.chunks)
+    throw usage_error("--virtual-stages " + std::to_string(s.chunks) + ": schedule " + s.schedule + " runs " +
+                      std::to_string(pol->chunks()) + " chunks per stage");
+  if (const schedule_traits* t = find_schedule(s.schedule); t && t->one_microbatch) s.microbatches = 1;
+  return s;
+}
+
+/// --cost and --stage-factors.
+cost_model read_cost(args& a, int stages) {
+  cost_model cost;
+  try {
+    if (a.has("--cost")) cost = parse_cost(a.options["--cost"]);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  if (!a.has("--stage-factors")) return cost;
+  std::stringstream ss(a.options["--stage-factors"]);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(v > 0))
+      throw usage_error("--stage-factors expects positive numbers, got " + quoted_input(item));
+    if (v > max_stage_factor)
+      throw usage_error("--stage-factors: a factor is at most " + fmt("%g", max_stage_factor) + ", got " +
+                        quoted_input(item));
+    cost.stage_factor.push_back(v);
+  }
+  if (static_cast<int>(cost.stage_factor.size()) != stages)
+    throw usage_error("--stage-factors has " + std::to_string(cost.stage_factor.size()) + " values for " +
+                      std::to_string(stages) + " stages");
+  return cost;
+}
+
+/// --import PATH: the order in the file instead of a schedule.
+sim_result simulate_imported(const std::string& path, const sim_setup& s, const cost_model& cost) {
+  std::vector<std::vector<op_id>> order;
+  placement_kind placement = placement_kind::round_robin;
+  try {
+    order = parse_schedule_csv(read_file(path), s.stages, s.microbatches, path, &placement);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  try {
+    return simulate(fixed_order_policy(std::move(order), placement), s.stages, s.microbatches, cost);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+}
+
+/// The schedule; one without a flush is one stream of `stream_steps` steps
+/// of M microbatches (--steps, default 4).
+sim_result simulate_schedule(args& a, const sim_setup& s, const cost_model& cost, int64_t& stream_steps) {
+  try {
+    auto pol = make_policy(s.schedule, policy_options{s.chunks, s.max_inflight});
+    if (pol && !pol->flushes()) stream_steps = a.has("--steps") ? parse_count("--steps", a.options["--steps"]) : 4;
+    else if (a.has("--steps")) throw usage_error("--steps is for schedules without a flush (async)");
+    // Before the stream's microbatches become an int: K x M may not fit one.
+    if (pol)
+      if (auto why = simulation_too_large(s.stages, s.microbatches * stream_steps, pol->chunks(),
+                                          pol->splits_backward());
+          !why.empty())
+        throw usage_error("simulate: " + why);
+    return simulate(s.schedule, s.stages, static_cast<int>(s.microbatches * stream_steps), cost, s.chunks,
+                    s.max_inflight);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+}
+
+}  // namespace
+
+int cmd_simulate(int argc, char** argv) {
+  auto a = parse(argc, argv, 2, simulate_spec);
+  if (a.has("--help")) {
+    std::fputs(a.help.c_str(), stdout);
+    return exit_ok;
+  }
+  if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
+  check_outputs(a, {"--svg", "--export"});
+  const sim_setup s = read_setup(a);
+  const cost_model cost = read_cost(a, s.stages);
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t stream_steps = 1;
+  sim_result r = a.has("--import") ? simulate_imported(a.options["--import"], s, cost)
+                                   : simulate_schedule(a, s, cost, stream_steps);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.deadlock) {
+    std::fputs(r.diagnosis.c_str(), stderr);
+    return exit_stuck;
+  }
+  std::fputs(format_simulation(r, cost).c_str(), stdout);
+  if (stream_steps > 1)
+    std::printf("no flush: %lld steps streamed as %d microbatches; makespan per step %.3f "
+                "(steady state M(F+B+W) = %.3f)\n",
+                static_cast<long long>(stream_steps), r.microbatches, r.makespan / static_cast<double>(stream_steps),
+                s.microbatches * (cost.f + cost.b + cost.w));
+  size_t ops = 0;
+  for (const auto& lane : r.timeline) ops += lane.size();
+  std::printf("simulated %zu ops in %.3f s\n", ops, wall);
+  output_writer writer(a);
+  writer.write("--svg", [&] { return simulation_svg(r); }, "timeline");
+  writer.write("--export", [&] { return to_schedule_csv(r.order(), s.stages, r.split_backward, r.placement); },
+               "order");
+  return writer.ok() ? exit_ok : exit_failed;
+}
+
+}  // namespace actorpipe::app

@@ -1,0 +1,213 @@
+// actorpipe train: one run of a config, its fault report, and the files it
+// was asked for.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/common.hpp"
+#include "runtime/canonical.hpp"
+#include "runtime/policies/fixed_order.hpp"
+#include "runtime/report.hpp"
+#include "runtime/schedule_csv.hpp"
+#include "runtime/simulator.hpp"
+#include "runtime/state_dict.hpp"
+
+namespace actorpipe::app {
+
+namespace {
+
+const command_spec train_spec = {
+    "usage: actorpipe train CONFIG [options]",
+    "",
+    {{"--schedule", "NAME",
+      "override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
+      "zb-h1 | zb-v | greedy | async)"},
+     {"--steps", "N", "override train.steps"},
+     {"--save", "PATH", "write the final state dict (torch.load reads it)"},
+     {"--trace", "PATH", "write a Chrome-trace JSON of every op (open in Perfetto)"},
+     {"--import", "PATH",
+      "run the per-rank op order in a CSV file (as `simulate --export`\n"
+      "writes it) instead of the schedule; a deadlocking order exits 3"},
+     {"--log-every", "N", "print a progress line every N steps (default 1)"},
+     {"--quiet", "", "no per-step lines, only the final table"},
+     {"--resume", "DIR",
+      "continue from the newest loadable checkpoint in DIR (checkpoint.dir);\n"
+      "the weights end bitwise equal to an uninterrupted run"},
+     {"--timeline", "PATH",
+      "SVG of the last step as measured: a lane per (replica, stage), F, B,\n"
+      "I, W, allreduce and optimizer blocks, idle left empty"},
+     {"--memory", "PATH", "SVG of each stage's stashed activation bytes over the last step"},
+     {"--results", "PATH", "JSON: per-step metrics, per-stage busy, idle and peak memory, summary"},
+     {"--report", "PATH", "one self-contained HTML page: config, table, loss, timeline, memory"},
+     {"--verify-against-clean", "",
+      "train again without the injected faults (skipping the\n"
+      "same steps) and check the final weights are bitwise equal"},
+     {"--verify-replicas", "",
+      "(parallel.dp > 1) compare every stage's weight checksum across\n"
+      "replicas after every step; the first difference fails the run"}},
+    "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
+    "(supervision.watchdog_s without an op anywhere; the op grid is printed), 4 more\n"
+    "restarts than supervision.max_restarts within supervision.window_steps\n",
+    20};
+
+void print_placement(const train_result& r) {
+  const int chunks = static_cast<int>(r.partition.size()) / std::max(1, r.stages);
+  const placement plc{r.placement, r.stages, chunks};
+  for (int s = 0; s < r.stages; ++s) {
+    std::printf("  stage %d on %s: layers", s, r.devices[s].c_str());
+    for (int c = 0; c < chunks; ++c) {
+      const auto& range = r.partition[plc.virtual_stage(s, c)];
+      std::printf("%s %d..%d", c ? "," : "", range.first, range.second);
+    }
+    std::printf("\n");
+  }
+}
+
+// What was injected and what the runtime did about it; stragglers.
+void print_fault_report(const train_result& r, bool lockstep) {
+  if (r.restarts > 0)
+    std::printf("restarts: %d, %.1f ms of work lost to them (%.1f ms per restart)\n", r.restarts, r.recovery_s * 1e3,
+                r.recovery_s * 1e3 / r.restarts);
+  const auto f = count_message_faults(r);
+  if (f.sent_twice + f.held_back + f.dropped + r.duplicates + r.skipped_steps.size() > 0)
+    std::printf("faults: %llu messages sent twice, %llu held back, %llu dropped (%llu asked for again, %llu resent); "
+                "%llu duplicate or stale messages dropped; %zu steps skipped for a NaN or an infinity\n",
+                static_cast<unsigned long long>(f.sent_twice), static_cast<unsigned long long>(f.held_back),
+                static_cast<unsigned long long>(f.dropped), static_cast<unsigned long long>(f.asked_again),
+                static_cast<unsigned long long>(f.resent), static_cast<unsigned long long>(r.duplicates),
+                r.skipped_steps.size());
+  if (r.restarts + f.sent_twice + f.held_back + f.dropped + r.skipped_steps.size() > 0)
+    std::printf("trace: %016llx (the faults injected per step and stage, restarts and skipped steps; the same for "
+                "the same config and fault seed)\n",
+                static_cast<unsigned long long>(trace_hash(r)));
+  if (lockstep)  // the firing order depends on nothing but the config and the fault seed
+    std::printf("order: %016llx (the trace with every stage's ops in firing order; lock-step makes it the same run "
+                "to run)\n",
+                static_cast<unsigned long long>(trace_hash(r, true)));
+  const auto speeds = stage_speeds(r);
+  const int per = std::max(1, r.stages);
+  for (size_t i = 0; i < speeds.size(); ++i)
+    if (speeds[i] > 0 && speeds[i] < 0.75)
+      std::printf("straggler: %sstage %d runs at %.2f of the median stage's speed\n",
+                  r.dp > 1 ? ("replica " + std::to_string(i / per) + " ").c_str() : "", static_cast<int>(i % per),
+                  speeds[i]);
+}
+
+/// --import: the order in the CSV file, checked against the config and
+/// dry-run on the simulator. False (the op grid printed) if it deadlocks.
+bool import_order(const std::string& path, config& cfg, std::vector<std::vector<op_id>>& order,
+                  placement_kind& placement) {
+  try {
+    order = parse_schedule_csv(read_file(path), cfg.pipeline.stages, cfg.pipeline.microbatches, path, &placement);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  fixed_order_policy fixed(order, placement);
+  if (fixed.chunks() != cfg.pipeline.virtual_stages)
+    throw usage_error(path + " runs " + std::to_string(fixed.chunks()) +
+                      " chunks per stage; the config has pipeline.virtual_stages " +
+                      std::to_string(cfg.pipeline.virtual_stages) +
+                      " (set it, or --schedule a schedule with that many)");
+  // A deadlocking order is found here, before any tensor moves.
+  auto dry = simulate(fixed, cfg.pipeline.stages, cfg.pipeline.microbatches);
+  if (dry.deadlock) {
+    std::fputs(dry.diagnosis.c_str(), stderr);
+    return false;
+  }
+  cfg.pipeline.schedule = "fixed";
+  return true;
+}
+
+/// --verify-against-clean: the same run without the injected faults,
+/// dropping the same steps' updates as this one did: recovery must have
+/// lost nothing. False (the difference printed) if the weights differ.
+bool verify_against_clean(const config& cfg, const train_output& out) {
+  config clean = cfg;
+  clean.faults.inject.clear();
+  clean.checkpoint.every = 0;
+  train_options opts;
+  opts.skip_steps = out.result.skipped_steps;
+  auto twin = run_training(clean, opts);
+  size_t differ = 0;
+  std::string first;
+  for (size_t i = 0; i < out.weights.size() && i < twin.weights.size(); ++i)
+    if (!out.weights[i].second.equal(twin.weights[i].second)) {
+      if (first.empty()) first = out.weights[i].first;
+      ++differ;
+    }
+  if (out.weights.size() != twin.weights.size() || differ > 0) {
+    std::fprintf(stderr, "actorpipe: verify: %zu of %zu tensors differ from the fault-free run (first: %s)\n", differ,
+                 out.weights.size(), first.c_str());
+    return false;
+  }
+  std::printf("verify: final weights bitwise equal to a fault-free run (%zu tensors%s)\n", out.weights.size(),
+              out.result.skipped_steps.empty() ? "" : ", the same steps skipped");
+  return true;
+}
+
+/// The checkpoints written and, with dp > 1, what the allreduce cost.
+void print_checkpoints_and_allreduce(const train_result& r) {
+  if (!r.checkpoints.empty())
+    std::printf("checkpoints: %zu written, the latest %s (%.1f ms writing in all)\n", r.checkpoints.size(),
+                r.checkpoints.back().c_str(), r.checkpoint_s * 1e3);
+  if (r.dp > 1) {
+    double ar = 0.0, hidden = 0.0;
+    for (const auto& st : r.steps) {
+      ar += st.allreduce_s;
+      hidden += st.allreduce_hidden;
+    }
+    const double n = static_cast<double>(std::max<size_t>(1, r.steps.size()));
+    std::printf("allreduce (%s, dp=%d): %.3f ms per stage per step, %.0f%% of it during other stages' compute%s\n",
+                r.allreduce.c_str(), r.dp, ar / n * 1e3, hidden / n * 100.0,
+                r.replicas_verified ? "; replicas bitwise identical after every step (checksums)" : "");
+  }
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  auto a = parse(argc, argv, 2, train_spec);
+  if (a.has("--help")) {
+    std::fputs(a.help.c_str(), stdout);
+    return exit_ok;
+  }
+  if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
+  check_outputs(a, {"--save", "--trace", "--timeline", "--memory", "--results", "--report"});
+  auto cfg = load(a.positional[0]);
+  if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
+  if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  check_async_stream(cfg);
+  int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
+  if (a.has("--quiet")) log_every = 0;
+  std::vector<std::vector<op_id>> order;
+  placement_kind placement = placement_kind::round_robin;
+  if (a.has("--import") && !import_order(a.options["--import"], cfg, order, placement)) return exit_stuck;
+  print_plan(cfg);
+  std::string resume;
+  if (a.has("--resume")) {
+    resume = a.options["--resume"];
+    if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
+  }
+  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement, a.has("--verify-replicas"),
+                       resume);
+  print_placement(out.result);
+  for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
+  print_fault_report(out.result, cfg.pipeline.lockstep);
+  if (a.has("--verify-against-clean") && !verify_against_clean(cfg, out)) return exit_failed;
+  print_checkpoints_and_allreduce(out.result);
+  std::fputs(format_comparison({out.result}).c_str(), stdout);
+  output_writer writer(a);
+  writer.save("--save", [&](const std::string& path) {
+    save_tensors(path, out.weights);
+    std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
+  });
+  writer.write("--trace", [&] { return chrome_trace_json(out.result, cfg.path); }, "trace");
+  write_outputs(writer, cfg, {out.result});
+  return writer.ok() ? exit_ok : exit_failed;
+}
+
+}  // namespace actorpipe::app
