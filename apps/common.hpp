@@ -11,16 +11,18 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
+#include "messages/errors.hpp"
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
 
 namespace actorpipe::app {
 
-constexpr int exit_ok = 0;
-constexpr int exit_failed = 1;
-constexpr int exit_usage = 2;
-constexpr int exit_stuck = 3;
-constexpr int exit_gave_up = 4;  // more restarts than supervision allows
+// Exit codes come from messages/errors.hpp's exit_code_for(), the one
+// place that decides them (README, "Exit codes").
+constexpr int exit_ok = exit_code_for(run_errc::none);
+constexpr int exit_failed = exit_code_for(run_errc::failed);
+constexpr int exit_usage = exit_code_for(run_errc::bad_config);
+constexpr int exit_stuck = exit_code_for(run_errc::deadlock);
 
 /// A bad command line: main prints "actorpipe: WHAT" and exits 2.
 struct usage_error : std::runtime_error {

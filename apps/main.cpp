@@ -47,12 +47,9 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     std::fprintf(stderr, "actorpipe: %s\n", e.what());
     return exit_usage;
-  } catch (const stuck_error& e) {
-    std::fprintf(stderr, "actorpipe: %s", e.what());
-    return exit_stuck;
-  } catch (const restart_limit_error& e) {
-    std::fprintf(stderr, "actorpipe: gave up: %s\n", e.what());
-    return exit_gave_up;
+  } catch (const run_error& e) {
+    std::fputs(failure_line(e.code(), e.what()).c_str(), stderr);
+    return exit_code_for(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
     return exit_failed;

@@ -21,6 +21,16 @@
 namespace actorpipe {
 namespace {
 
+fault_spec nonfinite_fault(int stage, int64_t step, int microbatch, nonfinite_site where) {
+  fault_spec f;
+  f.kind = fault_kind::nonfinite;
+  f.stage = stage;
+  f.step = step;
+  f.microbatch = microbatch;
+  f.where = where;
+  return f;
+}
+
 using case_t = std::tuple<std::string, int, int>;
 
 std::string case_name(const ::testing::TestParamInfo<case_t>& info) {
@@ -423,7 +433,7 @@ TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
     auto c = small_config("1f1b", 4, 8, true);
     c.train.steps = 8;
     const auto site = where == "grad" ? nonfinite_site::grad : nonfinite_site::activation;
-    c.faults.inject.push_back({fault_kind::nonfinite, 1, 5, 2, site});
+    c.faults.inject.push_back(nonfinite_fault(1, 5, 2, site));
     auto out = run_training(c);
     std::vector<double> norms;
     // The reference: the same run without the fault, minus step 5's update
@@ -433,7 +443,7 @@ TEST(NonFinite, ANaNAtStepFiveSkipsThatStepAndNamesWhereItAppeared) {
     auto want = reference_weights(plain, &norms, {5});
     auto mine = small_config("1f1b", 4, 8, false);
     mine.train.steps = 8;
-    mine.faults.inject.push_back({fault_kind::nonfinite, 1, 5, 2, site});
+    mine.faults.inject.push_back(nonfinite_fault(1, 5, 2, site));
     auto got = run_training(mine);
     ASSERT_EQ(got.result.skipped_steps, std::vector<int64_t>{5});
     for (auto& [name, w] : got.weights) {

@@ -72,7 +72,9 @@ TEST_P(SameBoard, StagesAndSimulatorFireTheSameOrderUnderDelayedAndDuplicatedMes
   // The delays bit: the step took more rounds than without them, and a
   // policy that reacts to arrivals fired in another order.
   EXPECT_GT(sim.makespan, plain.makespan) << schedule;
-  if (dynamic) EXPECT_TRUE(reordered) << schedule;
+  if (dynamic) {
+    EXPECT_TRUE(reordered) << schedule;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, SameBoard,

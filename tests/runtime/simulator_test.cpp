@@ -346,7 +346,9 @@ TEST_P(SimulatedZeroBubbleV, CsvKeepsTheVAndReplays) {
   EXPECT_NE(csv.substr(0, csv.find('\n')).find(std::to_string(2 * s - 1) + "I0"), std::string::npos);
   placement_kind detected = placement_kind::round_robin;
   auto order = parse_schedule_csv(csv, s, m, "zbv.csv", &detected);
-  if (s > 1) EXPECT_EQ(detected, placement_kind::v_shape);
+  if (s > 1) {
+    EXPECT_EQ(detected, placement_kind::v_shape);
+  }
   auto replay = simulate(fixed_order_policy(order, detected), s, m, cost());
   EXPECT_EQ(replay.order(), r.order());
   EXPECT_DOUBLE_EQ(replay.makespan, r.makespan);
@@ -413,7 +415,9 @@ TEST(GreedyPolicy, NeverDeadlocksAndKeepsItsMemoryBound) {
               const int open = bound > 0 ? bound : s - rank + (v - 1) * s;
               // A stash entry per open microbatch and chunk at most.
               EXPECT_LE(r.peak_stash[rank], open * v) << "S=" << s << " M=" << m << " v=" << v << " rank " << rank;
-              if (v == 1) EXPECT_LE(r.peak_stash[rank], std::min(open, m));
+              if (v == 1) {
+                EXPECT_LE(r.peak_stash[rank], std::min(open, m));
+              }
             }
           }
   EXPECT_EQ(runs, 5 * 4 * 3 * 4 * 3);
