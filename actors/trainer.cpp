@@ -164,6 +164,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
 
   caf::actor_system_config sys_cfg;
   add_run_error_category(sys_cfg);
+  add_payload_types(sys_cfg);
   sys_cfg.set("scheduler.max-threads", 2);
   // An idle worker polls a while, then sleeps on a condition variable that a
   // new message wakes at once. CAF's middle phase (sleeps of 50 us between

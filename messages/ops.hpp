@@ -1,5 +1,7 @@
 #pragma once
 // Pipeline operations and their compact text form ("F3", "B0.1").
+#include <caf/meta/type_name.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +25,11 @@ struct op_id {
   friend bool operator!=(const op_id& a, const op_id& b) { return !(a == b); }
 };
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_id& x) {
+  return f(caf::meta::type_name("op_id"), x.kind, x.mb, x.chunk);
+}
+
 /// "F3" for chunk 0, "F3.1" otherwise.
 std::string to_string(const op_id& op);
 /// Inverse of to_string; nullopt for malformed text.
@@ -37,6 +44,11 @@ struct op_event {
   int64_t end_ns = 0;
   int32_t version = -1;  ///< async: the weight version the op computed with
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_event& x) {
+  return f(caf::meta::type_name("op_event"), x.op, x.start_ns, x.end_ns, x.version);
+}
 
 inline std::string to_string(const op_id& op) {
   std::string s(1, op.kind == op_kind::F ? 'F' : op.kind == op_kind::B ? 'B' : 'W');

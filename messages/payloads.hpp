@@ -1,8 +1,14 @@
 #pragma once
-// Message bodies. Tensors only travel in-process (by handle, never copied),
-// hence CAF_ALLOW_UNSAFE_MESSAGE_TYPE rather than inspect().
+// Message bodies. In one process tensors travel by handle, never copied.
+// Every body has an inspect(), so CAF can serialize it for another
+// process: tensors as tensor_wire blobs (messages/wire.hpp), device marks
+// not at all (a mark means nothing in another process; the link that
+// crosses one synchronizes before it sends). add_payload_types() registers
+// them with an actor system, as every node of a distributed run must.
 #include <ATen/core/Tensor.h>
-#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include <array>
 #include <cstdint>
@@ -12,10 +18,21 @@
 #include <vector>
 
 #include "messages/ops.hpp"
+#include "messages/wire.hpp"
 
 namespace actorpipe {
 
-struct optimizer_state_copy;
+/// An optimizer's state copied tensor by tensor (runtime/optimizer_state).
+struct optimizer_state_copy {
+  /// Per parameter, its global name ("0.weight"), where the copy knows it.
+  std::vector<std::string> names;
+  /// Per parameter, in the optimizer's parameter order: Adam's step count
+  /// (0 for SGD) and its state tensors (Adam: exp_avg, exp_avg_sq,
+  /// max_exp_avg_sq; SGD: momentum_buffer), deep copies. No tensors: that
+  /// parameter has no state yet.
+  std::vector<int64_t> steps;
+  std::vector<std::vector<at::Tensor>> tensors;
+};
 
 /// A point in a stage's device queue (a CUDA event): the receiver's queue
 /// waits for it before using the tensor it came with. Null where the device
@@ -141,14 +158,95 @@ struct stage_snapshot {
   std::shared_ptr<const optimizer_state_copy> optimizer;  ///< its tensors, copied, with parameter names
 };
 
-}  // namespace actorpipe
+// -- inspection ---------------------------------------------------------------
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::activation_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::gradient_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::grads_report)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::apply_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::eval_result)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::named_params)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::stage_snapshot)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::stage_status)
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optimizer_state_copy& x) {
+  return f(caf::meta::type_name("optimizer_state_copy"), x.names, x.steps, x.tensors);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, msg_header& x) {
+  return f(caf::meta::type_name("msg_header"), x.epoch, x.step, x.mb, x.chunk, x.round);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
+  return f(caf::meta::type_name("activation_msg"), x.h, x.x, x.y);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
+  return f(caf::meta::type_name("gradient_msg"), x.h, x.g);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_stats& x) {
+  return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.peak_stash, x.peak_stash_bytes, x.duplicates,
+           x.stale_epochs, x.peak_versions, x.injected_duplicates, x.injected_delays, x.injected_drops,
+           x.resend_requests, x.retransmits, x.allreduce_start_ns, x.allreduce_end_ns, x.optimizer_start_ns,
+           x.optimizer_end_ns, x.memory, x.cuda_memory);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, nonfinite_seen& x) {
+  return f(caf::meta::type_name("nonfinite_seen"), x.mb, x.where, x.at_ns);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, grads_report& x) {
+  return f(caf::meta::type_name("grads_report"), x.rank, x.replica, x.step, x.grad_norms, x.loss_sum, x.correct,
+           x.samples, x.stats, x.nonfinite);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, apply_msg& x) {
+  return f(caf::meta::type_name("apply_msg"), x.step, x.clip_coef, x.lr, x.checksum, x.skip);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_msg& x) {
+  return f(caf::meta::type_name("eval_msg"), x.x, x.y, x.chunk);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_result& x) {
+  return f(caf::meta::type_name("eval_result"), x.correct, x.total, x.loss_sum);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_status& x) {
+  return f(caf::meta::type_name("stage_status"), x.rank, x.fired, x.done, x.grid);
+}
+
+/// The optimizer copy is shared and const in one process; across one it
+/// travels as a value (absent: a stage with no optimizer state to give).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_snapshot& x) {
+  bool has = x.optimizer != nullptr;
+  optimizer_state_copy copy;
+  if constexpr (Inspector::reads_state) {
+    if (has) copy = *x.optimizer;  // tensor handles, not their data
+  }
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.optimizer = has ? std::make_shared<const optimizer_state_copy>(std::move(copy)) : nullptr;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("stage_snapshot"), x.rank, x.weights, has, copy, load);
+}
+
+/// Registers every message body with `cfg`: each node of a distributed run
+/// calls it on its actor_system_config before starting the system.
+inline void add_payload_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<activation_msg>("activation_msg");
+  cfg.add_message_type<gradient_msg>("gradient_msg");
+  cfg.add_message_type<grads_report>("grads_report");
+  cfg.add_message_type<apply_msg>("apply_msg");
+  cfg.add_message_type<eval_msg>("eval_msg");
+  cfg.add_message_type<eval_result>("eval_result");
+  cfg.add_message_type<named_params>("named_params");
+  cfg.add_message_type<stage_snapshot>("stage_snapshot");
+  cfg.add_message_type<stage_status>("stage_status");
+}
+
+}  // namespace actorpipe

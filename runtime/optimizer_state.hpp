@@ -11,22 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "messages/payloads.hpp"
+
 namespace torch::optim {
 class Optimizer;
 }
 
 namespace actorpipe {
 
-struct optimizer_state_copy {
-  /// Per parameter, its global name ("0.weight"), where the copy knows it.
-  std::vector<std::string> names;
-  /// Per parameter, in the optimizer's parameter order: Adam's step count
-  /// (0 for SGD) and its state tensors (Adam: exp_avg, exp_avg_sq,
-  /// max_exp_avg_sq; SGD: momentum_buffer), deep copies. No tensors: that
-  /// parameter has no state yet.
-  std::vector<int64_t> steps;
-  std::vector<std::vector<at::Tensor>> tensors;
-};
+// optimizer_state_copy is declared in messages/payloads.hpp: a snapshot
+// travels to the driver (and, across processes, to a peer).
 
 /// Copies the state of `opt` (Adam or SGD) for `params`, its parameters in
 /// order, named `names` (global names; may be empty). Throws

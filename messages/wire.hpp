@@ -1,0 +1,59 @@
+#pragma once
+// A tensor as CAF serializes it: dtype, shape and the raw bytes of a
+// contiguous CPU copy, the bytes as one blob (CAF copies a byte sequence
+// whole; a std::vector<float> would go element by element). This is the
+// fallback for the small tensors of control messages (gradient norms, a
+// clipping coefficient, a snapshot); a link that moves activations between
+// processes sends their data its own way and the message without it.
+//
+// at::Tensor gets an inspect() here, found by argument-dependent lookup,
+// so every payload holding tensors is inspectable as a whole.
+#include <ATen/core/Tensor.h>
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace actorpipe {
+
+struct tensor_wire {
+  int8_t dtype = -1;             ///< c10::ScalarType; -1: an undefined tensor
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;    ///< row-major, the dtype's element size each
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_wire& x) {
+  return f(caf::meta::type_name("tensor_wire"), x.dtype, x.shape, x.bytes);
+}
+
+/// A contiguous CPU copy of `t` (from any device), or dtype -1 if undefined.
+tensor_wire to_wire(const at::Tensor& t);
+
+/// The tensor `w` describes (CPU). False, with `why` set, when `w` is not
+/// one: an unknown dtype, a negative or overflowing shape, or a byte count
+/// other than the shape times the element size.
+bool from_wire(const tensor_wire& w, at::Tensor& out, std::string& why);
+
+}  // namespace actorpipe
+
+namespace at {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Tensor& t) {
+  actorpipe::tensor_wire w;
+  if constexpr (Inspector::reads_state) w = actorpipe::to_wire(t);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::string why;
+    if (!actorpipe::from_wire(w, t, why)) return caf::make_error(caf::sec::invalid_argument, why);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("tensor"), w, load);
+}
+
+}  // namespace at
