@@ -101,6 +101,13 @@ args parse(int argc, char** argv, int first, const command_spec& spec) {
     a.options["--help"] = "";
     a.help = app.help();
     return a;
+  } catch (const CLI::ArgumentMismatch& e) {
+    // CLI11 says "--steps: 1 required N missing"; the flag's name is enough.
+    const std::string what = e.what();
+    const auto colon = what.find(':');
+    if (what.rfind("--", 0) == 0 && colon != std::string::npos && what.find("missing", colon) != std::string::npos)
+      throw usage_error(what.substr(0, colon) + " needs a value");
+    throw usage_error(what);
   } catch (const CLI::ParseError& e) {
     throw usage_error(e.what());
   }
