@@ -11,6 +11,8 @@
 #include "apps/common.hpp"
 #include "runtime/canonical.hpp"
 #include "runtime/policies/fixed_order.hpp"
+#include "runtime/rank_env.hpp"
+#include "runtime/rank_placement.hpp"
 #include "runtime/report.hpp"
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
@@ -167,6 +169,18 @@ void print_checkpoints_and_allreduce(const train_result& r) {
   }
 }
 
+// Started as one rank of several (torchrun, Slurm, mpirun): the
+// environment and the placement are checked, then refused, since every
+// stage of this build runs in one process; N copies each training the
+// whole model and writing the same files would be a silent wrong answer.
+void refuse_multi_process(const config& cfg, const rank_env& env) {
+  if (!env.multi_process()) return;
+  check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
+  throw usage_error(std::string(launcher_name(env.launcher)) + " started this process as rank " +
+                    std::to_string(env.rank) + " of WORLD_SIZE " + std::to_string(env.world_size) +
+                    ", but this actorpipe runs every stage in one process; start one process (WORLD_SIZE 1)");
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -181,6 +195,7 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
   check_async_stream(cfg);
+  refuse_multi_process(cfg, read_rank_env());
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
   std::vector<std::vector<op_id>> order;

@@ -429,6 +429,37 @@ print(sum(1 for e in trace["traceEvents"] if e.get("ph") == "X"))
   EXPECT_EQ(std::stoi(py.out), 3 * 2 * 2 * 4) << describe(py);
 }
 
+TEST(CliTrain, StartedAsOneRankOfSeveralItChecksTheEnvironmentThenRefuses) {
+  // torchrun's variables, set here by hand: two copies of a one-process
+  // run would each train the whole model and write the same files.
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "small.yaml", small_config);  // dp 1 x 2 stages
+  const std::string bin = ACTORPIPE_BIN;
+  struct env_case {
+    std::vector<std::string> env;
+    std::string line;
+  };
+  const std::vector<env_case> cases = {
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1"},
+       "actorpipe: torchrun/env started this process as rank 1 of WORLD_SIZE 2, but this actorpipe runs every "
+       "stage in one process; start one process (WORLD_SIZE 1)"},
+      {{"WORLD_SIZE=3", "RANK=0", "MASTER_ADDR=127.0.0.1"},
+       "WORLD_SIZE 3 does not divide parallel.dp 1 x pipeline stages 2"},
+      {{"WORLD_SIZE=2", "RANK=0"}, "MASTER_ADDR is not set (needed when WORLD_SIZE is 2)"},
+      {{"WORLD_SIZE=2", "RANK=2", "MASTER_ADDR=h"}, "RANK 2 is out of range for WORLD_SIZE 2"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"-u", "SLURM_NTASKS", "-u", "OMPI_COMM_WORLD_SIZE"};
+    args.insert(args.end(), c.env.begin(), c.env.end());
+    args.insert(args.end(), {bin, "train", cfg, "--quiet", "--save", (dir / "w.pt").string()});
+    auto r = run_program("/usr/bin/env", args);
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_EQ(first_line(r.err), c.line) << describe(r);
+    EXPECT_EQ(r.out, "") << describe(r);
+    EXPECT_FALSE(fs::exists(dir / "w.pt"));
+  }
+}
+
 TEST(CliTrain, ImportedOneFOneBOrderTrainsTheSameWeightsAsTheSchedule) {
   const fs::path dir = test_dir();
   const std::string cfg = write(dir / "small.yaml", small_config);
