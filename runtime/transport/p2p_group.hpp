@@ -8,11 +8,16 @@
 // tag: a fixed 96-byte header (dtype, shape, byte count), then the payload
 // (left out when it has no bytes). The receiver checks the header against the
 // buffer it was given before it posts the payload receive, because Gloo
-// matches a send with a receive by peer and slot alone and promises nothing
-// when their byte counts differ (the outcome is up to its transport's read
-// path: a partly filled buffer or a pair torn down mid-stream). A mismatch
-// here instead drains the payload into scratch memory (so the sender's send
-// completes and the group stays usable) and throws a transfer_error naming both ranks and the tag.
+// matches a send with a receive by peer and slot alone and does not guard
+// unequal byte counts. Checked with Debian's libgloo under c10d 1.13, two
+// ranks over loopback TCP: a message shorter than the posted buffer
+// completes "successfully" with only its bytes written (the tail keeps stale
+// data); a longer one fails GLOO_ENFORCE ("op.preamble.length <= op.nbytes")
+// on Gloo's event-loop thread, which terminates the receiving process. A
+// mismatch here instead drains the payload into scratch memory (so the
+// sender's send completes and the group stays usable) and throws a
+// transfer_error naming both ranks and the tag. The header itself has one
+// fixed size, so it cannot mismatch.
 //
 // c10d and Gloo headers stay out of this file (they need USE_C10D_GLOO,
 // which only actorpipe_core's own sources get).
@@ -80,11 +85,13 @@ struct p2p_options {
 };
 
 /// This process's member of a point-to-point group. Handles in flight keep
-/// the connection alive, so the group may be destroyed before them. Sends and receives may
-/// be posted from several threads (posting is serialized); each handle is
-/// waited for by one thread. Tags are per pair of ranks: the same tag used
-/// between other ranks does not collide. Two transfers with the same tag
-/// between the same ranks at once are matched in the order they were posted.
+/// the connection alive, so the group may be destroyed before them. Sends
+/// and receives may be posted from several threads (posting is serialized);
+/// each handle is waited for by one thread. Tags are per pair of ranks: the
+/// same tag used between other ranks does not collide. Between two ranks, a
+/// tag may carry one transfer at a time: reuse it once the earlier transfer
+/// under it has been waited for (a receive posts its payload slot only in
+/// wait(), so two receives in flight under one tag could swap payloads).
 class p2p_group {
 public:
   /// Joins the group: the master starts the TCPStore, every rank then
@@ -107,7 +114,9 @@ public:
   /// makes wait() throw. Throws transfer_error for bad arguments.
   transfer_handle recv_into(at::Tensor& buffer, int src, uint32_t tag);
 
+  /// This process's rank.
   int rank() const;
+  /// The number of ranks in the group.
   int world_size() const;
   /// The port the group's TCPStore listens on (the actual one when the
   /// master was given port 0).
