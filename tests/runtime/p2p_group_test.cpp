@@ -3,7 +3,10 @@
 // static initializer sees ACTORPIPE_P2P_CHILD, runs that scenario's side of
 // the exchange and exits before GoogleTest starts. The parent only spawns,
 // reads the children's output (bounded) and asserts on it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -291,6 +294,29 @@ TEST(P2PGroup, RefusesBadOptionsBeforeConnecting) {
   o.rank = 2;  // world_size 2
   o.is_master = true;
   EXPECT_THROW(p2p_group::connect(o), transfer_error);
+}
+
+TEST(P2PGroup, ConnectingToAMissingMasterFailsAtTheTimeout) {
+  // A port that was free a moment ago (bound to port 0, read, closed).
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  p2p_options o;
+  o.rank = 1;
+  o.master_port = ntohs(addr.sin_port);
+  o.timeout = std::chrono::milliseconds(1500);
+  try {
+    p2p_group::connect(o);
+    FAIL() << "connected to nobody";
+  } catch (const transfer_error& e) {
+    EXPECT_TRUE(has(e.what(), "p2p rank 1/2: cannot")) << e.what();
+    EXPECT_TRUE(has(e.what(), "127.0.0.1:" + std::to_string(o.master_port))) << e.what();
+  }
 }
 
 TEST(P2PGroup, TensorsOfSeveralDtypesAndShapesArriveBitwiseEqual) {
