@@ -8,6 +8,14 @@
 // digests and publishes a verdict that every other rank waits on, so all
 // ranks fail with the same one line instead of some of them hanging.
 //
+// A rank whose WORLD_SIZE differs from rank 0's finds out itself from rank
+// 0's record and fails at once with the line rank 0 gives. Rank 0 sees its
+// record too when its rank is inside rank 0's world; a rank outside it
+// (RANK 3 when rank 0 has WORLD_SIZE 3) posts its record under "stray",
+// which fails rank 0 unless rank 0 gave its verdict already (the others then
+// go on without it, and the stray rank alone fails). Two processes with the
+// same RANK are not detected: the later record replaces the earlier.
+//
 // Keys, all under
 //   <store_prefix>/actorpipe/rendezvous/v1/gen_<generation>/
 // are: rank_<r> (that rank's record), stray (the record of a rank outside
