@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -130,6 +132,22 @@ private:
   int out_fd_ = -1;
   std::string output_;
 };
+
+// ---- a child's side ---------------------------------------------------------
+
+/// The environment variable `name`, or `fallback` when it is not set.
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+/// Prints one line for the parent to read, at once (stdout is a pipe).
+inline void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// ---- the parent's side --------------------------------------------------------
 
 /// The value after "PORT " in a child's output, 0 when there is none.
 inline int parse_port(const std::string& output) {

@@ -24,20 +24,12 @@
 
 using namespace actorpipe;
 using actorpipe::test_support::child_process;
+using actorpipe::test_support::env_or;
+using actorpipe::test_support::say;
 
 namespace {
 
 // ---- the children's side ----------------------------------------------------
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
-
-void say(const std::string& line) {
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-}
 
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;

@@ -21,20 +21,12 @@
 
 using namespace actorpipe;
 using actorpipe::test_support::child_process;
+using actorpipe::test_support::env_or;
+using actorpipe::test_support::say;
 
 namespace {
 
 // ---- the children's side ----------------------------------------------------
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
-
-void say(const std::string& line) {
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-}
 
 // Exit codes as the apps would give them: 2 for a config_error, 1 for any
 // other error; 0 with the endpoints printed on success.
