@@ -81,6 +81,9 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         ls.queue = st.queue.get();
         ls.stats = &st.stats;
         ls.step = &st.step;
+        ls.process_of = st.setup.process_of;
+        ls.process = st.setup.process;
+        ls.channel = st.setup.channel;
         st.link = make_local_link(self, std::move(ls));
         if (st.setup.lockstep)
           st.clock = make_lockstep_clock();
@@ -96,9 +99,11 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
 caf::behavior running(stage_ptr self) {
   return {
       [=](fwd_atom, activation_msg& m) {
+        if (self->state.link->fetch(m)) return;  // from another process: back once its tensor is in
         if (self->state.clock->take_now(m)) on_activation(self, m);
       },
       [=](bwd_atom, gradient_msg& m) {
+        if (self->state.link->fetch(m)) return;
         if (self->state.clock->take_now(m)) on_gradient(self, m);
       },
       [=](tick_atom) { on_tick(self); },

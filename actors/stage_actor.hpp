@@ -28,6 +28,7 @@
 namespace actorpipe {
 class allreduce_group;
 struct optimizer_state_copy;
+class tensor_channel;
 }
 
 namespace actorpipe {
@@ -94,6 +95,12 @@ struct stage_setup {
   /// Resuming: the optimizer's state from a checkpoint on disk or a
   /// supervised run's in-memory snapshot (null: fresh).
   std::shared_ptr<const optimizer_state_copy> optimizer_copy;
+  /// Multi-process: the process (rank) of each stage of this replica (empty:
+  /// all in this one), this one's, and the channel that carries tensors to
+  /// the others.
+  std::vector<int> process_of;
+  int process = 0;
+  std::shared_ptr<tensor_channel> channel;
 };
 
 /// Stage actors alive in this process, over every run (a restart's old

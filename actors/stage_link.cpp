@@ -7,6 +7,7 @@
 
 #include "messages/atoms.hpp"
 #include "runtime/device_stream.hpp"
+#include "runtime/transport/tensor_channel.hpp"
 
 namespace actorpipe {
 
@@ -42,8 +43,13 @@ public:
     const int k = s_.plc.virtual_stage(s_.rank, chunk) + 1;
     const int r = s_.plc.rank_of(k);
     msg.chunk = s_.plc.chunk_of(k);
-    msg.x = msg.x.to(torch::Device(s_.devices[r]));
-    if (s_.queue) msg.ready = s_.queue->mark(msg.x);
+    if (remote(r)) {
+      // Evaluation is rare: its batch goes through CAF as one byte blob.
+      msg.x = msg.x.to(torch::kCPU);
+    } else {
+      msg.x = msg.x.to(torch::Device(s_.devices[r]));
+      if (s_.queue) msg.ready = s_.queue->mark(msg.x);
+    }
     self_->send(ranks_[r], eval_atom::value, std::move(msg));
   }
 
@@ -59,17 +65,69 @@ public:
     if (step != *s_.step || mb < 0 || mb >= s_.microbatches || chunk < 0 || chunk >= s_.chunks) return;
     const int k = s_.plc.virtual_stage(s_.rank, chunk);
     if (kind == op_kind::F && sent_fwd_[slot(chunk, mb)].x.defined()) {
-      self_->send(ranks_[s_.plc.rank_of(k + 1)], fwd_atom::value, sent_fwd_[slot(chunk, mb)]);
+      post(s_.plc.rank_of(k + 1), fwd_atom::value, sent_fwd_[slot(chunk, mb)]);
       ++s_.stats->retransmits;
     } else if (kind == op_kind::B && sent_bwd_[slot(chunk, mb)].g.defined()) {
-      self_->send(ranks_[s_.plc.rank_of(k - 1)], bwd_atom::value, sent_bwd_[slot(chunk, mb)]);
+      post(s_.plc.rank_of(k - 1), bwd_atom::value, sent_bwd_[slot(chunk, mb)]);
       ++s_.stats->retransmits;
     }
   }
 
+  bool fetch(activation_msg& m) override { return fetch_far(m, fwd_atom::value); }
+  bool fetch(gradient_msg& m) override { return fetch_far(m, bwd_atom::value); }
+
   uint32_t epoch() const override { return s_.epoch; }
 
 private:
+  bool remote(int to_rank) const {
+    return !s_.process_of.empty() && s_.process_of[static_cast<size_t>(to_rank)] != s_.process;
+  }
+
+  // The tensor comes over the channel; then the message, whole, comes back
+  // to this stage. A transfer that fails takes the stage down with why.
+  template <class Msg, class Atom>
+  bool fetch_far(Msg& m, Atom atom) {
+    if (!m.far.pending()) return false;
+    if (!s_.channel) throw std::logic_error("a message from another process, but this stage has no tensor channel");
+    auto me = caf::actor_cast<caf::actor>(self_);
+    std::string device = s_.device;
+    Msg msg = std::move(m);
+    const remote_tensor far = msg.far;
+    msg.far = remote_tensor{};
+    s_.channel->fetch(
+        far,
+        [me, device, msg = std::move(msg), atom](at::Tensor t) mutable {
+          if (device != "cpu") t = t.to(torch::Device(device));
+          tensor_of(msg) = std::move(t);
+          caf::anon_send(me, atom, std::move(msg));
+        },
+        [me](const std::string& why) {
+          // As a link's exit would: the stage goes down with why.
+          caf::anon_send(me, caf::exit_msg{caf::actor_addr{}, caf::make_error(caf::sec::runtime_error, "stage: " + why)});
+        });
+    return true;
+  }
+
+  static at::Tensor& tensor_of(activation_msg& m) { return m.x; }
+  static at::Tensor& tensor_of(gradient_msg& m) { return m.g; }
+
+  // To rank `to_rank`: a stage of this process gets the message (and the
+  // tensor's handle); one in another process gets the message without the
+  // tensor, whose bytes go over the channel.
+  template <class Atom, class Msg>
+  void post(int to_rank, Atom atom, Msg msg, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+    if (remote(to_rank)) {
+      at::Tensor& t = tensor_of(msg);
+      msg.far = s_.channel->post(t, s_.process_of[static_cast<size_t>(to_rank)]);
+      t = at::Tensor();
+      msg.ready = nullptr;
+    }
+    if (delay.count() > 0)
+      self_->delayed_send(ranks_[to_rank], delay, atom, std::move(msg));
+    else
+      self_->send(ranks_[to_rank], atom, std::move(msg));
+  }
+
   int slot(int chunk, int mb) const { return chunk * s_.microbatches + mb; }
 
   // Addressed to virtual stage k: its chunk there, this link's epoch, the
@@ -77,6 +135,7 @@ private:
   void prepare(msg_header& h, int k, at::Tensor& t, device_mark_ptr& ready) {
     h.epoch = s_.epoch;
     h.chunk = s_.plc.chunk_of(k);
+    if (remote(s_.plc.rank_of(k))) return;  // the channel copies it to the host
     const std::string& to_device = s_.devices[s_.plc.rank_of(k)];
     if (to_device != s_.device) t = t.to(torch::Device(to_device));
     if (s_.queue) ready = s_.queue->mark(t);
@@ -88,7 +147,6 @@ private:
   template <class Atom, class Msg>
   void deliver(int k, Atom atom, Msg msg) {
     const int to_rank = s_.plc.rank_of(k);
-    const caf::actor& to = ranks_[to_rank];
     const auto& h = msg.h;
     const op_kind kind = std::is_same<Atom, fwd_atom>::value ? op_kind::F : op_kind::B;
     const auto verdict = s_.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
@@ -106,15 +164,10 @@ private:
     }
     if (verdict.twice) {
       ++s_.stats->injected_duplicates;
-      self_->send(to, atom, msg);
+      post(to_rank, atom, msg);
     }
-    if (delay_ms > 0) {
-      ++s_.stats->injected_delays;
-      self_->delayed_send(to, std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)), atom,
-                          std::move(msg));
-    } else {
-      self_->send(to, atom, std::move(msg));
-    }
+    if (delay_ms > 0) ++s_.stats->injected_delays;
+    post(to_rank, atom, std::move(msg), std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
   }
 
   caf::event_based_actor* self_;

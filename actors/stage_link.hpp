@@ -5,9 +5,10 @@
 // it is written, stamps the epoch, and lets the fault plan drop, duplicate
 // or delay it. The stage says what goes where; the link says how.
 //
-// The in-process link passes tensor handles through CAF mailboxes. A link
-// to a stage in another process serializes tensors itself (never through
-// CAF's element-wise inspector) behind this same interface.
+// Between stages of one process, tensor handles pass through CAF mailboxes.
+// To a stage in another process the control message goes through CAF's
+// network layer without the tensor, whose bytes go over the process's
+// tensor channel (Gloo send/recv), never through CAF's serializer.
 #include <caf/fwd.hpp>
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 namespace actorpipe {
 
 class device_stream;
+class tensor_channel;
 
 class stage_link {
 public:
@@ -42,6 +44,12 @@ public:
   /// A receiver asked again for what `chunk` sent: its output of `kind` (F:
   /// the activation, B: the gradient) for microbatch `mb` of `step`.
   virtual void resend(op_kind kind, int chunk, int64_t step, int mb) = 0;
+  /// A message from a stage in another process carries its tensor's
+  /// description, not the tensor: the bytes are fetched off this stage's
+  /// thread, and the message comes back to the stage with them. True when
+  /// `m` was taken that way (the stage then does nothing more with it).
+  virtual bool fetch(activation_msg& m) = 0;
+  virtual bool fetch(gradient_msg& m) = 0;
   /// The epoch this link stamps and a receiver accepts.
   virtual uint32_t epoch() const = 0;
 };
@@ -60,6 +68,12 @@ struct link_setup {
   stage_stats* stats = nullptr;          ///< where injected faults and resends are counted
   /// The step whose messages may still be asked for again.
   const int64_t* step = nullptr;
+  /// Multi-process: the process of every rank of this replica (empty: all
+  /// in this one), this process's, and the channel tensors to the other
+  /// processes go through.
+  std::vector<int> process_of;
+  int process = 0;
+  std::shared_ptr<tensor_channel> channel;
 };
 
 /// The in-process link of a stage actor `self`.

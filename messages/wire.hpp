@@ -32,6 +32,22 @@ typename Inspector::result_type inspect(Inspector& f, tensor_wire& x) {
   return f(caf::meta::type_name("tensor_wire"), x.dtype, x.shape, x.bytes);
 }
 
+/// A tensor whose bytes travel beside its control message, over the
+/// process's tensor channel (runtime/transport/tensor_channel.hpp): where
+/// they come from and what they are.
+struct remote_tensor {
+  int32_t from = -1;  ///< the sending process's rank; -1: none (the data is in the message)
+  uint32_t tag = 0;   ///< the transfer's tag between the two processes
+  int8_t dtype = 0;   ///< c10::ScalarType
+  std::vector<int64_t> shape;
+  bool pending() const { return from >= 0; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_tensor& x) {
+  return f(caf::meta::type_name("remote_tensor"), x.from, x.tag, x.dtype, x.shape);
+}
+
 /// A contiguous CPU copy of `t` (from any device), or dtype -1 if undefined.
 tensor_wire to_wire(const at::Tensor& t);
 

@@ -4,12 +4,15 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
 #include <exception>
 #include <set>
 #include <thread>
+
+#include "runtime/transport/kv_store_impl.hpp"
 
 namespace actorpipe {
 
@@ -105,36 +108,55 @@ private:
 
 }  // namespace
 
-allreduce_groups make_gloo_groups(int size, const std::string& name, std::chrono::milliseconds timeout) {
+namespace {
+
+// Ranks `ranks` of a `size`-rank group meeting through `store`, built
+// concurrently (each constructor blocks until every rank has connected).
+allreduce_groups build_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                            const std::vector<int>& ranks, int size, const std::string& hostname,
+                            std::chrono::milliseconds timeout) {
   if (size < 1) throw collective_error("gloo group '" + name + "': size must be >= 1, got " + std::to_string(size));
-  // One store per group: groups never see each other's keys.
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  store->setTimeout(timeout);
-  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pgs(static_cast<size_t>(size));
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  // The constructor blocks until every rank has connected, so the ranks are
-  // built concurrently.
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pgs(ranks.size());
+  std::vector<std::string> errors(ranks.size());
   std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
       try {
         auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-        // Loopback: the ranks share this host, and the hostname may not resolve.
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-        pgs[static_cast<size_t>(r)] = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, size, options);
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+        pgs[i] = c10::make_intrusive<c10d::ProcessGroupGloo>(store, ranks[i], size, options);
       } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
+        errors[i] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r)
-    if (!errors[static_cast<size_t>(r)].empty())
-      throw collective_error(rank_where("gloo", name, r, size) + ": cannot connect: " + errors[static_cast<size_t>(r)]);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (!errors[i].empty())
+      throw collective_error(rank_where("gloo", name, ranks[i], size) + ": cannot connect: " + errors[i]);
   allreduce_groups out;
-  for (int r = 0; r < size; ++r)
-    out.push_back(std::make_unique<gloo_group>(std::move(pgs[static_cast<size_t>(r)]), name, r, size));
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out.push_back(std::make_unique<gloo_group>(std::move(pgs[i]), name, ranks[i], size));
   return out;
+}
+
+}  // namespace
+
+allreduce_groups make_gloo_groups(int size, const std::string& name, std::chrono::milliseconds timeout) {
+  // One store per group: groups never see each other's keys.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(timeout);
+  std::vector<int> all;
+  for (int r = 0; r < size; ++r) all.push_back(r);
+  // Loopback: the ranks share this host, and the hostname may not resolve.
+  return build_gloo(store, name, all, size, "127.0.0.1", timeout);
+}
+
+allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& name, const std::vector<int>& ranks,
+                                  int size, const std::string& hostname, std::chrono::milliseconds timeout) {
+  if (!store) throw collective_error("gloo group '" + name + "': no store to meet through");
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store->get().store);
+  return build_gloo(prefixed, name, ranks, size, hostname, timeout);
 }
 
 #if !ACTORPIPE_HAS_NCCL

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/transport/kv_store.hpp"
+
 #ifndef ACTORPIPE_HAS_NCCL
 #define ACTORPIPE_HAS_NCCL 0
 #endif
@@ -76,6 +78,16 @@ using allreduce_groups = std::vector<std::unique_ptr<allreduce_group>>;
 /// independent, so one per stage may exist at once. A collective that waits
 /// longer than `timeout` for its peers fails instead of hanging.
 allreduce_groups make_gloo_groups(int size, const std::string& name,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+/// Ranks `ranks` (the group's ranks of this process, each in 0 .. size - 1)
+/// of a Gloo group whose other ranks live in other processes: all of them
+/// meet through `store` under the key prefix `name`, and bind `hostname`
+/// (this host's address the others reach). Blocks until every rank joined;
+/// the ranks given are built concurrently. Same sums, bit for bit, as
+/// make_gloo_groups with the same size.
+allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& name, const std::vector<int>& ranks,
+                                  int size, const std::string& hostname,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 /// Whether NCCL can run here: built in and at least one CUDA device. When

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "runtime/transport/kv_store_impl.hpp"
+
 #include <exception>
 #include <mutex>
 #include <sstream>
@@ -50,7 +52,8 @@ int64_t byte_count(const at::Tensor& t) { return t.numel() * static_cast<int64_t
 
 class p2p_group::impl {
 public:
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> store;
+  kv_store_ptr shared;  // the caller's store, kept alive
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   int rank = 0;
   int size = 0;
@@ -232,25 +235,32 @@ p2p_group p2p_group::connect(const p2p_options& o) {
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     throw transfer_error(where + ": rank must be in 0 .. world_size - 1, world_size >= 1");
   if (o.timeout.count() <= 0) throw transfer_error(where + ": timeout must be positive");
-  if (!o.is_master && o.master_port == 0)
+  if (!o.store && !o.is_master && o.master_port == 0)
     throw transfer_error(where + ": a rank that is not the master needs the master's port (0 given)");
   auto g = std::make_shared<impl>();
   g->rank = o.rank;
   g->size = o.world_size;
   g->timeout = o.timeout;
-  c10d::TCPStoreOptions so;
-  so.port = o.master_port;
-  so.isServer = o.is_master;
-  so.numWorkers = static_cast<size_t>(o.world_size);
-  so.waitWorkers = false;  // the Gloo rendezvous below waits for everybody
-  so.timeout = o.timeout;
-  try {
-    g->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
-  } catch (const std::exception& e) {
-    throw transfer_error(where + ": cannot " + (o.is_master ? "start" : "reach") + " the store at " + o.master_addr +
-                         ":" + std::to_string(o.master_port) + ": " + reason(e));
+  if (o.store) {
+    g->shared = o.store;
+    g->store = o.store->get().store;
+    g->port = o.store->port();
+  } else {
+    c10d::TCPStoreOptions so;
+    so.port = o.master_port;
+    so.isServer = o.is_master;
+    so.numWorkers = static_cast<size_t>(o.world_size);
+    so.waitWorkers = false;  // the Gloo rendezvous below waits for everybody
+    so.timeout = o.timeout;
+    try {
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+      g->port = tcp->getPort();
+      g->store = tcp;
+    } catch (const std::exception& e) {
+      throw transfer_error(where + ": cannot " + (o.is_master ? "start" : "reach") + " the store at " + o.master_addr +
+                           ":" + std::to_string(o.master_port) + ": " + reason(e));
+    }
   }
-  g->port = g->store->getPort();
   if (o.is_master && o.on_store_listening) o.on_store_listening(g->port);
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(o.store_prefix, g->store);

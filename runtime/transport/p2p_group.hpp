@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/transport/kv_store.hpp"
 #include "runtime/transport/transfer_tag.hpp"
 
 namespace at {
@@ -82,6 +83,10 @@ struct p2p_options {
   /// before connect() waits for the other ranks (so a launcher can hand an
   /// ephemeral port on). Ignored on other ranks.
   std::function<void(uint16_t)> on_store_listening;
+  /// A store the ranks share already (the rendezvous's): used instead of
+  /// starting or reaching one at master_addr:master_port, which are then
+  /// ignored.
+  kv_store_ptr store;
 };
 
 /// This process's member of a point-to-point group. Handles in flight keep

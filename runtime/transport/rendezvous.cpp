@@ -10,6 +10,8 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "runtime/transport/kv_store_impl.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -182,6 +184,9 @@ public:
   }
 
   uint16_t port() const { return store_->getPort(); }
+  kv_store_ptr shared() const {
+    return std::make_shared<kv_store>(std::make_shared<kv_store::impl>(store_, store_->getPort()));
+  }
 
 private:
   template <class F>
@@ -245,6 +250,7 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
   }
   rendezvous_result result;
   result.store_port = b.port();
+  result.store = b.shared();
   if (verdict.empty()) {
     std::vector<int> differ;
     std::vector<std::string> digests;
@@ -299,6 +305,7 @@ rendezvous_result run_other(board& b, const rendezvous_options& o) {
   std::string verdict = b.get("verdict");
   rendezvous_result result;
   result.store_port = b.port();
+  result.store = b.shared();
   if (verdict == "ok") result.endpoints = read_endpoints(b, o.world_size);
   b.add("confirmed", 1);
   apply_verdict(verdict);
@@ -322,7 +329,7 @@ rendezvous_result rendezvous(const rendezvous_options& o) {
     throw rendezvous_error(where + ": rank must be in 0 .. world_size - 1, world_size >= 1");
   if (o.timeout.count() <= 0) throw rendezvous_error(where + ": timeout must be positive");
   if (o.hosts_store && o.rank != 0) throw rendezvous_error(where + ": only rank 0 may host the store");
-  if (o.world_size == 1) return rendezvous_result{{o.endpoint}, 0};
+  if (o.world_size == 1) return rendezvous_result{{o.endpoint}, 0, nullptr};
   if (!o.hosts_store && o.master_port == 0)
     throw rendezvous_error(where + ": a rank that does not host the store needs the master's port (0 given)");
   auto deadline = clock_type::now() + o.timeout;

@@ -27,9 +27,9 @@
 // one attempt on a store that outlives them (torchrun's agent store): bump it
 // for each new round, so a round never reads the keys of an older one.
 //
-// The store rank 0 hosts lives only for the call: rank 0 returns (or throws)
-// once every rank that arrived confirmed it read the verdict, or at the
-// timeout.
+// Rank 0 returns (or throws) once every rank that arrived confirmed it read
+// the verdict, or at the timeout. The store it hosts lives as long as the
+// result's `store` handle (only for the call when the caller drops it).
 //
 // c10d headers stay out of this file (they need USE_C10D_GLOO, which only
 // actorpipe_core's own sources get).
@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "runtime/transport/kv_store.hpp"
 
 namespace actorpipe {
 
@@ -86,6 +87,9 @@ struct rendezvous_options {
 struct rendezvous_result {
   std::vector<std::string> endpoints;  ///< every rank's endpoint; index = rank
   uint16_t store_port = 0;             ///< the port of the store that was used
+  /// The store itself (null in a world of one rank): keep it to go on using
+  /// it; on the rank that hosts it, the server lives as long as this does.
+  kv_store_ptr store;
 };
 
 /// Joins the rendezvous (see the top of this file). Blocks until rank 0's
