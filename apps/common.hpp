@@ -116,5 +116,6 @@ int cmd_train(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_bubble(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
+int cmd_launch(int argc, char** argv);
 
 }  // namespace actorpipe::app

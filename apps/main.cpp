@@ -1,4 +1,4 @@
-// actorpipe: train | compare | bubble | simulate. The command dispatch and
+// actorpipe: train | compare | bubble | simulate | launch. The command dispatch and
 // what each kind of failure exits with; the commands live in apps/*.cpp.
 #include <cstdio>
 #include <exception>
@@ -23,6 +23,7 @@ const char* main_help =
     "  compare CONFIG   train it under naive, gpipe and 1f1b; print one table\n"
     "  bubble           print the analytic pipeline-bubble table\n"
     "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
+    "  launch CONFIG    train it as --nprocs N local processes (like torchrun)\n"
     "\n"
     "Run 'actorpipe COMMAND --help' for a command's options.\n";
 
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
     if (cmd == "compare") return cmd_compare(argc, argv);
     if (cmd == "bubble") return cmd_bubble(argc, argv);
     if (cmd == "simulate") return cmd_simulate(argc, argv);
-    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate; see --help)");
+    if (cmd == "launch") return cmd_launch(argc, argv);
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

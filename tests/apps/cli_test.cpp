@@ -194,6 +194,33 @@ TEST(CliUsage, MissingConfigFileExitsTwo) {
   EXPECT_NE(first_line(r.err).find("nope.yaml"), std::string::npos) << describe(r);
 }
 
+// -- launch ---------------------------------------------------------------------
+
+TEST(CliLaunch, HelpNamesItsOptionsAndRankZero) {
+  auto r = actorpipe({"launch", "--help"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(r.out.rfind("usage: actorpipe launch", 0), 0u) << describe(r);
+  for (const char* mention : {"--nprocs", "--master-addr", "--master-port", "rank 0", "exit codes"})
+    EXPECT_NE(r.out.find(mention), std::string::npos) << mention << "\n" << describe(r);
+}
+
+TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "x.yaml", "not: read\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"launch", "--nprocs", "0", cfg}, "actorpipe: --nprocs expects a positive integer, got '0'"},
+      {{"launch", "--nprocs", "2"}, "actorpipe: launch takes a CONFIG after its options (see --help)"},
+      {{"launch", cfg}, "actorpipe: launch needs --nprocs N (see --help)"},
+      {{"launch", "--nprocs", "2", (dir / "nope.yaml").string(), "--steps", "1"},
+       "actorpipe: " + (dir / "nope.yaml").string() + ": no such file"}};
+  for (const auto& [args, line] : cases) {
+    auto r = actorpipe(args);
+    EXPECT_EQ(r.code, 2) << line << "\n" << describe(r);
+    EXPECT_EQ(first_line(r.err), line) << describe(r);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 // -- simulate -------------------------------------------------------------------
 
 TEST(CliSimulate, PrintsBubbleAndWritesSvgAndCsv) {

@@ -1,0 +1,96 @@
+// actorpipe launch: `actorpipe train CONFIG ...` as N local processes with
+// torchrun's environment (its standalone mode), run by runtime/launcher.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apps/common.hpp"
+#include "runtime/launcher.hpp"
+#include "runtime/text.hpp"
+
+namespace actorpipe::app {
+
+namespace {
+
+const command_spec launch_spec = {
+    "usage: actorpipe launch --nprocs N [--master-addr HOST] [--master-port PORT] CONFIG [train options]",
+    "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
+    "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
+    "MASTER_PORT, ...), like `torchrun --standalone --nproc-per-node N`. Everything\n"
+    "after CONFIG goes to every worker unchanged. Progress and the files asked for\n"
+    "(--save, --results, ...) come from rank 0; all workers share this terminal.\n"
+    "Ctrl-C or SIGTERM is forwarded to every worker; when one worker fails the\n"
+    "others get SIGTERM, then SIGKILL after 5 s.\n",
+    {{"--nprocs", "N", "how many worker processes (required, >= 1)"},
+     {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
+     {"--master-port", "PORT", "its port (default 0: a free port picked here)"}},
+    "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
+    "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
+    "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started)\n",
+    22};
+
+// Flags before CONFIG are launch's; the first other word is CONFIG and the
+// rest belongs to train, even names launch also has.
+int config_index(int argc, char** argv) {
+  int i = 2;
+  while (i < argc) {
+    const std::string w = argv[i];
+    if (w == "--nprocs" || w == "--master-addr" || w == "--master-port")
+      i += 2;
+    else if (w.rfind("-", 0) == 0)
+      ++i;  // --help, --name=value, or one parse() names as unknown
+    else
+      break;
+  }
+  return i < argc ? i : argc;
+}
+
+uint16_t parse_port(const std::string& v) {
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > 65535)
+    throw usage_error("--master-port expects a port number 0..65535, got " + quoted_input(v));
+  return static_cast<uint16_t>(n);
+}
+
+std::string self_exe() {
+  std::vector<char> buf(PATH_MAX + 1);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) throw std::runtime_error("cannot resolve /proc/self/exe");
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int cmd_launch(int argc, char** argv) {
+  const int cfg_at = config_index(argc, argv);
+  auto a = parse(cfg_at, argv, 2, launch_spec);
+  if (a.has("--help")) {
+    std::fputs(a.help.c_str(), stdout);
+    return exit_ok;
+  }
+  if (!a.has("--nprocs")) throw usage_error("launch needs --nprocs N (see --help)");
+  launch_options o;
+  o.nprocs = static_cast<int>(parse_count("--nprocs", a.options["--nprocs"]));
+  if (a.has("--master-addr")) o.master_addr = a.options["--master-addr"];
+  if (a.has("--master-port")) o.master_port = parse_port(a.options["--master-port"]);
+  if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");
+  const std::string config = argv[cfg_at];
+  // Before any worker starts: N copies of the same error help nobody.
+  std::error_code ec;
+  if (!std::filesystem::exists(config, ec)) throw usage_error(config + ": no such file");
+  if (std::filesystem::is_directory(config, ec)) throw usage_error(config + ": is a directory, not a config");
+  o.exe = self_exe();
+  o.worker_args = {"train"};
+  for (int i = cfg_at; i < argc; ++i) o.worker_args.emplace_back(argv[i]);
+  o.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  return run_workers(o);
+}
+
+}  // namespace actorpipe::app

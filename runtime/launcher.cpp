@@ -1,0 +1,278 @@
+#include "runtime/launcher.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace actorpipe {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// The handlers only write the signal's number into this pipe (write() is
+// async-signal-safe); the wait loop reads it. One run_workers at a time.
+std::atomic<int> g_wake_fd{-1};
+std::atomic<bool> g_running{false};
+
+extern "C" void on_signal(int signo) {
+  const int saved = errno;
+  const int fd = g_wake_fd.load();
+  if (fd >= 0) {
+    const unsigned char b = static_cast<unsigned char>(signo);
+    [[maybe_unused]] ssize_t n = ::write(fd, &b, 1);  // full pipe: a wake-up is already pending
+  }
+  errno = saved;
+}
+
+// The self-pipe and SIGINT/SIGTERM/SIGCHLD handlers for one run, restored
+// on every way out. SIGCHLD is caught (not left SIG_IGN, which would make
+// the kernel reap the workers before waitpid sees their status) to wake
+// the loop when a worker exits.
+class signal_scope {
+public:
+  signal_scope() {
+    if (g_running.exchange(true)) throw std::runtime_error("run_workers: already running in this process");
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      g_running = false;
+      throw std::runtime_error(std::string("run_workers: pipe2: ") + std::strerror(errno));
+    }
+    g_wake_fd = fds_[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; ++i) sigaction(signals[i], &sa, &old_[i]);
+  }
+  ~signal_scope() {
+    for (int i = 0; i < 3; ++i) sigaction(signals[i], &old_[i], nullptr);
+    g_wake_fd = -1;
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+    g_running = false;
+  }
+  signal_scope(const signal_scope&) = delete;
+  signal_scope& operator=(const signal_scope&) = delete;
+
+  /// Waits up to `timeout` for a signal; returns the SIGINT/SIGTERM ones
+  /// that arrived (SIGCHLD only wakes).
+  std::vector<int> wait(std::chrono::milliseconds timeout) {
+    pollfd p{fds_[0], POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(timeout.count()));
+    std::vector<int> got;
+    unsigned char buf[64];
+    for (ssize_t n; (n = ::read(fds_[0], buf, sizeof buf)) > 0;)
+      for (ssize_t i = 0; i < n; ++i)
+        if (buf[i] == SIGINT || buf[i] == SIGTERM) got.push_back(buf[i]);
+    return got;
+  }
+
+  static constexpr int signals[3] = {SIGINT, SIGTERM, SIGCHLD};
+
+private:
+  int fds_[2] = {-1, -1};
+  struct sigaction old_[3] {};
+};
+
+uint16_t free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
+    throw std::runtime_error("master address " + addr + ": " + gai_strerror(rc));
+  uint16_t port = 0;
+  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
+    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+      port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    ::close(s);  // rank 0's store binds it again: the same small race torchrun has
+  }
+  ::freeaddrinfo(res);
+  if (port == 0) throw std::runtime_error("no free port on master address " + addr);
+  return port;
+}
+
+struct worker {
+  int rank;
+  pid_t pid;
+  bool live = true;
+};
+
+// Signals go to the worker's process group: what it started itself (a
+// shell's sleep, data loaders) gets them too, as from a terminal.
+void signal_live(std::vector<worker>& ws, int signo) {
+  for (const auto& w : ws)
+    if (w.live && ::kill(-w.pid, signo) != 0) ::kill(w.pid, signo);
+}
+
+size_t count_live(const std::vector<worker>& ws) {
+  size_t n = 0;
+  for (const auto& w : ws) n += w.live;
+  return n;
+}
+
+std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id) {
+  const std::map<std::string, std::string> ours = {
+      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
+      {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", std::to_string(o.nprocs)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", std::to_string(o.nprocs)},
+      {"GROUP_RANK", "0"},                   {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},    {"TORCHELASTIC_RUN_ID", run_id}};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    if (name == "TORCHELASTIC_USE_AGENT_STORE" || ours.count(name)) continue;
+    env.push_back(kv);
+  }
+  for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+  return env;
+}
+
+pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
+  std::vector<std::string> args = {o.exe};
+  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Own process group: a terminal's Ctrl-C reaches the launcher only, which
+  // forwards it once. Default SIGINT/SIGTERM and an empty mask, whatever
+  // the launcher inherited (a background job starts with SIGINT ignored).
+  sigset_t def, none;
+  sigemptyset(&def);
+  sigaddset(&def, SIGINT);
+  sigaddset(&def, SIGTERM);
+  sigaddset(&def, SIGCHLD);
+  sigaddset(&def, SIGPIPE);
+  sigemptyset(&none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setsigdefault(&attr, &def);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, o.exe.c_str(), nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("cannot start worker " + o.exe + ": " + std::strerror(rc));
+  return pid;
+}
+
+}  // namespace
+
+std::string signal_name(int signo) {
+  switch (signo) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "signal " + std::to_string(signo);
+  }
+}
+
+int run_workers(const launch_options& o) {
+  if (o.nprocs < 1) throw std::invalid_argument("run_workers: nprocs must be >= 1");
+  auto notice = [&](const std::string& line) {
+    if (o.on_notice) o.on_notice("actorpipe launch: " + line);
+  };
+  const uint16_t port = o.master_port ? o.master_port : free_port(o.master_addr);
+  const std::string run_id =
+      "actorpipe-" + std::to_string(::getpid()) + "-" + std::to_string(clock::now().time_since_epoch().count());
+
+  signal_scope sigs;  // before the first spawn: a signal from then on is not lost
+  std::vector<worker> ws;
+  try {
+    for (int r = 0; r < o.nprocs; ++r) ws.push_back({r, spawn_worker(o, worker_env(o, r, port, run_id))});
+  } catch (...) {
+    signal_live(ws, SIGKILL);
+    for (auto& w : ws) ::waitpid(w.pid, nullptr, 0);  // SIGKILLed: returns promptly
+    throw;
+  }
+
+  int got_signal = 0;    // the first SIGINT/SIGTERM this process got
+  int failed_code = -1;  // the first failing worker's exit code
+  bool stopping = false, killed = false;
+  clock::time_point deadline{};
+  while (count_live(ws) > 0) {
+    for (auto& w : ws) {
+      if (!w.live) continue;
+      int st = 0;
+      const pid_t r = ::waitpid(w.pid, &st, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) continue;
+      w.live = false;
+      if (r < 0) st = 1 << 8;  // not ours to wait for any more (ECHILD): count it as a failure
+      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      // After a forwarded signal, dying by it (or exiting 128+it) is the
+      // expected ending, not a failure.
+      const bool by_forwarded = got_signal && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal) ||
+                                               (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal));
+      if (ok || by_forwarded || stopping) continue;
+      const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
+      const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
+                                               : who + " exited with " + std::to_string(WEXITSTATUS(st));
+      if (!got_signal) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
+      const size_t others = count_live(ws);
+      notice(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
+                            : std::string()));
+      stopping = true;
+      deadline = clock::now() + o.grace;
+      signal_live(ws, SIGTERM);
+    }
+    if (count_live(ws) == 0) break;
+    if (stopping && !killed && clock::now() >= deadline) {
+      notice(std::to_string(count_live(ws)) + " worker(s) still running " + std::to_string(o.grace.count()) +
+             " ms after SIGTERM; sending SIGKILL");
+      signal_live(ws, SIGKILL);
+      killed = true;
+    }
+    // Capped: a SIGCHLD that raced the waitpid loop costs at most this.
+    auto timeout = std::chrono::milliseconds(200);
+    if (stopping && !killed)
+      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()) +
+                                      std::chrono::milliseconds(1));
+    for (int s : sigs.wait(std::max(timeout, std::chrono::milliseconds(0)))) {
+      if (!got_signal) got_signal = s;
+      notice("got " + signal_name(s) + "; forwarding it to " + std::to_string(count_live(ws)) + " worker(s)");
+      signal_live(ws, s);
+    }
+  }
+  if (failed_code >= 0) return failed_code;
+  if (got_signal) return 128 + got_signal;
+  return 0;
+}
+
+}  // namespace actorpipe
