@@ -2,6 +2,9 @@
 // What one training attempt is built from, before any actor runs: where it
 // resumes from, the mesh (shapes, devices, the policy, the allreduce
 // groups) and each stage's setup. trainer.cpp spawns and runs it.
+#include <caf/fwd.hpp>
+
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,5 +83,15 @@ stage_setup stage_setup_for(const config& cfg, const train_options& opts, const 
 /// parameters.
 void give_layers(stage_setup& st, const attempt_plan& p, std::vector<layer>& layers, const resume_point& rp,
                  const config& cfg);
+
+/// The driver of an attempt over `stages` (replica d, stage r at d S + r).
+caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const train_options& opts,
+                                const attempt_plan& p, const std::vector<caf::actor>& stages, int64_t resumed_step,
+                                std::shared_ptr<checkpoint> last_good, std::chrono::steady_clock::time_point origin);
+
+/// An actor's error as a run failure: ours by code and fields; another
+/// category's (a stage's own error carries one readable string) as
+/// `failed`, with its string or CAF's rendering.
+run_failure failure_of(const caf::actor_system& sys, const caf::error& err);
 
 }  // namespace actorpipe

@@ -14,6 +14,7 @@
 #include "actors/attempt_setup.hpp"
 #include "actors/driver_actor.hpp"
 #include "actors/stage_actor.hpp"
+#include "actors/rank_trainer.hpp"
 #include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
@@ -22,6 +23,41 @@
 #include "runtime/model.hpp"
 
 namespace actorpipe {
+
+caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const train_options& opts,
+                                const attempt_plan& p, const std::vector<caf::actor>& stages, int64_t resumed_step,
+                                std::shared_ptr<checkpoint> last_good, std::chrono::steady_clock::time_point origin) {
+  config run_cfg = cfg;
+  run_cfg.pipeline.partition = p.parts;
+  driver_setup ds;
+  ds.cfg = run_cfg;
+  ds.data = p.data;
+  ds.stages = stages;
+  ds.dp = p.dp;
+  ds.verify_replicas = opts.verify_replicas;
+  ds.microbatches = p.microbatches;
+  ds.epoch = opts.epoch;
+  ds.origin = origin;
+  ds.on_step = opts.on_step;
+  ds.plc = p.plc;
+  ds.async = !p.pol->flushes();
+  ds.first_step = resumed_step + 1;
+  ds.skip_steps = opts.skip_steps;
+  ds.last_good = std::move(last_good);
+  return spawn_driver(sys, std::move(ds));
+}
+
+// An error as a run failure: ours by code and fields; another category's
+// (a stage's own error carries one readable string) as `failed`, with its
+// string or CAF's rendering.
+run_failure failure_of(const caf::actor_system& sys, const caf::error& err) {
+  run_failure f;
+  if (read_failure(err, f)) return f;
+  f.code = run_errc::failed;
+  const auto& ctx = err.context();
+  f.text = ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0) : sys.render(err);
+  return f;
+}
 
 namespace {
 
@@ -66,42 +102,7 @@ std::vector<caf::actor> spawn_stages(caf::actor_system& sys, const config& cfg, 
   return out;
 }
 
-caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const train_options& opts,
-                                const attempt_plan& p, const std::vector<caf::actor>& stages, int64_t resumed_step,
-                                std::shared_ptr<checkpoint> last_good, std::chrono::steady_clock::time_point origin) {
-  config run_cfg = cfg;
-  run_cfg.pipeline.partition = p.parts;
-  driver_setup ds;
-  ds.cfg = run_cfg;
-  ds.data = p.data;
-  ds.stages = stages;
-  ds.dp = p.dp;
-  ds.verify_replicas = opts.verify_replicas;
-  ds.microbatches = p.microbatches;
-  ds.epoch = opts.epoch;
-  ds.origin = origin;
-  ds.on_step = opts.on_step;
-  ds.plc = p.plc;
-  ds.async = !p.pol->flushes();
-  ds.first_step = resumed_step + 1;
-  ds.skip_steps = opts.skip_steps;
-  ds.last_good = std::move(last_good);
-  return spawn_driver(sys, std::move(ds));
-}
-
 // -- running ----------------------------------------------------------------------
-
-// An error as a run failure: ours by code and fields; another category's
-// (a stage's own error carries one readable string) as `failed`, with its
-// string or CAF's rendering.
-run_failure failure_of(const caf::actor_system& sys, const caf::error& err) {
-  run_failure f;
-  if (read_failure(err, f)) return f;
-  f.code = run_errc::failed;
-  const auto& ctx = err.context();
-  f.text = ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0) : sys.render(err);
-  return f;
-}
 
 struct attempt_outcome {
   train_output out;
@@ -287,6 +288,10 @@ void throw_run_error(run_failure f) {
 }
 
 train_output run_training(const config& cfg, const train_options& opts) {
+  if (opts.ranks.multi_process()) {
+    if (opts.ranks.rank == 0) prepare_checkpoint_dir(cfg, opts);
+    return run_rank(cfg, opts);
+  }
   prepare_checkpoint_dir(cfg, opts);
   if (cfg.supervision.max_restarts <= 0) return run_attempt(cfg, opts, nullptr, nullptr);
   return run_supervised(cfg, opts);

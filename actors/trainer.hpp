@@ -10,6 +10,7 @@
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/placement.hpp"
+#include "runtime/rank_env.hpp"
 
 namespace actorpipe {
 
@@ -36,6 +37,22 @@ struct train_options {
   std::string resume_dir;
   /// Where a one-line notice goes (e.g. NCCL falling back to Gloo).
   std::function<void(const std::string&)> on_notice;
+  /// Where this process sits in a multi-process run (world_size 1: every
+  /// stage in this process), and the digest of what it runs (the config and
+  /// the options that change it), which every rank must share.
+  rank_env ranks;
+  std::string config_digest;
+};
+
+/// A rank other than 0 stopped because rank 0 ended the run with a failure
+/// (rank 0 says what failed): code() is rank 0's exit code.
+class peer_stopped : public std::runtime_error {
+public:
+  peer_stopped(const std::string& what, int code) : std::runtime_error(what), code_(code) {}
+  int code() const noexcept { return code_; }
+
+private:
+  int code_;
 };
 
 /// A run that failed while training: what() is the text the user reads,
@@ -74,7 +91,10 @@ struct train_output {
 };
 
 /// Runs cfg to completion. Throws config_error for bad input found while
-/// loading (data, init_from) and a run_error if the run fails.
+/// loading (data, init_from) and a run_error if the run fails. With
+/// opts.ranks.world_size > 1 this process is one rank of a multi-process run
+/// (actors/rank_trainer.hpp): rank 0 returns the run's output, the others
+/// an empty one once rank 0 is done.
 train_output run_training(const config& cfg, const train_options& opts = {});
 
 }  // namespace actorpipe

@@ -243,8 +243,11 @@ void print_plan(const config& cfg) {
 
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order, placement_kind fixed_placement,
-                       bool verify_replicas, const std::string& resume) {
+                       bool verify_replicas, const std::string& resume, const rank_env& ranks,
+                       const std::string& digest) {
   train_options opts;
+  opts.ranks = ranks;
+  opts.config_digest = digest;
   opts.resume_dir = resume;
   opts.verify_replicas = verify_replicas;
   opts.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
+#include "runtime/rank_env.hpp"
 #include "messages/errors.hpp"
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
@@ -83,7 +84,7 @@ void print_plan(const config& cfg);
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order = {},
                        placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false,
-                       const std::string& resume = {});
+                       const std::string& resume = {}, const rank_env& ranks = {}, const std::string& digest = {});
 
 /// The whole file, or a usage_error.
 std::string read_file(const std::string& path);

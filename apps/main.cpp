@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     std::fprintf(stderr, "actorpipe: %s\n", e.what());
     return exit_usage;
+  } catch (const peer_stopped& e) {
+    std::fprintf(stderr, "actorpipe: %s\n", e.what());
+    return e.code();
   } catch (const run_error& e) {
     std::fputs(failure_line(e.code(), e.what()).c_str(), stderr);
     return exit_code_for(e.code());

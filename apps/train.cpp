@@ -10,6 +10,7 @@
 
 #include "apps/common.hpp"
 #include "runtime/canonical.hpp"
+#include "runtime/fnv1a.hpp"
 #include "runtime/policies/fixed_order.hpp"
 #include "runtime/rank_env.hpp"
 #include "runtime/rank_placement.hpp"
@@ -169,16 +170,33 @@ void print_checkpoints_and_allreduce(const train_result& r) {
   }
 }
 
-// Started as one rank of several (torchrun, Slurm, mpirun): the
-// environment and the placement are checked, then refused, since every
-// stage of this build runs in one process; N copies each training the
-// whole model and writing the same files would be a silent wrong answer.
-void refuse_multi_process(const config& cfg, const rank_env& env) {
-  if (!env.multi_process()) return;
+// What every rank of a multi-process run must agree on: the config file's
+// bytes, what the command line changed in it, and an imported order. Rank 0
+// refuses (exit 2) a rank whose digest differs.
+std::string run_digest(const config& cfg, const std::string& import_path) {
+  fnv1a h;
+  auto add = [&](const std::string& s) {
+    h.value(s.size());
+    h.bytes(s.data(), s.size());
+  };
+  add(read_file(cfg.path));
+  add(cfg.pipeline.schedule);
+  add(std::to_string(cfg.train.steps));
+  add(import_path.empty() ? std::string() : read_file(import_path));
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h.digest()));
+  return text;
+}
+
+// Started as one rank of several (torchrun, launch, Slurm, mpirun): the
+// environment and the placement are checked before anything is built.
+rank_env rank_environment(const config& cfg, const args& a) {
+  rank_env env = read_rank_env();
+  if (!env.multi_process()) return env;
   check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
-  throw usage_error(std::string(launcher_name(env.launcher)) + " started this process as rank " +
-                    std::to_string(env.rank) + " of WORLD_SIZE " + std::to_string(env.world_size) +
-                    ", but this actorpipe runs every stage in one process; start one process (WORLD_SIZE 1)");
+  if (a.has("--verify-against-clean"))
+    throw usage_error("--verify-against-clean trains twice in one process; run it with WORLD_SIZE 1");
+  return env;
 }
 
 }  // namespace
@@ -195,20 +213,24 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
   check_async_stream(cfg);
-  refuse_multi_process(cfg, read_rank_env());
+  const rank_env env = rank_environment(cfg, a);
+  // Rank 0 speaks for a multi-process run; the others stay quiet.
+  const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
   std::vector<std::vector<op_id>> order;
   placement_kind placement = placement_kind::round_robin;
   if (a.has("--import") && !import_order(a.options["--import"], cfg, order, placement)) return exit_stuck;
-  print_plan(cfg);
+  if (speaks) print_plan(cfg);
   std::string resume;
   if (a.has("--resume")) {
     resume = a.options["--resume"];
     if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
   }
-  auto out = train_one(cfg, log_every, cfg.train.steps, std::move(order), placement, a.has("--verify-replicas"),
-                       resume);
+  const std::string digest = env.multi_process() ? run_digest(cfg, a.has("--import") ? a.options["--import"] : "") : "";
+  auto out = train_one(cfg, speaks ? log_every : 0, cfg.train.steps, std::move(order), placement,
+                       a.has("--verify-replicas"), resume, env, digest);
+  if (!speaks) return exit_ok;
   print_placement(out.result);
   for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
   print_fault_report(out.result, cfg.pipeline.lockstep);

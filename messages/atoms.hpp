@@ -37,5 +37,9 @@ using resend_atom = caf::atom_constant<caf::atom("resend")>;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 /// driver -> stage: hand over weights and optimizer state for a checkpoint.
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
+/// Multi-process: any rank -> a rank's directory: its stage actors; rank 0
+/// -> every other rank's directory: the run is over (with its exit code).
+using stages_atom = caf::atom_constant<caf::atom("stages")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 }  // namespace actorpipe

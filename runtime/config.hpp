@@ -153,6 +153,9 @@ struct supervision_config {
   /// More steps than this fraction of train.steps skipped for a NaN or an
   /// infinity: the run stops and fails (1: never).
   double max_skipped_fraction = 0.5;
+  /// Multi-process: how long a rank tries to reach the master (and the
+  /// others), and how long a transfer or a remote request may wait.
+  double connect_timeout_s = 60.0;
 };
 
 /// One injected fault.

@@ -1,0 +1,315 @@
+#include "actors/rank_trainer.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+
+#include "actors/attempt_setup.hpp"
+#include "actors/stage_actor.hpp"
+#include "messages/atoms.hpp"
+#include "runtime/collectives.hpp"
+#include "runtime/rank_placement.hpp"
+#include "runtime/transport/kv_store.hpp"
+#include "runtime/transport/net_address.hpp"
+#include "runtime/transport/p2p_group.hpp"
+#include "runtime/transport/rendezvous.hpp"
+#include "runtime/transport/tensor_channel.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// -- the directory: what a rank publishes -----------------------------------------
+
+struct directory_state {
+  std::vector<caf::actor> stages;  // this rank's, in (replica, stage) order
+  caf::actor waiter;               // told when rank 0 says stop
+  static inline const char* name = "rank_directory";
+};
+
+caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor waiter) {
+  self->state.waiter = std::move(waiter);
+  return {
+      // Local: the stages, once spawned.
+      [=](stages_atom, std::vector<caf::actor> stages) { self->state.stages = std::move(stages); },
+      [=](stages_atom) { return self->state.stages; },
+      [=](stop_atom, int32_t code) {
+        self->send(self->state.waiter, stop_atom::value, code);
+        return caf::unit;  // the answer tells rank 0 the stop arrived before it goes
+      },
+  };
+}
+
+// -- set-up ---------------------------------------------------------------------
+
+// One config for every rank: the same serialization and, for the remote
+// round trips of control messages, CAF's sharing scheduler (the default
+// work stealing took 5x longer per round trip on 2 cores). Heartbeats on
+// every node alike, so an idle healthy peer is never dropped.
+void configure(caf::actor_system_config& sc, milliseconds timeout) {
+  add_run_error_category(sc);
+  add_payload_types(sc);
+  sc.load<caf::io::middleman>();
+  sc.set("scheduler.policy", caf::atom("sharing"));
+  sc.set("scheduler.max-threads", 2);
+  sc.set("middleman.heartbeat-interval", caf::timespan{milliseconds(500)});
+  sc.set("middleman.connection-timeout", caf::timespan{timeout});
+}
+
+std::string where_of(const rank_env& env) {
+  return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
+}
+
+// host:port -> (host, port)
+std::pair<std::string, uint16_t> split_endpoint(const std::string& e) {
+  const size_t colon = e.rfind(':');
+  if (colon == std::string::npos) throw rendezvous_error("malformed endpoint '" + e + "'");
+  return {e.substr(0, colon), static_cast<uint16_t>(std::stoi(e.substr(colon + 1)))};
+}
+
+// The processes of replica d's stages.
+std::vector<int> processes_of(const rank_placement& places, int d) {
+  std::vector<int> out;
+  for (int r = 0; r < places.pp(); ++r) out.push_back(places.owner(d, r));
+  return out;
+}
+
+// Any of this rank's stages has a neighbour in another process.
+bool sends_tensors(const rank_placement& places, int rank) {
+  for (const auto& s : places.owned(rank)) {
+    const auto n = places.neighbours(s.replica, s.stage);
+    if (places.remote(s.replica, s.stage, n.prev) || places.remote(s.replica, s.stage, n.next)) return true;
+  }
+  return false;
+}
+
+// The allreduce group member of each of this rank's slots, over the
+// replicas of its stage (ranks of the group = replica numbers), formed
+// through the store. Stages in ascending order on every rank, so no two
+// ranks wait on each other's next group.
+std::map<int, std::shared_ptr<allreduce_group>> join_replica_groups(const rank_placement& places, int rank,
+                                                                   const kv_store_ptr& store, const std::string& prefix,
+                                                                   const std::string& host, milliseconds timeout) {
+  std::map<int, std::shared_ptr<allreduce_group>> out;  // by slot index d * pp + r
+  if (places.dp() <= 1) return out;
+  const auto mine = places.owned(rank);
+  for (int r = 0; r < places.pp(); ++r) {
+    std::vector<int> replicas;
+    for (const auto& s : mine)
+      if (s.stage == r) replicas.push_back(s.replica);
+    if (replicas.empty()) continue;
+    auto made = join_gloo_groups(store, prefix + "/actorpipe/dp/stage_" + std::to_string(r), replicas, places.dp(),
+                                 host, timeout);
+    for (size_t i = 0; i < replicas.size(); ++i)
+      out[replicas[i] * places.pp() + r] = std::shared_ptr<allreduce_group>(std::move(made[i]));
+  }
+  return out;
+}
+
+// -- rank 0 -----------------------------------------------------------------------
+
+// Wires every stage, runs the driver, collects replica 0's weights.
+train_output drive(caf::actor_system& sys, const config& cfg, const train_options& opts, const attempt_plan& plan,
+                   const std::vector<caf::actor>& all, int64_t resumed_step, clock_type::time_point origin,
+                   milliseconds timeout, run_failure& failure) {
+  train_output out;
+  caf::scoped_actor self{sys};
+  auto driver = spawn_attempt_driver(sys, cfg, opts, plan, all, resumed_step, nullptr, origin);
+  auto ok = [&] { return failure.code == run_errc::none; };
+  auto on_error = [&](caf::error& err) {
+    if (ok()) failure = failure_of(sys, err);
+  };
+  const auto S = static_cast<size_t>(plan.stages);
+  for (int d = 0; d < plan.dp && ok(); ++d) {
+    std::vector<caf::actor> replica(all.begin() + d * S, all.begin() + (d + 1) * S);
+    for (size_t r = 0; r < S && ok(); ++r)
+      self->request(replica[r], timeout, wire_atom::value, replica, driver).receive([] {}, on_error);
+  }
+  if (ok())
+    self->request(driver, caf::infinite, run_atom::value)
+        .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
+  for (size_t r = 0; r < S && ok(); ++r)
+    self->request(all[r], timeout, weights_atom::value)
+        .receive(
+            [&](named_params& w) {
+              for (auto& p : w) out.weights.push_back(std::move(p));
+            },
+            on_error);
+  sort_by_layer(out.weights);
+  self->send_exit(driver, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+// -- ranks 1.. ----------------------------------------------------------------
+
+// Until rank 0 says stop (its exit code) or its node goes down.
+int serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env) {
+  self->monitor(rank0);
+  int code = -1;
+  std::string lost;
+  self->receive([&](stop_atom, int32_t c) { code = c; },
+                [&](caf::down_msg& dm) { lost = self->system().render(dm.reason); });
+  if (code >= 0) return code;
+  throw rendezvous_error(where_of(env) + " lost rank 0 at " + rank0_at + " (" + lost + ")");
+}
+
+}  // namespace
+
+train_output run_rank(const config& cfg, const train_options& opts) {
+  const rank_env& env = opts.ranks;
+  const std::string where = where_of(env);
+  const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
+  rank_placement places(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
+
+  attempt_plan plan = plan_attempt(cfg, opts);
+  plan.pol = policy_for(cfg, opts);
+  plan.plc = plan.pol->layout(plan.stages);
+  if (!plan.pol->flushes())
+    throw cfg.error_at("pipeline.schedule", "schedule " + plan.pol->name() +
+                                                " runs in one process only (it never flushes); start one process");
+  const resume_point rp = find_resume(opts, nullptr);
+  std::string host;
+  try {
+    host = local_address_toward(env.master_addr, env.master_port);
+  } catch (const std::exception& e) {
+    throw rendezvous_error(where + ": cannot reach the master at " + env.master_addr + ":" +
+                           std::to_string(env.master_port) + ": " + e.what());
+  }
+
+  // Declared before the actor system: its destructor waits for the stage
+  // actors, which use them.
+  kv_store_ptr store;
+  std::shared_ptr<tensor_channel> channel;
+  std::map<int, std::shared_ptr<allreduce_group>> groups;
+  auto abandon = std::make_shared<std::atomic<bool>>(false);
+
+  caf::actor_system_config sc;
+  configure(sc, timeout);
+  caf::actor_system sys{sc};
+  caf::scoped_actor self{sys};
+  auto dir = sys.spawn(directory, caf::actor{self});
+  auto published = sys.middleman().publish(dir, 0, nullptr, true);
+  if (!published) throw rendezvous_error(where + ": cannot publish its stages: " + sys.render(published.error()));
+
+  rendezvous_options ro;
+  ro.master_addr = env.master_addr;
+  ro.master_port = static_cast<uint16_t>(env.master_port);
+  ro.rank = env.rank;
+  ro.world_size = env.world_size;
+  ro.hosts_store = env.hosts_store();
+  ro.store_prefix = env.store_prefix;
+  ro.timeout = timeout;
+  ro.endpoint = host + ":" + std::to_string(*published);
+  ro.config_digest = opts.config_digest;
+  rendezvous_result met = rendezvous(ro);
+  store = met.store;
+
+  if (sends_tensors(places, env.rank) || env.world_size > 1) {
+    p2p_options po;
+    po.rank = env.rank;
+    po.world_size = env.world_size;
+    po.store = store;
+    po.store_prefix = env.store_prefix + "/actorpipe/p2p";
+    po.hostname = host;
+    po.timeout = timeout;
+    try {
+      channel = std::make_shared<tensor_channel>(p2p_group::connect(po));
+    } catch (const transfer_error& e) {
+      throw rendezvous_error(e.what());
+    }
+  }
+  try {
+    groups = join_replica_groups(places, env.rank, store, env.store_prefix, host, timeout);
+  } catch (const collective_error& e) {
+    throw rendezvous_error(e.what());
+  }
+
+  // This rank's stages. Every replica's weights come from the same seed (or
+  // checkpoint), so each rank builds the model and keeps its part.
+  const auto origin = clock_type::now();
+  std::vector<caf::actor> mine;
+  std::map<int, std::vector<layer>> layers_of;  // by replica
+  for (const auto& slot : places.owned(env.rank)) {
+    auto& layers = layers_of[slot.replica];
+    if (layers.empty()) {
+      layers = build_layers(cfg);
+      load_resumed(rp, layers);
+    }
+    stage_setup st = stage_setup_for(cfg, opts, plan, slot.replica, slot.stage);
+    const int index = slot.replica * plan.stages + slot.stage;
+    if (plan.dp > 1) st.dp_group = groups.at(index);
+    st.abandon = abandon;
+    give_layers(st, plan, layers, rp, cfg);
+    st.origin = origin;
+    st.process_of = processes_of(places, slot.replica);
+    st.process = env.rank;
+    st.channel = channel;
+    mine.push_back(spawn_stage(sys, std::move(st)));
+  }
+  self->send(dir, stages_atom::value, mine);
+  store->add(env.store_prefix + "/actorpipe/spawned", 1);
+  if (!store->wait_count(env.store_prefix + "/actorpipe/spawned", env.world_size, timeout))
+    throw rendezvous_error(where + ": not every rank spawned its stages within " + describe_timeout(timeout));
+
+  // Every other rank's directory: a direct connection to each, and their
+  // stages in (replica, stage) order.
+  std::vector<caf::actor> dirs(static_cast<size_t>(env.world_size));
+  std::vector<caf::actor> all;
+  for (int q = 0; q < env.world_size; ++q) {
+    std::vector<caf::actor> theirs = mine;
+    if (q != env.rank) {
+      auto [qhost, qport] = split_endpoint(met.endpoints[static_cast<size_t>(q)]);
+      auto remote = sys.middleman().remote_actor(qhost, qport);
+      if (!remote)
+        throw rendezvous_error(where + ": cannot connect to rank " + std::to_string(q) + " at " +
+                               met.endpoints[static_cast<size_t>(q)] + ": " + sys.render(remote.error()));
+      dirs[static_cast<size_t>(q)] = *remote;
+      std::string failed;
+      self->request(*remote, timeout, stages_atom::value)
+          .receive([&](std::vector<caf::actor>& v) { theirs = std::move(v); },
+                   [&](caf::error& err) { failed = sys.render(err); });
+      if (!failed.empty())
+        throw rendezvous_error(where + ": rank " + std::to_string(q) + " did not list its stages: " + failed);
+    }
+    all.insert(all.end(), theirs.begin(), theirs.end());
+  }
+  store->add(env.store_prefix + "/actorpipe/connected", 1);
+  if (!store->wait_count(env.store_prefix + "/actorpipe/connected", env.world_size, timeout))
+    throw rendezvous_error(where + ": not every rank connected to the others within " + describe_timeout(timeout));
+
+  train_output out;
+  auto stop_here = [&] {
+    abandon->store(true);
+    for (auto& st : mine) self->send_exit(st, caf::exit_reason::user_shutdown);
+    self->send_exit(dir, caf::exit_reason::user_shutdown);
+  };
+  if (env.rank != 0) {
+    const int code = serve(self, dirs[0], met.endpoints[0], env);
+    stop_here();
+    if (code != 0) throw peer_stopped(where + ": stopped: rank 0 ended the run with exit code " + std::to_string(code), code);
+    return out;
+  }
+  run_failure failure{run_errc::none, -1, -1, -1, {}};
+  out = drive(sys, cfg, opts, plan, all, rp.ckpt.step, origin, timeout, failure);
+  const int code = failure.code == run_errc::none ? 0 : exit_code_for(failure.code);
+  // Answered, so that no stop is lost in a socket when this process ends;
+  // a rank that is gone already does not answer (an error, ignored).
+  for (int q = 1; q < env.world_size; ++q)
+    self->request(dirs[static_cast<size_t>(q)], milliseconds(5000), stop_atom::value, int32_t{code})
+        .receive([] {}, [](caf::error&) {});
+  stop_here();
+  if (failure.code != run_errc::none) throw_run_error(std::move(failure));
+  out.result.allreduce = plan.dp > 1 ? "gloo" : "";
+  out.result.split_backward = plan.pol->splits_backward();
+  out.result.resumed_from = rp.ckpt.step;
+  return out;
+}
+
+}  // namespace actorpipe

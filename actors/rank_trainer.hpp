@@ -1,0 +1,37 @@
+#pragma once
+// One rank of a multi-process run (train_options::ranks.world_size > 1).
+//
+// Every rank: spawns the stage actors rank_placement gives it, publishes
+// them through CAF's middleman (a directory actor on an ephemeral port),
+// meets the others at the rendezvous (runtime/transport/rendezvous.hpp:
+// endpoints, config digests, the store), joins the tensor channel (Gloo
+// send/recv between the processes) and the replicas' allreduce groups, and
+// connects to every other rank's directory, so that each pair of ranks has
+// a direct CAF connection before the first message.
+//
+// Rank 0 then runs the driver as a one-process run does: it wires every
+// stage (a remote stage gets the handles of its neighbours and the driver),
+// trains, evaluates, collects the weights, and tells every other rank to
+// stop, with the run's exit code. The others serve their stages until then.
+//
+//   every rank:  spawn stages -> publish -> rendezvous -> channel + groups
+//                -> connect to every directory -> barrier
+//   rank 0:      driver: wire, run, weights -> stop(code) to every rank
+//   rank k > 0:  wait for stop(code) (exit with it) or for rank 0's node to
+//                go down (exit 1, naming it)
+//
+// A worker process that dies ends the run: its stages' proxies go down on
+// rank 0, the driver fails the run naming the stage (exit 1), and rank 0
+// stops the others. Nothing restarts across processes yet.
+#include "actors/trainer.hpp"
+
+namespace actorpipe {
+
+/// Runs this process's rank of cfg. Rank 0 returns what run_training
+/// returns; another rank returns an empty output once rank 0 is done, or
+/// throws peer_stopped when rank 0 ended the run with a failure. Throws
+/// rank_env_error (placement), rendezvous_mismatch_error (exit 2) and
+/// rendezvous_error (exit 1) before anything trains.
+train_output run_rank(const config& cfg, const train_options& opts);
+
+}  // namespace actorpipe
