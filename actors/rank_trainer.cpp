@@ -42,7 +42,6 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
       [=](stages_atom) { return self->state.stages; },
       [=](stop_atom, int32_t code) {
         self->send(self->state.waiter, stop_atom::value, code);
-        return caf::unit;  // the answer tells rank 0 the stop arrived before it goes
       },
   };
 }
@@ -160,9 +159,18 @@ int serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& r
   throw rendezvous_error(where_of(env) + " lost rank 0 at " + rank0_at + " (" + lost + ")");
 }
 
-}  // namespace
+// What outlives the stage actors of a rank: the store, the channel and the
+// groups they use, and the actor system, destroyed first (members go in
+// reverse order), which waits for them.
+struct rank_runtime {
+  kv_store_ptr store;
+  std::shared_ptr<tensor_channel> channel;
+  std::map<int, std::shared_ptr<allreduce_group>> groups;
+  caf::actor_system_config sc;
+  std::unique_ptr<caf::actor_system> sys;
+};
 
-train_output run_rank(const config& cfg, const train_options& opts) {
+train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& opts) {
   const rank_env& env = opts.ranks;
   const std::string where = where_of(env);
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
@@ -183,18 +191,29 @@ train_output run_rank(const config& cfg, const train_options& opts) {
                            std::to_string(env.master_port) + ": " + e.what());
   }
 
-  // Declared before the actor system: its destructor waits for the stage
-  // actors, which use them.
-  kv_store_ptr store;
-  std::shared_ptr<tensor_channel> channel;
-  std::map<int, std::shared_ptr<allreduce_group>> groups;
   auto abandon = std::make_shared<std::atomic<bool>>(false);
-
-  caf::actor_system_config sc;
-  configure(sc, timeout);
-  caf::actor_system sys{sc};
+  kv_store_ptr& store = rt.store;
+  std::shared_ptr<tensor_channel>& channel = rt.channel;
+  std::map<int, std::shared_ptr<allreduce_group>>& groups = rt.groups;
+  configure(rt.sc, timeout);
+  rt.sys = std::make_unique<caf::actor_system>(rt.sc);
+  caf::actor_system& sys = *rt.sys;
   caf::scoped_actor self{sys};
   auto dir = sys.spawn(directory, caf::actor{self});
+  std::vector<caf::actor> mine;
+  // However this returns, this rank's actors are told to go (the actor
+  // system waits for them), and a stage waiting in an allreduce gives up.
+  struct stopper {
+    caf::scoped_actor& self;
+    std::vector<caf::actor>& actors;
+    std::shared_ptr<std::atomic<bool>> abandon;
+    ~stopper() {
+      abandon->store(true);
+      for (auto& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+  };
+  std::vector<caf::actor> to_stop{dir};
+  stopper stop_all{self, to_stop, abandon};
   auto published = sys.middleman().publish(dir, 0, nullptr, true);
   if (!published) throw rendezvous_error(where + ": cannot publish its stages: " + sys.render(published.error()));
 
@@ -234,7 +253,6 @@ train_output run_rank(const config& cfg, const train_options& opts) {
   // This rank's stages. Every replica's weights come from the same seed (or
   // checkpoint), so each rank builds the model and keeps its part.
   const auto origin = clock_type::now();
-  std::vector<caf::actor> mine;
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
@@ -252,6 +270,7 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     st.process = env.rank;
     st.channel = channel;
     mine.push_back(spawn_stage(sys, std::move(st)));
+    to_stop.push_back(mine.back());
   }
   self->send(dir, stages_atom::value, mine);
   store->add(env.store_prefix + "/actorpipe/spawned", 1);
@@ -285,30 +304,43 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     throw rendezvous_error(where + ": not every rank connected to the others within " + describe_timeout(timeout));
 
   train_output out;
-  auto stop_here = [&] {
-    abandon->store(true);
-    for (auto& st : mine) self->send_exit(st, caf::exit_reason::user_shutdown);
-    self->send_exit(dir, caf::exit_reason::user_shutdown);
-  };
   if (env.rank != 0) {
     const int code = serve(self, dirs[0], met.endpoints[0], env);
-    stop_here();
+    store->add(env.store_prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
     if (code != 0) throw peer_stopped(where + ": stopped: rank 0 ended the run with exit code " + std::to_string(code), code);
     return out;
   }
   run_failure failure{run_errc::none, -1, -1, -1, {}};
   out = drive(sys, cfg, opts, plan, all, rp.ckpt.step, origin, timeout, failure);
   const int code = failure.code == run_errc::none ? 0 : exit_code_for(failure.code);
-  // Answered, so that no stop is lost in a socket when this process ends;
-  // a rank that is gone already does not answer (an error, ignored).
-  for (int q = 1; q < env.world_size; ++q)
-    self->request(dirs[static_cast<size_t>(q)], milliseconds(5000), stop_atom::value, int32_t{code})
-        .receive([] {}, [](caf::error&) {});
-  stop_here();
+  // Confirmed through the store, so that no stop is lost in a socket when
+  // this process ends (a rank that is gone already never confirms: bounded).
+  for (int q = 1; q < env.world_size; ++q) self->send(dirs[static_cast<size_t>(q)], stop_atom::value, int32_t{code});
+  store->wait_count(env.store_prefix + "/actorpipe/stopped", env.world_size - 1, milliseconds(5000));
   if (failure.code != run_errc::none) throw_run_error(std::move(failure));
   out.result.allreduce = plan.dp > 1 ? "gloo" : "";
   out.result.split_backward = plan.pol->splits_backward();
   out.result.resumed_from = rp.ckpt.step;
+  return out;
+}
+
+}  // namespace
+
+train_output run_rank(const config& cfg, const train_options& opts) {
+  auto rt = std::make_shared<rank_runtime>();
+  train_output out;
+  std::exception_ptr failed;
+  try {
+    out = run_rank_in(*rt, cfg, opts);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // The actor system waits for every actor it ran to be destroyed; a
+  // reference left behind by a peer that went away (seen now and then in
+  // runs with replicas) would hold this rank forever. The results are in
+  // already, so the wait is bounded and the rest left to the process's end.
+  rt.reset();
+  if (failed) std::rethrow_exception(failed);
   return out;
 }
 
