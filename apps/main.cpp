@@ -1,6 +1,11 @@
 // actorpipe: train | compare | bubble | simulate | launch. The command dispatch and
 // what each kind of failure exits with; the commands live in apps/*.cpp.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -29,7 +34,17 @@ const char* main_help =
 
 }  // namespace
 
+// A worker of `actorpipe launch` dies with it, however the launcher ends
+// (a SIGKILL gives it no chance to stop its workers).
+void die_with_launcher() {
+  const char* launcher = std::getenv("ACTORPIPE_LAUNCHER_PID");
+  if (!launcher) return;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(getppid()) != launcher) std::_Exit(exit_failed);  // it is gone already
+}
+
 int main(int argc, char** argv) {
+  die_with_launcher();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach pipes and logs at once
   std::string cmd = argc > 1 ? argv[1] : "";
   try {

@@ -138,7 +138,9 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", std::to_string(o.nprocs)},
       {"GROUP_RANK", "0"},                   {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "0"},
-      {"TORCHELASTIC_MAX_RESTARTS", "0"},    {"TORCHELASTIC_RUN_ID", run_id}};
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},    {"TORCHELASTIC_RUN_ID", run_id},
+      // The worker dies with the launcher (apps/main.cpp), even by SIGKILL.
+      {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
