@@ -1,0 +1,364 @@
+// Stages in separate OS processes: `actorpipe launch` and ranks started by
+// hand with torchrun's variables save the same state dict, byte for byte,
+// as the same config trained in one process; a bad environment is named.
+// Every process is a real one; the launcher and its workers are killed in
+// every failure path, and no port is fixed (launch picks a free one; the
+// tests that start ranks by hand pick one the kernel gave out).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/apps/child_process.hpp"
+#include "tests/test_util.hpp"
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::child_result;
+using testing_util::run_child;
+
+// The test's directory: made fresh on the first call of each test, the same
+// one after.
+fs::path test_dir() {
+  static std::string made_for;
+  static fs::path dir;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  if (name != made_for) {
+    dir = testing_util::test_dir("actorpipe_multi_process_test");
+    made_for = name;
+  }
+  return dir;
+}
+
+std::string describe(const child_result& r) {
+  return "exit " + std::to_string(r.code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout:\n" + r.out +
+         "--- stderr:\n" + r.err;
+}
+
+// A model deep enough for 4 stages x 2 chunks, with dropout (its masks come
+// from the seed, per microbatch: a rank that drew them differently would
+// show in the weights).
+std::string config_text(int stages, int microbatches, const std::string& schedule, int dp = 1) {
+  const int chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+  std::string text =
+      "model:\n"
+      "  layers:\n"
+      "    - {type: linear, in: 16, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: dropout, p: 0.1}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: dropout, p: 0.1}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: tanh}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: linear, in: 32, out: 4}\n"
+      "data:\n"
+      "  kind: synthetic\n"
+      "  synthetic: {samples: 512, features: 16, classes: 4}\n"
+      "  test_fraction: 0.25\n"
+      "train:\n"
+      "  steps: 4\n"
+      "  batch_size: 48\n"
+      "  optimizer: {type: adam, lr: 0.01}\n"
+      "  clip_grad_norm: 1.0\n"
+      "  seed: 7\n";
+  if (dp > 1) text += "parallel: {dp: " + std::to_string(dp) + ", allreduce: gloo}\n";
+  text += "pipeline:\n  stages: " + std::to_string(stages) + "\n  schedule: " + schedule +
+          "\n  microbatches: " + std::to_string(microbatches) + "\n  virtual_stages: " + std::to_string(chunks) +
+          "\n  devices: auto\n  intra_op_threads: 1\n";
+  return text;
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  return testing_util::write(test_dir() / (name + ".yaml"), text);
+}
+
+child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 240) {
+  testing_util::child_limits limits;
+  limits.timeout_s = timeout_s;
+  return run_child(ACTORPIPE_BIN, args, limits);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The bytes of a file ("" when it is missing).
+std::string bytes_of(const fs::path& file) { return fs::exists(file) ? testing_util::slurp_file(file) : ""; }
+
+// The config in one process, saved to `one`; `launch --nprocs n`, saved to
+// `many`; the two files the same bytes.
+void expect_launch_equals_one_process(const std::string& config, int nprocs, const std::string& tag) {
+  const auto dir = test_dir();
+  const std::string one = (dir / (tag + "_one.pt")).string(), many = (dir / (tag + "_many.pt")).string();
+  auto a = actorpipe({"train", config, "--quiet", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  auto b = actorpipe({"launch", "--nprocs", std::to_string(nprocs), config, "--quiet", "--save", many});
+  ASSERT_EQ(b.code, 0) << describe(b);
+  const std::string x = bytes_of(one), y = bytes_of(many);
+  ASSERT_FALSE(x.empty());
+  EXPECT_TRUE(x == y) << "launch --nprocs " << nprocs << " saved other bytes than one process";
+  // Rank 0 alone speaks: one plan line, one table.
+  EXPECT_EQ(count(b.out, "actorpipe: "), 1u) << b.out;
+}
+
+struct case_t {
+  std::string schedule;
+  int stages;
+  int microbatches;
+};
+
+class LaunchEqualsOneProcess : public ::testing::TestWithParam<case_t> {};
+
+TEST_P(LaunchEqualsOneProcess, SavesTheSameBytes) {
+  const auto& c = GetParam();
+  const std::string tag = testing_util::param_name(c.schedule) + "_s" + std::to_string(c.stages);
+  const auto config = write_config(tag, config_text(c.stages, c.microbatches, c.schedule));
+  expect_launch_equals_one_process(config, c.stages, tag);
+}
+
+std::vector<case_t> cases() {
+  std::vector<case_t> out;
+  for (const char* s : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
+    for (auto [stages, mbs] : {std::pair{2, 4}, std::pair{3, 6}, std::pair{4, 8}}) out.push_back({s, stages, mbs});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, LaunchEqualsOneProcess, ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           return testing_util::param_name(info.param.schedule) + "_S" +
+                                  std::to_string(info.param.stages) + "_M" + std::to_string(info.param.microbatches);
+                         });
+
+TEST(LaunchEqualsOneProcessMore, DataParallelTwoByPipelineTwoOnFourProcesses) {
+  expect_launch_equals_one_process(write_config("dp2pp2", config_text(2, 4, "1f1b", 2)), 4, "dp2pp2");
+}
+
+TEST(LaunchEqualsOneProcessMore, FourStagesOnTwoProcesses) {
+  expect_launch_equals_one_process(write_config("s4p2", config_text(4, 8, "1f1b")), 2, "s4p2");
+}
+
+TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelinesEach) {
+  expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
+}
+
+// -- ranks started by hand ---------------------------------------------------------
+
+// A port the kernel handed out a moment ago (free now, most likely still).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Processes started together, each with its own environment; all killed
+// and reaped however the test ends.
+class rank_processes {
+public:
+  ~rank_processes() {
+    for (auto& p : procs_)
+      if (p.pid > 0) {
+        ::kill(p.pid, SIGKILL);
+        ::waitpid(p.pid, nullptr, 0);
+      }
+  }
+
+  void start(const std::map<std::string, std::string>& env, const std::vector<std::string>& args) {
+    proc p;
+    p.out = (test_dir() / ("rank_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))).string();
+    std::vector<std::string> all = {ACTORPIPE_BIN};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    p.pid = fork();
+    ASSERT_GE(p.pid, 0);
+    if (p.pid == 0) {
+      const int fd = ::open(p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                            "ACTORPIPE_LAUNCHER_PID", "TORCHELASTIC_USE_AGENT_STORE"})
+        ::unsetenv(v);
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      ::execv(ACTORPIPE_BIN, argv.data());
+      _exit(127);
+    }
+    procs_.push_back(p);
+  }
+
+  /// Waits for every process (killing them all past timeout_s); exit codes
+  /// in start order (-1 for one killed at the timeout).
+  std::vector<int> wait_all(double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    std::vector<int> codes(procs_.size(), -1);
+    for (size_t i = 0; i < procs_.size(); ++i) {
+      int status = 0;
+      for (;;) {
+        const pid_t done = ::waitpid(procs_[i].pid, &status, WNOHANG);
+        if (done == procs_[i].pid) {
+          codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          procs_[i].pid = -1;
+          break;
+        }
+        if (std::chrono::steady_clock::now() > deadline) return codes;  // the destructor kills the rest
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    return codes;
+  }
+
+  std::string output(size_t i) const { return bytes_of(procs_[i].out); }
+
+private:
+  struct proc {
+    pid_t pid = -1;
+    std::string out;
+  };
+  std::vector<proc> procs_;
+  int counter_ = 0;
+};
+
+std::map<std::string, std::string> torchrun_env(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
+}
+
+TEST(RanksByHand, TorchrunVariablesSetByTheTestGiveTheSameWeights) {
+  const auto config = write_config("by_hand", config_text(3, 6, "1f1b"));
+  const std::string one = (test_dir() / "by_hand_one.pt").string(), many = (test_dir() / "by_hand_many.pt").string();
+  auto a = actorpipe({"train", config, "--quiet", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  rank_processes ranks;
+  const int port = free_port();
+  // Started in reverse: the others wait for rank 0's store.
+  for (int r = 2; r >= 0; --r)
+    ranks.start(torchrun_env(r, 3, port), {"train", config, "--quiet", "--save", r == 0 ? many : (test_dir() / "x.pt").string()});
+  auto codes = ranks.wait_all(240);
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << ranks.output(i);
+  EXPECT_TRUE(bytes_of(one) == bytes_of(many));
+  EXPECT_FALSE(fs::exists(test_dir() / "x.pt")) << "a rank other than 0 wrote --save";
+}
+
+TEST(RanksByHand, AConfigThatDiffersBetweenRanksIsRefusedWithExit2OnEveryRank) {
+  const auto a_cfg = write_config("mismatch_a", config_text(2, 4, "1f1b"));
+  const auto b_cfg = write_config("mismatch_b", config_text(2, 4, "gpipe"));
+  rank_processes ranks;
+  const int port = free_port();
+  ranks.start(torchrun_env(0, 2, port), {"train", a_cfg, "--quiet"});
+  ranks.start(torchrun_env(1, 2, port), {"train", b_cfg, "--quiet"});
+  auto codes = ranks.wait_all(120);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    EXPECT_EQ(codes[i], 2) << ranks.output(i);
+    EXPECT_NE(ranks.output(i).find("rank 1"), std::string::npos) << ranks.output(i);
+  }
+}
+
+TEST(RanksByHand, ARankThatCannotReachTheMasterExits1NamingTheAddress) {
+  auto text = config_text(2, 4, "1f1b") + "supervision: {connect_timeout_s: 2}\n";
+  const auto config = write_config("unreachable", text);
+  rank_processes ranks;
+  const int port = free_port();  // nobody listens there
+  ranks.start(torchrun_env(1, 2, port), {"train", config, "--quiet"});
+  const auto start = std::chrono::steady_clock::now();
+  auto codes = ranks.wait_all(60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(codes[0], 1) << ranks.output(0);
+  EXPECT_NE(ranks.output(0).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << ranks.output(0);
+  EXPECT_LT(took, 30.0);
+}
+
+TEST(RanksByHand, AWorldSizeThatDoesNotDivideTheStagesExits2NamingBoth) {
+  const auto config = write_config("nodivide", config_text(2, 4, "1f1b"));
+  rank_processes ranks;
+  ranks.start(torchrun_env(0, 3, free_port()), {"train", config, "--quiet"});
+  auto codes = ranks.wait_all(60);
+  EXPECT_EQ(codes[0], 2);
+  EXPECT_NE(ranks.output(0).find("WORLD_SIZE 3 does not divide"), std::string::npos) << ranks.output(0);
+}
+
+// -- a worker that dies ------------------------------------------------------------
+
+TEST(LaunchFailures, AWorkerKilledFromOutsideEndsTheRunWithExit1AndNoProcessLeft) {
+  auto text = config_text(2, 4, "1f1b");
+  text.replace(text.find("steps: 4"), 8, "steps: 100000");
+  const auto config = write_config("killed", text);
+  // The launcher runs in the background here: its workers' pids come from
+  // /proc (children of the launcher), one is SIGKILLed.
+  const std::string out = (test_dir() / "killed.out").string();
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(ACTORPIPE_BIN, ACTORPIPE_BIN, "launch", "--nprocs", "2", config.c_str(), "--quiet", nullptr);
+    _exit(127);
+  }
+  struct guard {
+    pid_t pid;
+    ~guard() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } g{launcher};
+  // Rank 1's pid, once it trains (its children list in /proc).
+  pid_t victim = -1;
+  for (int i = 0; i < 600 && victim < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string kids = bytes_of("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+    std::istringstream is(kids);
+    for (pid_t p; is >> p;) {
+      const std::string env = bytes_of("/proc/" + std::to_string(p) + "/environ");
+      if (env.find(std::string("RANK=1") + '\0') != std::string::npos && i > 40) victim = p;
+    }
+  }
+  ASSERT_GT(victim, 0) << bytes_of(out);
+  ::kill(victim, SIGKILL);
+  int status = 0;
+  for (int i = 0; i < 600; ++i) {
+    if (::waitpid(launcher, &status, WNOHANG) == launcher) {
+      g.pid = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(g.pid, -1) << "the launcher did not end within 30 s\n" << bytes_of(out);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << bytes_of(out);
+  EXPECT_NE(bytes_of(out).find("SIGKILL"), std::string::npos) << bytes_of(out);
+}
+
+}  // namespace
+}  // namespace actorpipe
