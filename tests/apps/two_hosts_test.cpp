@@ -1,0 +1,362 @@
+// apps/actorpipe as two "hosts": rank 0 and rank 1 each in a network
+// namespace of its own, joined by a veth pair, each with its own working
+// directory and TMPDIR. Nothing may go through loopback or a shared /tmp:
+// the weights rank 0 saves must equal a one-process run's byte for byte.
+// Needs CAP_NET_ADMIN (root); skipped with the reason where namespaces
+// cannot be made. The commands match docs/TWO_HOSTS.md.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/apps/child_process.hpp"
+#include "tests/test_util.hpp"
+
+extern char** environ;
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+testing_util::child_limits limits(double timeout_s) {
+  testing_util::child_limits l;
+  l.timeout_s = timeout_s;
+  return l;
+}
+
+std::string ip_binary() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+/// `ip args...`; "" on success, else what it printed and its exit code.
+std::string ip(const std::vector<std::string>& args) {
+  const auto r = testing_util::run_child(ip_binary(), args, limits(30));
+  if (r.code == 0) return "";
+  std::string cmd = "ip";
+  for (const auto& a : args) cmd += " " + a;
+  return cmd + " -> exit " + std::to_string(r.code) + ": " + r.err + r.out;
+}
+
+/// Two namespaces joined by a veth pair, `<net>.1` in A and `<net>.2` in B.
+/// The destructor deletes both namespaces (which removes the veth ends) in
+/// every path, and the host-side veth in case it never moved.
+class two_namespaces {
+public:
+  two_namespaces() {
+    const std::string id = std::to_string(getpid());
+    a = "apA_" + id;
+    b = "apB_" + id;
+    va = "vA" + id;  // at most 2 + 7 digits: under IFNAMSIZ
+    vb = "vB" + id;
+    net = "10.231." + std::to_string(getpid() % 250);
+    if (ip_binary().empty()) {
+      why = "no ip binary";
+      return;
+    }
+    ip({"netns", "del", a});  // leftovers of a killed run with the same pid
+    ip({"netns", "del", b});
+    ip({"link", "del", va});
+    if (!(why = ip({"netns", "add", a})).empty()) return;
+    made_a = true;
+    if (!(why = ip({"netns", "add", b})).empty()) return;
+    made_b = true;
+    for (const auto& step : std::vector<std::vector<std::string>>{
+             {"link", "add", va, "type", "veth", "peer", "name", vb},
+             {"link", "set", va, "netns", a},
+             {"link", "set", vb, "netns", b},
+             {"-n", a, "addr", "add", net + ".1/24", "dev", va},
+             {"-n", b, "addr", "add", net + ".2/24", "dev", vb},
+             {"-n", a, "link", "set", va, "up"},
+             {"-n", b, "link", "set", vb, "up"},
+             {"-n", a, "link", "set", "lo", "up"},
+             {"-n", b, "link", "set", "lo", "up"},
+         }) {
+      if (!(setup_error = ip(step)).empty()) return;
+    }
+    ok = true;
+  }
+  ~two_namespaces() {
+    if (made_a) ip({"netns", "del", a});
+    if (made_b) ip({"netns", "del", b});
+    if (!ok) ip({"link", "del", va});  // gone already when it reached a namespace
+  }
+  two_namespaces(const two_namespaces&) = delete;
+  two_namespaces& operator=(const two_namespaces&) = delete;
+
+  std::string a, b, va, vb, net;
+  bool ok = false;
+  std::string why;          ///< a namespace could not be created: skip
+  std::string setup_error;  ///< the namespaces exist but the link failed: fail
+
+private:
+  bool made_a = false, made_b = false;
+};
+
+/// One rank: `ip netns exec NS ACTORPIPE_BIN args...` with `env` (torchrun's
+/// variables from the parent's environment dropped first), run in `dir`
+/// with TMPDIR=dir/tmp, stdout and stderr to dir/out.txt and dir/err.txt.
+struct rank_process {
+  pid_t pid = -1;
+  int code = -1;  ///< exit code, 128 + signal, or -1 while running
+  fs::path dir;
+  clock_type::time_point started;
+  double wall_s = 0;
+
+  std::string out() const { return testing_util::slurp_file(dir / "out.txt"); }
+  std::string err() const { return testing_util::slurp_file(dir / "err.txt"); }
+  std::string report(const std::string& name) const {
+    return name + " exit " + std::to_string(code) + " after " + std::to_string(wall_s) + " s\n--- stdout\n" + out() +
+           "--- stderr\n" + err();
+  }
+};
+
+/// Kills (SIGKILL) and reaps every rank still running when it goes away.
+class rank_group {
+public:
+  ~rank_group() {
+    for (auto& r : ranks_)
+      if (r.pid > 0 && r.code < 0) {
+        ::kill(r.pid, SIGKILL);
+        int status = 0;
+        ::waitpid(r.pid, &status, 0);
+      }
+  }
+
+  rank_process& start(const std::string& ns, const fs::path& dir, const std::map<std::string, std::string>& env,
+                      const std::vector<std::string>& args) {
+    fs::create_directories(dir / "tmp");
+    static const std::set<std::string> dropped{"RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                               "MASTER_ADDR", "MASTER_PORT", "TMPDIR",     "GROUP_RANK",
+                                               "ROLE_RANK",   "ACTORPIPE_LAUNCHER_PID"};
+    std::vector<std::string> strings;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (!dropped.count(kv.substr(0, kv.find('=')))) strings.push_back(kv);
+    }
+    for (const auto& [k, v] : env) strings.push_back(k + "=" + v);
+    strings.push_back("TMPDIR=" + (dir / "tmp").string());
+    std::vector<char*> envp;
+    for (auto& s : strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> all = {"ip", "netns", "exec", ns, ACTORPIPE_BIN};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : all) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    const std::string ip_path = ip_binary(), dir_s = dir.string(), out_s = (dir / "out.txt").string(),
+                      err_s = (dir / "err.txt").string();
+    const pid_t parent = getpid();
+
+    rank_process r;
+    r.dir = dir;
+    r.started = clock_type::now();
+    r.pid = fork();
+    if (r.pid == 0) {  // async-signal-safe calls only until exec
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // ip netns exec execs the rank: it stays this process
+      if (getppid() != parent) _exit(126);
+      const int in = open("/dev/null", O_RDONLY);
+      const int out = open(out_s.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = open(err_s.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(127);
+      if (chdir(dir_s.c_str()) != 0) _exit(127);
+      execve(ip_path.c_str(), argv.data(), envp.data());
+      _exit(127);
+    }
+    EXPECT_GT(r.pid, 0) << "fork failed";
+    ranks_.push_back(r);
+    return ranks_.back();
+  }
+
+  /// Waits for every rank, at most `timeout_s` from now; past it, every rank
+  /// still running is SIGKILLed. True if all exited by themselves.
+  bool wait_all(double timeout_s) {
+    const auto begin = clock_type::now();
+    for (;;) {
+      bool running = false;
+      for (auto& r : ranks_) {
+        if (r.pid <= 0 || r.code >= 0) continue;
+        int status = 0;
+        const pid_t done = ::waitpid(r.pid, &status, WNOHANG);
+        if (done == r.pid) {
+          r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          r.wall_s = std::chrono::duration<double>(clock_type::now() - r.started).count();
+        } else {
+          running = true;
+        }
+      }
+      if (!running) return true;
+      if (std::chrono::duration<double>(clock_type::now() - begin).count() > timeout_s) {
+        for (auto& r : ranks_)
+          if (r.pid > 0 && r.code < 0) {
+            ::kill(r.pid, SIGKILL);
+            int status = 0;
+            ::waitpid(r.pid, &status, 0);
+            r.code = 128 + SIGKILL;
+            r.wall_s = std::chrono::duration<double>(clock_type::now() - r.started).count();
+          }
+        return false;
+      }
+      usleep(10000);
+    }
+  }
+
+  std::vector<rank_process>& ranks() { return ranks_; }
+
+private:
+  std::vector<rank_process> ranks_;
+};
+
+/// A port nobody on the host holds right now (bind 0, read it, close). The
+/// namespaces are fresh and have ports of their own, so it is free there.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+constexpr int kSteps = 5;
+
+/// Two pipeline stages, a dropout layer (so the stages' random streams must
+/// match a one-process run), 1F1B over 4 microbatches, synthetic data.
+std::string pp2_config(const std::string& extra = "") {
+  return R"(model:
+  layers:
+    - {type: linear, in: 16, out: 32}
+    - {type: relu}
+    - {type: dropout, p: 0.1}
+    - {type: linear, in: 32, out: 32}
+    - {type: relu}
+    - {type: linear, in: 32, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 512, features: 16, classes: 4}
+  test_fraction: 0.2
+train:
+  steps: 5
+  batch_size: 32
+  optimizer: {type: adam, lr: 0.01}
+  seed: 42
+pipeline:
+  stages: 2
+  schedule: 1f1b
+  microbatches: 4
+)" + extra;
+}
+
+#define SKIP_OR_FAIL_ON_SETUP(ns)                                                         \
+  if (!(ns).why.empty()) GTEST_SKIP() << "cannot create a network namespace: " << (ns).why; \
+  ASSERT_TRUE((ns).ok) << "namespace setup failed: " << (ns).setup_error
+
+TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns;
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+
+  // Every rank has its own directory and its own copy of the config (the
+  // same bytes: rank 0 checks the digest).
+  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
+  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", pp2_config());
+  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", pp2_config());
+  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", pp2_config());
+  const std::string master = ns.net + ".1";
+  const std::map<std::string, std::string> common{{"WORLD_SIZE", "2"},
+                                                  {"LOCAL_RANK", "0"},
+                                                  {"LOCAL_WORLD_SIZE", "1"},
+                                                  {"MASTER_ADDR", master},
+                                                  {"MASTER_PORT", std::to_string(port)}};
+  auto env_a = common, env_b = common;
+  env_a["RANK"] = "0";
+  env_b["RANK"] = "1";
+  const std::vector<std::string> args{"--steps", std::to_string(kSteps), "--quiet"};
+
+  rank_group group;
+  auto args_a = args;
+  args_a.insert(args_a.begin(), {"train", cfg_a});
+  args_a.insert(args_a.end(), {"--save", (dir_a / "w.pt").string()});
+  auto args_b = args;
+  args_b.insert(args_b.begin(), {"train", cfg_b});
+  group.start(ns.a, dir_a, env_a, args_a);
+  group.start(ns.b, dir_b, env_b, args_b);
+  const bool in_time = group.wait_all(120);
+  const auto& r0 = group.ranks()[0];
+  const auto& r1 = group.ranks()[1];
+  ASSERT_TRUE(in_time) << "killed after 120 s\n" << r0.report("rank 0") << r1.report("rank 1");
+  ASSERT_EQ(r0.code, 0) << r0.report("rank 0") << r1.report("rank 1");
+  ASSERT_EQ(r1.code, 0) << r0.report("rank 0") << r1.report("rank 1");
+  EXPECT_EQ(r1.out(), "") << "ranks other than 0 print nothing";
+  ASSERT_TRUE(fs::exists(dir_a / "w.pt"));
+  EXPECT_FALSE(fs::exists(dir_b / "w.pt"));
+
+  fs::create_directories(dir_one / "tmp");
+  const auto one = testing_util::run_child(
+      ACTORPIPE_BIN, {"train", cfg_one, "--steps", std::to_string(kSteps), "--quiet", "--save",
+                      (dir_one / "one.pt").string()},
+      limits(120));
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const std::string two_ranks = testing_util::slurp_file(dir_a / "w.pt");
+  const std::string one_process = testing_util::slurp_file(dir_one / "one.pt");
+  ASSERT_FALSE(one_process.empty());
+  EXPECT_TRUE(two_ranks == one_process) << "rank 0's file (" << two_ranks.size()
+                                        << " bytes) differs from the one-process run's (" << one_process.size()
+                                        << " bytes)";
+  std::printf("[ two hosts ] rank 0 %.2f s, rank 1 %.2f s, one process %.2f s\n", r0.wall_s, r1.wall_s,
+              one.wall_s);
+}
+
+TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns;
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const fs::path dir_b = dir / "hostB";
+  const std::string cfg = testing_util::write(dir_b / "pp2.yaml", pp2_config("supervision: {connect_timeout_s: 2}\n"));
+  const std::string nobody = ns.net + ".9";  // on B's subnet, but no one answers for it
+
+  rank_group group;
+  auto& r1 = group.start(ns.b, dir_b,
+                         {{"RANK", "1"},
+                          {"WORLD_SIZE", "2"},
+                          {"LOCAL_RANK", "0"},
+                          {"LOCAL_WORLD_SIZE", "1"},
+                          {"MASTER_ADDR", nobody},
+                          {"MASTER_PORT", std::to_string(port)}},
+                         {"train", cfg, "--steps", std::to_string(kSteps), "--quiet"});
+  const bool in_time = group.wait_all(30);
+  ASSERT_TRUE(in_time) << "still running after 30 s\n" << r1.report("rank 1");
+  EXPECT_EQ(r1.code, 1) << r1.report("rank 1");
+  EXPECT_LT(r1.wall_s, 10.0) << r1.report("rank 1");
+  EXPECT_NE(r1.err().find(nobody), std::string::npos) << r1.report("rank 1");
+  std::printf("[ two hosts ] rank 1 gave up on %s after %.2f s: %s", nobody.c_str(), r1.wall_s, r1.err().c_str());
+}
+
+}  // namespace
+}  // namespace actorpipe
