@@ -252,7 +252,14 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
 
   // This rank's stages. Every replica's weights come from the same seed (or
   // checkpoint), so each rank builds the model and keeps its part.
-  const auto origin = clock_type::now();
+  // One trace time zero for every rank: rank 0's (the steady clock is the
+  // host's, so ranks on one host line up; on two hosts only roughly).
+  const std::string origin_key = env.store_prefix + "/actorpipe/origin_ns";
+  auto origin = clock_type::now();
+  if (env.rank == 0)
+    store->set(origin_key, std::to_string(origin.time_since_epoch().count()));
+  else
+    origin = clock_type::time_point(clock_type::duration(std::stoll(store->get(origin_key))));
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];

@@ -7,6 +7,8 @@
 
 #include <thread>
 
+#include <unistd.h>
+
 #include "actors/stage_state.hpp"
 #include "runtime/fnv1a.hpp"
 #include "runtime/collectives.hpp"
@@ -93,6 +95,7 @@ void report_grads(stage_ptr self) {
   r.samples = s.compute.samples();
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
+  r.stats.pid = static_cast<int32_t>(::getpid());
   r.stats.duplicates = s.dropped;  // since the last report, between steps too
   s.dropped = 0;
   r.stats.stale_epochs = s.stale;
@@ -123,6 +126,7 @@ void async_step(stage_ptr self, int64_t t) {
   r.loss_sum = s.step_loss[t];
   s.step_loss.erase(t);
   r.stats = std::move(s.step_stats[t]);
+  r.stats.pid = static_cast<int32_t>(::getpid());
   s.step_stats.erase(t);
   // Peaks since the last report; counts of what was dropped.
   r.stats.peak_stash = s.stats.peak_stash;

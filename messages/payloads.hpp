@@ -94,6 +94,8 @@ struct stage_stats {
   /// reserved bytes on the stage's device after each op: {ns, allocated,
   /// reserved}.
   std::vector<std::array<int64_t, 3>> cuda_memory;
+  /// The OS process the stage ran in (a trace shows one process per rank).
+  int32_t pid = 0;
 };
 
 /// Where a stage first saw a NaN or an infinity in a step.
@@ -187,7 +189,7 @@ typename Inspector::result_type inspect(Inspector& f, stage_stats& x) {
   return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.peak_stash, x.peak_stash_bytes, x.duplicates,
            x.stale_epochs, x.peak_versions, x.injected_duplicates, x.injected_delays, x.injected_drops,
            x.resend_requests, x.retransmits, x.allreduce_start_ns, x.allreduce_end_ns, x.optimizer_start_ns,
-           x.optimizer_end_ns, x.memory, x.cuda_memory);
+           x.optimizer_end_ns, x.memory, x.cuda_memory, x.pid);
 }
 
 template <class Inspector>

@@ -109,20 +109,35 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
 
 std::string chrome_trace_json(const train_result& run, const std::string& config_path) {
   ordered_json events = ordered_json::array();
-  // One track per (replica, stage): replica d, stage r is tid d * S + r.
-  for (int t = 0; t < run.stages * std::max(1, run.dp); ++t) {
+  // One track per (replica, stage): replica d, stage r is tid d * S + r,
+  // under the OS process that ran it (one process per rank of a
+  // multi-process run; 0 when the run recorded none).
+  const int tracks = run.stages * std::max(1, run.dp);
+  std::vector<int> pid_of(static_cast<size_t>(tracks), 0);
+  for (const auto& step : run.steps)
+    for (size_t r = 0; r < step.stages.size() && r < pid_of.size(); ++r)
+      if (step.stages[r].pid != 0) pid_of[r] = step.stages[r].pid;
+  std::vector<int> named;
+  for (int t = 0; t < tracks; ++t) {
+    const int pid = pid_of[static_cast<size_t>(t)];
+    if (std::find(named.begin(), named.end(), pid) == named.end()) {
+      named.push_back(pid);
+      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
+                        {"args", {{"name", "actorpipe (pid " + std::to_string(pid) + ")"}}}});
+    }
     const int r = t % std::max(1, run.stages), d = t / std::max(1, run.stages);
     const std::string name = (run.dp > 1 ? "replica " + std::to_string(d) + " " : std::string()) + "stage " +
                              std::to_string(r) + " (" +
                              (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") + ")";
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", t}, {"args", {{"name", name}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", name}}}});
   }
   auto us = [](int64_t ns) { return json_number("%.3f", static_cast<double>(ns) / 1e3); };
+  auto pid_at = [&](size_t r) { return r < pid_of.size() ? pid_of[r] : 0; };
   for (const auto& step : run.steps)
     for (size_t r = 0; r < step.stages.size(); ++r)
       for (const auto& e : step.stages[r].events)
         events.push_back(
-            {{"ph", "X"}, {"pid", 0}, {"tid", r}, {"name", to_string(e.op)},
+            {{"ph", "X"}, {"pid", pid_at(r)}, {"tid", r}, {"name", to_string(e.op)},
              {"cat", e.op.kind == op_kind::F ? "forward" : e.op.kind == op_kind::B ? "backward" : "weight-grad"},
              {"ts", us(e.start_ns)}, {"dur", us(e.end_ns - e.start_ns)},
              {"args", {{"step", step.step}, {"microbatch", e.op.mb}}}});
@@ -130,7 +145,7 @@ std::string chrome_trace_json(const train_result& run, const std::string& config
     for (size_t r = 0; r < step.stages.size(); ++r) {
       const auto& st = step.stages[r];
       if (st.allreduce_end_ns <= 0) continue;
-      events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", r}, {"name", "allreduce"}, {"cat", "allreduce"},
+      events.push_back({{"ph", "X"}, {"pid", pid_at(r)}, {"tid", r}, {"name", "allreduce"}, {"cat", "allreduce"},
                         {"ts", us(st.allreduce_start_ns)}, {"dur", us(st.allreduce_end_ns - st.allreduce_start_ns)},
                         {"args", {{"step", step.step}}}});
     }

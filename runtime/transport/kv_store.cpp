@@ -15,6 +15,11 @@ void kv_store::set(const std::string& key, const std::string& value) const {
   impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+std::string kv_store::get(const std::string& key) const {
+  auto v = impl_->store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
 int64_t kv_store::add(const std::string& key, int64_t n) const { return impl_->store->add(key, n); }
 
 bool kv_store::wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const {

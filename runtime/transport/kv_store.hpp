@@ -23,6 +23,9 @@ public:
   /// The port of the store's server.
   uint16_t port() const;
   void set(const std::string& key, const std::string& value) const;
+  /// The value of `key`, waiting for it up to the store's timeout (throws
+  /// after it).
+  std::string get(const std::string& key) const;
   /// Adds n to the counter `key` (0 when absent) and returns the new value.
   int64_t add(const std::string& key, int64_t n) const;
   /// Waits until the counter `key` reaches `target`; false at the timeout.
