@@ -37,6 +37,17 @@ CASES = [
     ("seed MLP, null device", "configs/seed_mlp.yaml", 60, 10, "[null, null, null, null]"),
 ]
 NPROCS = [2, 4]
+EXIT_GRACE_S = 5
+STATS = {"hung": 0}
+
+
+def results_complete(path):
+    try:
+        with open(path) as f:
+            json.load(f)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def derive(src, out_path, devices):
@@ -67,9 +78,40 @@ def run_once(binary, nprocs, config, steps, results):
     cmd += ["--steps", str(steps), "--quiet", "--results", results]
     if os.path.exists(results):
         os.remove(results)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode != 0 or not os.path.exists(results):
-        tail = "\n".join(p.stdout.splitlines()[-5:])
+    # A worker may hang on its way out after rank 0 has written the results
+    # (seen: rank 1 waiting in ~actor_system for a detached actor). Then the
+    # launcher is stopped (SIGTERM, which it forwards; it SIGKILLs after 5 s)
+    # EXIT_GRACE_S after the results appeared, the run's steps are kept and
+    # the hang is counted.
+    log = open(results + ".log", "w")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    seen = None
+    hung = False
+    while p.poll() is None:
+        time.sleep(0.2)
+        if seen is None and results_complete(results):
+            seen = time.time()
+        if (seen is not None and time.time() - seen > EXIT_GRACE_S) or time.time() > deadline:
+            hung = True
+            p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            break
+    log.close()
+    with open(results + ".log") as f:
+        out = f.read()
+    if hung and seen is None:
+        print(f"  ! {' '.join(cmd[1:4])}: timed out without results", file=sys.stderr)
+    elif hung:
+        STATS["hung"] += 1
+        print(f"  ! {' '.join(cmd[1:4])}: still running {EXIT_GRACE_S} s after rank 0 wrote its results; "
+              f"stopped", file=sys.stderr)
+    if (p.returncode != 0 and not hung) or not results_complete(results):
+        tail = "\n".join(out.splitlines()[-5:])
         print(f"  ! {' '.join(cmd[1:])}: exit {p.returncode}\n{tail}", file=sys.stderr)
         return None
     with open(results) as f:
@@ -139,7 +181,8 @@ def main():
     print()
     if caf_line:
         print(f"CAF middleman round trip between two processes: {caf_line}")
-    print(f"failed runs (retried once): {failures}; wall time {time.time() - started:.0f} s")
+    print(f"failed runs (retried once): {failures}; runs stopped because a worker did not exit "
+          f"{EXIT_GRACE_S} s after rank 0's results (their steps kept): {STATS['hung']}; wall time {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":
