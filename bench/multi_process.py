@@ -38,6 +38,7 @@ CASES = [
 ]
 NPROCS = [2, 4]
 EXIT_GRACE_S = 5
+RUN_TIMEOUT_S = 90  # a worker can also hang before rank 0 writes its results
 STATS = {"hung": 0}
 
 
@@ -85,7 +86,7 @@ def run_once(binary, nprocs, config, steps, results):
     # the hang is counted.
     log = open(results + ".log", "w")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
+    deadline = time.time() + RUN_TIMEOUT_S
     seen = None
     hung = False
     while p.poll() is None:
@@ -105,7 +106,7 @@ def run_once(binary, nprocs, config, steps, results):
     with open(results + ".log") as f:
         out = f.read()
     if hung and seen is None:
-        print(f"  ! {' '.join(cmd[1:4])}: timed out without results", file=sys.stderr)
+        print(f"  ! {' '.join(cmd[1:4])}: no results after {RUN_TIMEOUT_S} s; stopped", file=sys.stderr)
     elif hung:
         STATS["hung"] += 1
         print(f"  ! {' '.join(cmd[1:4])}: still running {EXIT_GRACE_S} s after rank 0 wrote its results; "
