@@ -34,4 +34,9 @@ namespace actorpipe {
 /// rendezvous_error (exit 1) before anything trains.
 train_output run_rank(const config& cfg, const train_options& opts);
 
+/// True when a run_rank returned without its actor system shut down (it
+/// waited 5 s for it): the process should end with _exit once its outputs
+/// are written, since destructors would wait on that system.
+bool teardown_left_behind();
+
 }  // namespace actorpipe

@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 
+#include "actors/rank_trainer.hpp"
 #include "apps/common.hpp"
 #include "runtime/text.hpp"
 
@@ -43,8 +44,7 @@ void die_with_launcher() {
   if (std::to_string(getppid()) != launcher) std::_Exit(exit_failed);  // it is gone already
 }
 
-int main(int argc, char** argv) {
-  die_with_launcher();
+int run_command(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach pipes and logs at once
   std::string cmd = argc > 1 ? argv[1] : "";
   try {
@@ -74,4 +74,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "actorpipe: error: %s\n", e.what());
     return exit_failed;
   }
+}
+
+int main(int argc, char** argv) {
+  die_with_launcher();
+  const int rc = run_command(argc, argv);
+  if (actorpipe::teardown_left_behind()) {
+    // A rank's actor system did not shut down (see actors/rank_trainer.hpp);
+    // everything is written, so leave without waiting for it.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
+  return rc;
 }

@@ -222,6 +222,11 @@ int cmd_train(int argc, char** argv) {
   placement_kind placement = placement_kind::round_robin;
   if (a.has("--import") && !import_order(a.options["--import"], cfg, order, placement)) return exit_stuck;
   if (speaks) print_plan(cfg);
+  if (speaks && env.multi_process())
+    std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks; master %s:%d\n",
+                env.world_size, launcher_name(env.launcher),
+                rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size).actors_per_rank(),
+                env.master_addr.c_str(), env.master_port);
   std::string resume;
   if (a.has("--resume")) {
     resume = a.options["--resume"];
