@@ -160,6 +160,36 @@ TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelines
   expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
 }
 
+// Control messages across processes held back, sent twice and dropped
+// (then asked for again), drawn from faults.seed: every schedule still ends
+// on the bytes of a clean run in one process. Each duplicate and resend is a
+// transfer of its own on the channel, received and then dropped.
+class LaunchUnderMessageFaults : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LaunchUnderMessageFaults, EndsOnTheCleanOneProcessBytes) {
+  const std::string schedule = GetParam();
+  const std::string tag = "faults_" + testing_util::param_name(schedule);
+  const std::string clean = write_config(tag + "_clean", config_text(3, 6, schedule));
+  const std::string faulty = write_config(
+      tag, config_text(3, 6, schedule) +
+               "faults:\n  seed: 11\n  inject:\n"
+               "    - {kind: delay, probability: 0.3, ms: 3}\n"
+               "    - {kind: duplicate, probability: 0.2}\n"
+               "    - {kind: drop, from: 0, to: 1, step: 2, op: F3}\n"
+               "supervision: {op_timeout_ms: 50}\n");
+  const std::string one = (test_dir() / "one.pt").string(), many = (test_dir() / "many.pt").string();
+  auto a = actorpipe({"train", clean, "--quiet", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  auto b = actorpipe({"launch", "--nprocs", "3", faulty, "--save", many});
+  ASSERT_EQ(b.code, 0) << describe(b);
+  EXPECT_NE(b.out.find("faults: "), std::string::npos) << "no fault took effect\n" << b.out;
+  EXPECT_TRUE(bytes_of(one) == bytes_of(many)) << b.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, LaunchUnderMessageFaults,
+                         ::testing::Values("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"),
+                         [](const auto& info) { return testing_util::param_name(info.param); });
+
 // -- ranks started by hand ---------------------------------------------------------
 
 // A port the kernel handed out a moment ago (free now, most likely still).
