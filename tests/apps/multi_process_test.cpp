@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
 
@@ -297,6 +299,32 @@ TEST(RanksByHand, TorchrunVariablesSetByTheTestGiveTheSameWeights) {
   for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << ranks.output(i);
   EXPECT_TRUE(bytes_of(one) == bytes_of(many));
   EXPECT_FALSE(fs::exists(test_dir() / "x.pt")) << "a rank other than 0 wrote --save";
+}
+
+// torchrun's agent hosts the store and every rank, rank 0 too, is a client
+// under /worker/attempt_<restart count>: here the test plays the agent.
+TEST(RanksByHand, UnderAnAgentStoreEveryRankIsAClientAndTheWeightsAreTheSame) {
+  const auto config = write_config("agent", config_text(2, 4, "zb-h1"));
+  const std::string one = (test_dir() / "agent_one.pt").string(), many = (test_dir() / "agent_many.pt").string();
+  auto a = actorpipe({"train", config, "--quiet", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  rank_processes ranks;
+  for (int r = 1; r >= 0; --r) {
+    auto env = torchrun_env(r, 2, agent->getPort());
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    env["TORCHELASTIC_RESTART_COUNT"] = "2";
+    ranks.start(env, {"train", config, "--quiet", "--save", many});
+  }
+  auto codes = ranks.wait_all(240);
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << ranks.output(i);
+  EXPECT_TRUE(bytes_of(one) == bytes_of(many));
+  // The ranks met under the attempt's prefix.
+  EXPECT_TRUE(agent->check({"/worker/attempt_2/actorpipe/spawned"}));
 }
 
 TEST(RanksByHand, AConfigThatDiffersBetweenRanksIsRefusedWithExit2OnEveryRank) {
