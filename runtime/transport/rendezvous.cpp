@@ -224,6 +224,13 @@ std::vector<std::string> read_endpoints(board& b, int world_size) {
 
 // Rank 0: collects the records, checks them, publishes the verdict, waits for
 // the confirmations.
+std::string claim_key(int rank) { return "claims_" + std::to_string(rank); }
+
+std::string duplicate_rank(int rank, int64_t claims) {
+  return "RANK " + std::to_string(rank) + " was claimed by " + std::to_string(claims) +
+         " processes: every process needs its own RANK (0 .. WORLD_SIZE - 1)";
+}
+
 rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::time_point deadline) {
   b.set(rank_key(0), encode_record(o.world_size, o.config_digest, o.endpoint));
   std::vector<bool> arrived(static_cast<size_t>(o.world_size), false);
@@ -263,6 +270,8 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
       }
     }
     if (verdict.empty() && !differ.empty()) verdict = "mismatch\n" + digest_mismatch(differ, digests, o.config_digest);
+    for (int r = 1; r < o.world_size && verdict.empty(); ++r)
+      if (const int64_t claims = b.add(claim_key(r), 0); claims > 1) verdict = "mismatch\n" + duplicate_rank(r, claims);
     if (verdict.empty()) {
       verdict = "ok";
       result.endpoints = read_endpoints(b, o.world_size);
@@ -287,6 +296,10 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
 // Ranks 1..: publish, check the world size against rank 0's, wait for the
 // verdict, read the endpoints, confirm.
 rendezvous_result run_other(board& b, const rendezvous_options& o) {
+  // A second process with this RANK finds the claim taken and fails alone,
+  // leaving the first one's record in place; rank 0 sees the count.
+  const int64_t claims = b.add(claim_key(o.rank), 1);
+  if (claims > 1) throw rendezvous_mismatch_error(duplicate_rank(o.rank, claims));
   const std::string mine = encode_record(o.world_size, o.config_digest, o.endpoint);
   b.set(rank_key(o.rank), mine);
   // Counted from reaching the store, plus a second: rank 0 gives its verdict

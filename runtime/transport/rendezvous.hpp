@@ -14,12 +14,15 @@
 // (RANK 3 when rank 0 has WORLD_SIZE 3) posts its record under "stray",
 // which fails rank 0 unless rank 0 gave its verdict already (the others then
 // go on without it, and the stray rank alone fails). Two processes with the
-// same RANK are not detected: the later record replaces the earlier.
+// same RANK (not 0, whose second copy cannot host the store): the later one
+// finds the rank's claim counter taken and fails with a
+// rendezvous_mismatch_error; rank 0, when the second claim came before its
+// verdict, refuses every rank with the same line.
 //
 // Keys, all under
 //   <store_prefix>/actorpipe/rendezvous/v1/gen_<generation>/
-// are: rank_<r> (that rank's record), stray (the record of a rank outside
-// rank 0's world), verdict (rank 0's) and confirmed (a counter each rank
+// are: claims_<r> (how many processes claimed RANK r), rank_<r> (that
+// rank's record), stray (the record of a rank outside rank 0's world), verdict (rank 0's) and confirmed (a counter each rank
 // bumps once it has read everything). store_prefix already separates the
 // attempts of a restarted run ("/worker/attempt_<n>", see rank_env.hpp);
 // "v1" is this protocol's version, so a rank of another build never parses a

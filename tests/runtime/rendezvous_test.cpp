@@ -224,3 +224,28 @@ TEST(Rendezvous, ARankWhoseMasterIsNotThereFailsAtItsTimeout) {
                                        " within 2 s (connection refused)\n"))
       << rank1->output();
 }
+
+TEST(Rendezvous, TwoProcessesWithTheSameRankAreRefusedNamingTheRank) {
+  const rank_spec spec;
+  auto rank0 = start_rank(0, 0, spec, 20000);
+  ASSERT_TRUE(rank0->read_until("PORT_END", clock_type::now() + std::chrono::seconds(60))) << rank0->output();
+  const int port = actorpipe::test_support::parse_port(rank0->output());
+  ASSERT_GT(port, 0);
+  auto first = start_rank(1, port, spec, 20000);
+  auto second = start_rank(1, port, spec, 20000);
+  // The later of the two fails at once; rank 2 comes only then, so rank 0's
+  // verdict sees both claims.
+  const auto until = clock_type::now() + std::chrono::seconds(60);
+  bool one_failed = false;
+  while (!one_failed && clock_type::now() < until)
+    for (auto* c : {first.get(), second.get()})
+      if (c->read_until("MISMATCH", clock_type::now() + std::chrono::milliseconds(50))) one_failed = true;
+  ASSERT_TRUE(one_failed) << first->output() << second->output();
+  auto rank2 = start_rank(2, port, spec, 20000);
+  const auto deadline = clock_type::now() + std::chrono::seconds(120);
+  const std::string line = "MISMATCH: RANK 1 was claimed by 2 processes";
+  for (auto* c : {rank0.get(), first.get(), second.get(), rank2.get()}) {
+    EXPECT_EQ(c->finish(deadline), 2) << c->output();
+    EXPECT_TRUE(has(c->output(), line)) << c->output();
+  }
+}
