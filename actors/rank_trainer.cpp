@@ -30,8 +30,7 @@ using std::chrono::milliseconds;
 // -- the directory: what a rank publishes -----------------------------------------
 
 struct directory_state {
-  std::vector<caf::actor> stages;  // this rank's, in (replica, stage) order
-  caf::actor waiter;               // told when rank 0 says stop
+  caf::actor waiter;  // told when rank 0 says stop
   // Rank 0: what the other ranks registered, by rank: their directory, then
   // their stages.
   std::map<int, std::vector<caf::actor>> registered;
@@ -41,9 +40,6 @@ struct directory_state {
 caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor waiter) {
   self->state.waiter = std::move(waiter);
   return {
-      // Local: the stages, once spawned.
-      [=](stages_atom, std::vector<caf::actor> stages) { self->state.stages = std::move(stages); },
-      [=](stages_atom) { return self->state.stages; },
       // Rank 0: rank q registers its directory and stages.
       [=](stages_atom, int32_t rank, caf::actor dir, std::vector<caf::actor> stages) {
         stages.insert(stages.begin(), std::move(dir));
@@ -95,15 +91,6 @@ std::vector<int> processes_of(const rank_placement& places, int d) {
   std::vector<int> out;
   for (int r = 0; r < places.pp(); ++r) out.push_back(places.owner(d, r));
   return out;
-}
-
-// Any of this rank's stages has a neighbour in another process.
-bool sends_tensors(const rank_placement& places, int rank) {
-  for (const auto& s : places.owned(rank)) {
-    const auto n = places.neighbours(s.replica, s.stage);
-    if (places.remote(s.replica, s.stage, n.prev) || places.remote(s.replica, s.stage, n.next)) return true;
-  }
-  return false;
 }
 
 // The allreduce group member of each of this rank's slots, over the
@@ -247,7 +234,9 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   rendezvous_result met = rendezvous(ro);
   store = met.store;
 
-  if (sends_tensors(places, env.rank) || env.world_size > 1) {
+  // Every rank joins the tensor channel, whether or not its own stages
+  // send across processes: forming the Gloo group takes all of them.
+  {
     p2p_options po;
     po.rank = env.rank;
     po.world_size = env.world_size;
@@ -267,8 +256,6 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
     throw rendezvous_error(e.what());
   }
 
-  // This rank's stages. Every replica's weights come from the same seed (or
-  // checkpoint), so each rank builds the model and keeps its part.
   // One trace time zero for every rank: rank 0's (the steady clock is the
   // host's, so ranks on one host line up; on two hosts only roughly).
   const std::string origin_key = env.store_prefix + "/actorpipe/origin_ns";
@@ -277,6 +264,8 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
     store->set(origin_key, std::to_string(origin.time_since_epoch().count()));
   else
     origin = clock_type::time_point(clock_type::duration(std::stoll(store->get(origin_key))));
+  // This rank's stages. Every replica's weights come from the same seed (or
+  // checkpoint), so each rank builds the model and keeps its part.
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
@@ -296,7 +285,6 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
     mine.push_back(spawn_stage(sys, std::move(st)));
     to_stop.push_back(mine.back());
   }
-  self->send(dir, stages_atom::value, mine);
   store->add(env.store_prefix + "/actorpipe/spawned", 1);
   if (!store->wait_count(env.store_prefix + "/actorpipe/spawned", env.world_size, timeout))
     throw rendezvous_error(where + ": not every rank spawned its stages within " + describe_timeout(timeout));

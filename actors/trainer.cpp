@@ -288,11 +288,8 @@ void throw_run_error(run_failure f) {
 }
 
 train_output run_training(const config& cfg, const train_options& opts) {
-  if (opts.ranks.multi_process()) {
-    if (opts.ranks.rank == 0) prepare_checkpoint_dir(cfg, opts);
-    return run_rank(cfg, opts);
-  }
-  prepare_checkpoint_dir(cfg, opts);
+  if (opts.ranks.rank == 0) prepare_checkpoint_dir(cfg, opts);  // rank 0 writes the checkpoints
+  if (opts.ranks.multi_process()) return run_rank(cfg, opts);
   if (cfg.supervision.max_restarts <= 0) return run_attempt(cfg, opts, nullptr, nullptr);
   return run_supervised(cfg, opts);
 }

@@ -17,6 +17,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "runtime/transport/net_address.hpp"
+
 extern char** environ;
 
 namespace actorpipe {
@@ -89,28 +91,6 @@ private:
   struct sigaction old_[3] {};
 };
 
-uint16_t free_port(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
-    throw std::runtime_error("master address " + addr + ": " + gai_strerror(rc));
-  uint16_t port = 0;
-  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
-    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (s < 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-      port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    ::close(s);  // rank 0's store binds it again: the same small race torchrun has
-  }
-  ::freeaddrinfo(res);
-  if (port == 0) throw std::runtime_error("no free port on master address " + addr);
-  return port;
-}
 
 struct worker {
   int rank;

@@ -1,5 +1,6 @@
 #pragma once
 // This host's address as another host sees it.
+#include <cstdint>
 #include <string>
 
 namespace actorpipe {
@@ -10,5 +11,11 @@ namespace actorpipe {
 /// namespace. Throws std::runtime_error naming the host when it does not
 /// resolve or has no route.
 std::string local_address_toward(const std::string& host, int port);
+
+/// A TCP port on `addr` that was free a moment ago (bound to port 0, read,
+/// closed): another process may take it before the caller binds it, the
+/// same small race torchrun has. Throws std::runtime_error when `addr`
+/// does not resolve or no address of it could bind.
+uint16_t free_port(const std::string& addr);
 
 }  // namespace actorpipe

@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "tests/apps/child_process.hpp"
+#include "runtime/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -194,19 +195,6 @@ INSTANTIATE_TEST_SUITE_P(Schedules, LaunchUnderMessageFaults,
 
 // -- ranks started by hand ---------------------------------------------------------
 
-// A port the kernel handed out a moment ago (free now, most likely still).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Processes started together, each with its own environment; all killed
 // and reaped however the test ends.
@@ -291,7 +279,7 @@ TEST(RanksByHand, TorchrunVariablesSetByTheTestGiveTheSameWeights) {
   auto a = actorpipe({"train", config, "--quiet", "--save", one});
   ASSERT_EQ(a.code, 0) << describe(a);
   rank_processes ranks;
-  const int port = free_port();
+  const int port = static_cast<int>(free_port("127.0.0.1"));
   // Started in reverse: the others wait for rank 0's store.
   for (int r = 2; r >= 0; --r)
     ranks.start(torchrun_env(r, 3, port), {"train", config, "--quiet", "--save", r == 0 ? many : (test_dir() / "x.pt").string()});
@@ -331,7 +319,7 @@ TEST(RanksByHand, AConfigThatDiffersBetweenRanksIsRefusedWithExit2OnEveryRank) {
   const auto a_cfg = write_config("mismatch_a", config_text(2, 4, "1f1b"));
   const auto b_cfg = write_config("mismatch_b", config_text(2, 4, "gpipe"));
   rank_processes ranks;
-  const int port = free_port();
+  const int port = static_cast<int>(free_port("127.0.0.1"));
   ranks.start(torchrun_env(0, 2, port), {"train", a_cfg, "--quiet"});
   ranks.start(torchrun_env(1, 2, port), {"train", b_cfg, "--quiet"});
   auto codes = ranks.wait_all(120);
@@ -345,7 +333,7 @@ TEST(RanksByHand, ARankThatCannotReachTheMasterExits1NamingTheAddress) {
   auto text = config_text(2, 4, "1f1b") + "supervision: {connect_timeout_s: 2}\n";
   const auto config = write_config("unreachable", text);
   rank_processes ranks;
-  const int port = free_port();  // nobody listens there
+  const int port = static_cast<int>(free_port("127.0.0.1"));  // nobody listens there
   ranks.start(torchrun_env(1, 2, port), {"train", config, "--quiet"});
   const auto start = std::chrono::steady_clock::now();
   auto codes = ranks.wait_all(60);
@@ -358,7 +346,7 @@ TEST(RanksByHand, ARankThatCannotReachTheMasterExits1NamingTheAddress) {
 TEST(RanksByHand, AWorldSizeThatDoesNotDivideTheStagesExits2NamingBoth) {
   const auto config = write_config("nodivide", config_text(2, 4, "1f1b"));
   rank_processes ranks;
-  ranks.start(torchrun_env(0, 3, free_port()), {"train", config, "--quiet"});
+  ranks.start(torchrun_env(0, 3, static_cast<int>(free_port("127.0.0.1"))), {"train", config, "--quiet"});
   auto codes = ranks.wait_all(60);
   EXPECT_EQ(codes[0], 2);
   EXPECT_NE(ranks.output(0).find("WORLD_SIZE 3 does not divide"), std::string::npos) << ranks.output(0);

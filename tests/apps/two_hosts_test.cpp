@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/apps/child_process.hpp"
+#include "runtime/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 
 extern char** environ;
@@ -224,21 +225,6 @@ private:
   std::vector<rank_process> ranks_;
 };
 
-/// A port nobody on the host holds right now (bind 0, read it, close). The
-/// namespaces are fresh and have ports of their own, so it is free there.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  if (fd >= 0) ::close(fd);
-  return port;
-}
 
 constexpr int kSteps = 5;
 
@@ -277,7 +263,9 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns;
   SKIP_OR_FAIL_ON_SETUP(ns);
-  const int port = free_port();
+  // Free on the host a moment ago; the namespaces are fresh and have ports
+  // of their own, so it is free there.
+  const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
 
   // Every rank has its own directory and its own copy of the config (the
@@ -335,7 +323,9 @@ TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns;
   SKIP_OR_FAIL_ON_SETUP(ns);
-  const int port = free_port();
+  // Free on the host a moment ago; the namespaces are fresh and have ports
+  // of their own, so it is free there.
+  const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
   const fs::path dir_b = dir / "hostB";
   const std::string cfg = testing_util::write(dir_b / "pp2.yaml", pp2_config("supervision: {connect_timeout_s: 2}\n"));

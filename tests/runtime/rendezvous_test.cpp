@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/transport/rendezvous.hpp"
+#include "runtime/transport/net_address.hpp"
 #include "tests/child_process.hpp"
 
 using namespace actorpipe;
@@ -117,18 +118,6 @@ std::vector<outcome> run_ranks(const rank_spec& spec0, const std::map<int, rank_
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// A port that was free a moment ago (bound to port 0, read, closed).
-int vacant_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 0;
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 }  // namespace
 
@@ -215,7 +204,7 @@ TEST(Rendezvous, Rank0WaitingForARankThatNeverStartsNamesIt) {
 }
 
 TEST(Rendezvous, ARankWhoseMasterIsNotThereFailsAtItsTimeout) {
-  int port = vacant_port();
+  int port = static_cast<int>(free_port("127.0.0.1"));
   ASSERT_GT(port, 0);
   auto rank1 = start_rank(1, port, {}, 2000);
   int code = rank1->finish(clock_type::now() + std::chrono::seconds(60));
