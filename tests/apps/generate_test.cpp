@@ -151,6 +151,42 @@ TEST_F(Generate, TheSameSeedGivesTheSameTextAndOtherSeedsOtherText) {
   EXPECT_NE(a.out, greedy.out) << describe(a) << "\n" << describe(greedy);
 }
 
+// The whole flow: train --save writes the state dict (the tied head's weight
+// under both keys), generate runs it, and its greedy text is the reference
+// model's with those weights.
+TEST_F(Generate, RunsWhatTrainSaved) {
+  if (!python_has_torch()) GTEST_SKIP() << python << " cannot import torch and yaml; no reference to compare with";
+  std::string corpus;
+  for (int i = 0; i < 100; ++i) corpus += "the cat sat on the mat. the dog ate the log.\n";
+  write(dir_ / "text.txt", corpus);
+  const std::string cfg = write(dir_ / "train.yaml", std::string(tiny_gpt) + R"(train: {steps: 40, batch_size: 16, optimizer: {type: adam, lr: 0.003}}
+pipeline: {stages: 2, microbatches: 4}
+)");
+  state_ = (dir_ / "trained.pt").string();
+  auto t = actorpipe({"train", cfg, "--save", state_, "--quiet"});
+  ASSERT_EQ(t.code, 0) << describe(t);
+  config_ = cfg;
+  auto r = actorpipe({"generate", cfg, "--load", state_, "--prompt", "the cat ", "--tokens", "40", "--temperature", "0"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  auto py = reference_greedy("the cat ", 40);
+  ASSERT_EQ(py.code, 0) << describe(py);
+  EXPECT_EQ(r.out, py.out) << "actorpipe:\n" << describe(r) << "\nreference:\n" << describe(py);
+}
+
+TEST_F(Generate, RefusesAStateDictOfAnotherShape) {
+  make_state_dict();
+  if (IsSkipped() || HasFatalFailure()) return;
+  std::string wider = tiny_gpt;
+  for (size_t at; (at = wider.find("dim: 32")) != std::string::npos;) wider.replace(at, 7, "dim: 64");
+  const std::string cfg = write(dir_ / "wider.yaml", wider);
+  auto r = actorpipe({"generate", cfg, "--load", state_, "--prompt", "hi"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--load: " + state_ + ": '0.wte.weight' has shape [256, 32], the model expects [256, 64]"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
 TEST_F(Generate, BadCommandLinesExit2WithAMessage) {
   const std::string any_state = write(dir_ / "not_a_state.pt", "not a zip file");
   struct bad_case {
@@ -174,7 +210,7 @@ TEST_F(Generate, BadCommandLinesExit2WithAMessage) {
       {{"generate", config_, "--load", any_state, "--prompt", "hi", "--device", "tpu"},
        "--device expects cpu or cuda:N"},
       {{"generate", "--load", any_state, "--prompt", "hi"}, "generate takes one CONFIG"},
-      {{"generate", config_, "--load", any_state, "--prompt", "hi", "--bogus"}, "unknown option '--bogus'"},
+      {{"generate", config_, "--load", any_state, "--prompt", "hi", "--bogus"}, "unknown option --bogus"},
       // The state dict is read after the config: a missing or unreadable one.
       {{"generate", config_, "--load", (dir_ / "missing.pt").string(), "--prompt", "hi"}, "missing.pt"},
       {{"generate", config_, "--load", any_state, "--prompt", "hi"}, "not_a_state.pt"},
