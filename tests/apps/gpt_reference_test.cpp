@@ -141,7 +141,7 @@ protected:
   /// not), and the reference's trained weights per (tie, dp).
   static fs::path shared_;
   static std::string text_;
-  static std::map<std::string, std::string> inits_, trained_;
+  static std::map<std::string, std::string> inits_, trained_, trained_log_;
   static bool have_torch_;
 
   static void SetUpTestSuite() {
@@ -157,6 +157,7 @@ protected:
     fs::remove_all(shared_, ec);
     inits_.clear();
     trained_.clear();
+    trained_log_.clear();
   }
 
   void SetUp() override {
@@ -198,6 +199,7 @@ protected:
     auto r = run(python, {gpt_train, cfg, "--init", init, "--out", out});
     EXPECT_EQ(r.code, 0) << describe(r);
     if (r.code != 0) return "";
+    trained_log_[key] = r.out;
     return trained_[key] = out;
   }
 
@@ -227,7 +229,7 @@ protected:
 
 fs::path GptReference::shared_;
 std::string GptReference::text_;
-std::map<std::string, std::string> GptReference::inits_, GptReference::trained_;
+std::map<std::string, std::string> GptReference::inits_, GptReference::trained_, GptReference::trained_log_;
 bool GptReference::have_torch_ = false;
 
 TEST_F(GptReference, TextIsDeterministicAndLongerThanTheRunsData) {
@@ -235,6 +237,32 @@ TEST_F(GptReference, TextIsDeterministicAndLongerThanTheRunsData) {
   EXPECT_EQ(a, b);
   // 5 steps of 8 windows of 17 bytes, with the 10% tail held out, fit.
   EXPECT_GT(a.size(), static_cast<size_t>(5 * 8 * 16 / 0.9 + 1));
+}
+
+// The reference on its own: training lowers the loss, and a second run is
+// the same bits.
+TEST_F(GptReference, ReferenceLowersTheLossAndIsDeterministic) {
+  const gpt_case c;
+  const std::string ref = reference_for(c);
+  ASSERT_FALSE(ref.empty());
+  std::vector<double> losses, norms;
+  std::istringstream log(trained_log_["tied_dp1"]);
+  for (std::string l; std::getline(log, l);) {
+    if (l.rfind("step ", 0) != 0) continue;
+    if (const size_t at = l.find("loss "); at != std::string::npos) losses.push_back(std::stod(l.substr(at + 5)));
+    if (const size_t at = l.find("grad_norm "); at != std::string::npos) norms.push_back(std::stod(l.substr(at + 10)));
+  }
+  ASSERT_EQ(losses.size(), 5u) << trained_log_["tied_dp1"];
+  EXPECT_LT(losses.back(), losses.front()) << trained_log_["tied_dp1"];
+  // clip_grad_norm 0.5 does clip: the gradient norms are above it.
+  ASSERT_EQ(norms.size(), 5u) << trained_log_["tied_dp1"];
+  for (double n : norms) EXPECT_GT(n, 0.5) << trained_log_["tied_dp1"];
+  const std::string cfg = write(dir_ / "again.yaml", config_yaml(c, text_, init_for(true)));
+  const std::string again = (dir_ / "again.pt").string();
+  auto r = run(python, {gpt_train, cfg, "--out", again, "--quiet"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  auto same = run(python, {compare, ref, again, "--exact"});
+  EXPECT_EQ(same.code, 0) << describe(same);
 }
 
 // Two stages: the embedding and the tied head on different ranks.
