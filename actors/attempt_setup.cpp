@@ -89,10 +89,41 @@ attempt_plan plan_attempt(const config& cfg, const train_options& opts) {
   return p;
 }
 
+std::pair<int, int> tied_stages(const config& cfg, const attempt_plan& p) {
+  const auto& m = cfg.model;
+  if (m.tie_head < 0) return {-1, -1};
+  auto stage_of = [&](int layer) {
+    for (int k = 0; k < static_cast<int>(p.parts.size()); ++k)
+      if (p.parts[k].first <= layer && layer <= p.parts[k].second) return p.plc.rank_of(k);
+    throw std::logic_error("layer " + std::to_string(layer) + " is in no partition range");
+  };
+  return {stage_of(m.tie_embedding), stage_of(m.tie_head)};
+}
+
+// Per replica, the two-rank group of a tie split over two stages.
+void make_tie_groups(const config& cfg, const attempt_plan& p, replica_groups& out) {
+  const auto [e, h] = tied_stages(cfg, p);
+  if (e == h) return;
+  for (int d = 0; d < p.dp; ++d) {
+    const auto& devs = p.replica_devices.at(d);
+    const std::vector<std::string> pair{devs.at(e), devs.at(h)};
+    const std::string name = "tie replica " + std::to_string(d);
+    allreduce_groups made;
+    try {
+      made = make_allreduce_groups(cfg.parallel.allreduce == "gloo" ? "gloo" : "auto", pair, name);
+    } catch (const collective_error&) {
+      made = make_allreduce_groups("gloo", {"cpu", "cpu"}, name);
+    }
+    out.ties.push_back({std::shared_ptr<allreduce_group>(std::move(made[0])),
+                        std::shared_ptr<allreduce_group>(std::move(made[1]))});
+  }
+}
+
 // One allreduce group per stage rank, over that rank's replicas.
 replica_groups make_replica_groups(const config& cfg, const train_options& opts, const attempt_plan& p) {
   replica_groups out;
   out.groups.resize(p.stages);
+  if (!is_measuring_device(p.replica_devices.at(0).at(0))) make_tie_groups(cfg, p, out);
   if (p.dp <= 1) return out;
   for (int r = 0; r < p.stages; ++r) {
     std::vector<std::string> devs;
@@ -151,6 +182,14 @@ void give_layers(stage_setup& st, const attempt_plan& p, std::vector<layer>& lay
     for (auto& named_param : st.layers.back()->named_parameters()) named.push_back(std::move(named_param));
     st.layers.back()->to(st.device, st.dtype);
   }
+  // The tied copies among this stage's parameters (named in layer order,
+  // every chunk's, as the stage lists them for its optimizer).
+  const auto& m = cfg.model;
+  if (m.tie_head >= 0)
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (named[i].first == std::to_string(m.tie_embedding) + ".wte.weight") st.tie_embedding_param = static_cast<int>(i);
+      if (named[i].first == std::to_string(m.tie_head) + ".weight") st.tie_head_param = static_cast<int>(i);
+    }
   if (rp.ckpt.step < 0) return;
   // By parameter name: a checkpoint resumes under any split into stages.
   try {

@@ -5,6 +5,7 @@
 #include <caf/fwd.hpp>
 
 #include <chrono>
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,10 +69,17 @@ using group_grid = std::vector<std::vector<std::shared_ptr<allreduce_group>>>;  
 
 struct replica_groups {
   group_grid groups;    ///< empty rows when dp = 1
+  /// A tie split over two stages: per replica, the embedding's stage's
+  /// member [0] and the head's [1] (empty otherwise).
+  std::vector<std::array<std::shared_ptr<allreduce_group>, 2>> ties;
   std::string backend;  ///< "gloo" | "nccl"; empty when dp = 1
 };
 
-/// One allreduce group per stage rank, over that rank's replicas.
+/// The stages that hold the tied embedding and lm_head ({-1, -1}: no tie).
+std::pair<int, int> tied_stages(const config& cfg, const attempt_plan& p);
+
+/// One allreduce group per stage rank, over that rank's replicas; and the
+/// tie's groups.
 replica_groups make_replica_groups(const config& cfg, const train_options& opts, const attempt_plan& p);
 
 /// What the stage actor of replica d, rank r is spawned with, less its

@@ -75,6 +75,14 @@ struct stage_setup {
   /// when dp = 1). The step's gradients are summed over it as soon as this
   /// stage's own last backward ran.
   std::shared_ptr<allreduce_group> dp_group;
+  /// A tied embedding and lm_head (model.tie_*): the positions in this
+  /// stage's parameters (every chunk's, in order) of the copies it holds
+  /// (-1: none). Once the step's backwards ran, the copies' gradients are
+  /// summed: here when it holds both, else over `tie_group` with the stage
+  /// that holds the other; then the replicas' allreduce. The head's copy
+  /// is left out of the gradient norm, so the tied weight counts once.
+  int tie_embedding_param = -1, tie_head_param = -1;
+  std::shared_ptr<allreduce_group> tie_group;
   /// With replicas: set when the attempt is torn down (a stage died or the
   /// run hung), so a stage waiting in its allreduce for a peer that will
   /// never come gives up instead of blocking its thread.

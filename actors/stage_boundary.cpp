@@ -19,22 +19,9 @@ namespace actorpipe::stage_detail {
 
 namespace {
 
-// Sums this stage's gradients over its data-parallel replicas. It blocks
-// this stage's thread only: the other stages go on with their cool-down.
-void allreduce_grads(stage_state& s) {
-  if (!s.setup.dp_group) return;
-  s.stats.allreduce_start_ns = now_ns(s);
-  const bool host = s.setup.dp_group->backend() == "gloo" && s.setup.device != "cpu";
-  std::vector<at::Tensor> grads;
-  for (auto& p : s.params) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    // The test hook still joins the collective (the peers would wait for
-    // it) but gives zeros and keeps its own gradient.
-    grads.push_back(s.setup.skip_allreduce ? torch::zeros_like(p, torch::kCPU)
-                    : host                 ? p.grad().to(torch::kCPU)
-                                           : p.grad());
-  }
-  auto work = s.setup.dp_group->allreduce_sum_async(grads, s.queue ? s.queue->native() : nullptr);
+// Waits for a collective of this stage's. With replicas, a torn-down
+// attempt can call the wait off.
+void finish(stage_state& s, std::unique_ptr<allreduce_work> work) {
   if (s.setup.abandon) {
     // Poll instead of blocking, so that a torn-down attempt can call the
     // wait off: yielding at first (a peer that is nearly there), then in
@@ -54,6 +41,49 @@ void allreduce_grads(stage_state& s) {
     }
   }
   work->wait();
+}
+
+// The tied embedding's and head's gradients, summed: both copies then step
+// alike. Between two stages the sum is a two-rank allreduce; a + b is b + a,
+// so both hold the same bits.
+void sum_tied_grads(stage_state& s) {
+  const int e = s.setup.tie_embedding_param, h = s.setup.tie_head_param;
+  if ((e < 0 && h < 0) || !computes(s)) return;
+  torch::NoGradGuard no_grad;
+  auto grad_of = [&](int i) -> at::Tensor& {
+    auto& p = s.params[static_cast<size_t>(i)];
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    return p.mutable_grad();
+  };
+  if (e >= 0 && h >= 0) {  // one stage holds both: no communication
+    auto sum = grad_of(e) + grad_of(h);
+    grad_of(e) = sum;
+    grad_of(h) = sum.clone();
+    return;
+  }
+  auto& g = grad_of(e >= 0 ? e : h);
+  const bool host = s.setup.tie_group->backend() == "gloo" && s.setup.device != "cpu";
+  std::vector<at::Tensor> grads{host ? g.to(torch::kCPU) : g};
+  finish(s, s.setup.tie_group->allreduce_sum_async(grads, s.queue ? s.queue->native() : nullptr));
+  if (host) g.copy_(grads[0]);
+}
+
+// Sums this stage's gradients over its data-parallel replicas. It blocks
+// this stage's thread only: the other stages go on with their cool-down.
+void allreduce_grads(stage_state& s) {
+  if (!s.setup.dp_group) return;
+  s.stats.allreduce_start_ns = now_ns(s);
+  const bool host = s.setup.dp_group->backend() == "gloo" && s.setup.device != "cpu";
+  std::vector<at::Tensor> grads;
+  for (auto& p : s.params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    // The test hook still joins the collective (the peers would wait for
+    // it) but gives zeros and keeps its own gradient.
+    grads.push_back(s.setup.skip_allreduce ? torch::zeros_like(p, torch::kCPU)
+                    : host                 ? p.grad().to(torch::kCPU)
+                                           : p.grad());
+  }
+  finish(s, s.setup.dp_group->allreduce_sum_async(grads, s.queue ? s.queue->native() : nullptr));
   if (host && !s.setup.skip_allreduce) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < grads.size(); ++i) s.params[i].mutable_grad().copy_(grads[i]);
@@ -77,15 +107,19 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& 
 
 void report_grads(stage_ptr self) {
   auto& s = self->state;
+  sum_tied_grads(s);
   allreduce_grads(s);
   grads_report r;
   r.rank = s.setup.rank;
   r.replica = s.setup.replica;
   r.step = s.step;
+  const at::Tensor* head_copy =
+      s.setup.tie_head_param >= 0 ? &s.params[static_cast<size_t>(s.setup.tie_head_param)] : nullptr;
   for (const auto& chunk : s.compute.chunk_params()) {
     std::vector<at::Tensor> norms;
     for (const auto& p : chunk)
-      if (p.grad().defined()) norms.push_back(p.grad().norm(2));
+      if (p.grad().defined())  // the tied weight counts once, as the embedding's
+        norms.push_back(head_copy && p.is_same(*head_copy) ? torch::zeros_like(p.grad().norm(2)) : p.grad().norm(2));
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU, torch::kFloat));
   }
   const auto& loss = s.compute.loss_sum();

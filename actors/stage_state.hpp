@@ -114,7 +114,9 @@ inline int64_t step_of(const stage_state& s, int g) { return g / s.setup.step_mi
 // A host tensor (a microbatch, its targets) on this stage's device as
 // `dtype`. On CUDA it goes through pinned memory without blocking: a plain
 // copy from pageable memory would wait for everything queued before it.
+// Integer tensors (tokens, targets) keep their type.
 inline at::Tensor on_device(const stage_state& s, const at::Tensor& t, at::ScalarType dtype) {
+  if (!t.is_floating_point()) dtype = t.scalar_type();
   if (s.queue && !t.is_cuda()) return t.pin_memory().to(torch::Device(s.setup.device), dtype, /*non_blocking=*/true);
   return t.to(torch::Device(s.setup.device), dtype);
 }

@@ -64,9 +64,9 @@ namespace {
 // An abandoned collective still runs inside its group (until the group's
 // timeout); destroying the group would wait for it. Keep every group of a
 // failed attempt for the life of the process.
-void keep_for_good(const group_grid& groups) {
+void keep_for_good(const replica_groups& groups) {
   static std::mutex kept_mutex;
-  static auto* kept = new std::vector<group_grid>();
+  static auto* kept = new std::vector<replica_groups>();
   std::lock_guard<std::mutex> lock(kept_mutex);
   kept->push_back(groups);
 }
@@ -93,6 +93,11 @@ std::vector<caf::actor> spawn_stages(caf::actor_system& sys, const config& cfg, 
     for (int r = 0; r < p.stages; ++r) {
       stage_setup st = stage_setup_for(cfg, opts, p, d, r);
       if (p.dp > 1) st.dp_group = groups.groups[r][d];
+      if (!groups.ties.empty()) {
+        const auto [e, h] = tied_stages(cfg, p);
+        if (r == e) st.tie_group = groups.ties[d][0];
+        if (r == h) st.tie_group = groups.ties[d][1];
+      }
       st.abandon = abandon;
       give_layers(st, p, layers, rp, cfg);
       st.origin = origin;
@@ -161,7 +166,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
   // With replicas, a failed attempt (a death, a hang) may leave stages
   // waiting in allreduces that will never complete; this tells them to give
   // up, so that the attempt can be torn down.
-  auto abandon = plan.dp > 1 ? std::make_shared<std::atomic<bool>>(false) : nullptr;
+  auto abandon = plan.dp > 1 || !groups.ties.empty() ? std::make_shared<std::atomic<bool>>(false) : nullptr;
 
   caf::actor_system_config sys_cfg;
   add_run_error_category(sys_cfg);
@@ -180,7 +185,7 @@ train_output run_attempt(const config& cfg, const train_options& opts, const che
   attempt_outcome res = wire_and_run(sys, actors, plan.stages, plan.dp, [&] {
     if (!abandon) return;
     abandon->store(true);
-    keep_for_good(groups.groups);
+    keep_for_good(groups);
   });
   if (res.failure.code != run_errc::none) throw_run_error(std::move(res.failure));
   res.out.result.allreduce = groups.backend;

@@ -30,11 +30,22 @@ struct source_mark {
 
 /// One entry of model.layers. Unused fields stay at their defaults.
 struct layer_spec {
-  std::string type;  ///< linear | relu | gelu | tanh | dropout | layernorm
+  /// linear | relu | gelu | tanh | dropout | layernorm | embedding |
+  /// gpt_block | lm_head (the transformer layers of
+  /// tests/reference/gpt_reference.py)
+  std::string type;
   int64_t in = 0;    ///< linear
   int64_t out = 0;   ///< linear
-  double p = 0.0;    ///< dropout probability
-  int64_t dim = 0;   ///< layernorm normalized size
+  double p = 0.0;    ///< dropout probability (dropout; embedding's and gpt_block's `dropout`)
+  int64_t dim = 0;   ///< layernorm normalized size; embedding, gpt_block, lm_head width
+  int64_t vocab = 0;       ///< embedding, lm_head
+  int64_t max_seq = 0;     ///< embedding: positions
+  int64_t heads = 0;       ///< gpt_block
+  int64_t mlp_hidden = 0;  ///< gpt_block (default 4 dim)
+  bool tie = false;        ///< lm_head: shares the embedding's wte.weight
+  /// The config entry it came from ("model.layers[1]"): `repeat: n`
+  /// expands one entry into n layers.
+  std::string key;
 };
 
 struct optimizer_config {
@@ -56,12 +67,16 @@ struct lr_schedule_config {
 struct model_config {
   std::vector<layer_spec> layers;
   std::string init_from;  ///< resolved path, empty = seeded default init
+  /// An lm_head with tie: true: the embedding's layer index and the head's
+  /// (-1 without a tie). Each holds a copy; their gradients are summed.
+  int tie_embedding = -1, tie_head = -1;
   /// Parameters, activations and gradients: float32 | bfloat16 | float16.
   std::string dtype = "float32";
 };
 
 struct data_config {
-  std::string kind = "synthetic";  ///< csv | tensors | synthetic
+  std::string kind = "synthetic";  ///< csv | tensors | synthetic | text (bytes are the tokens)
+  int64_t seq_len = 0;             ///< text: tokens per sample
   std::string path;                ///< resolved path (csv, tensors)
   double test_fraction = 0.2;
   /// tail: the last test_fraction of the rows are held out (file order).

@@ -26,6 +26,7 @@ namespace {
 /// fixes it too). 0 when the model does not say.
 int64_t model_inputs(const config& cfg) {
   for (const auto& l : cfg.model.layers) {
+    if (l.type == "embedding") return 0;  // tokens
     if (l.type == "linear") return l.in;
     if (l.type == "layernorm") return l.dim;
   }
@@ -36,6 +37,7 @@ int64_t model_inputs(const config& cfg) {
 int64_t model_classes(const config& cfg) {
   for (auto it = cfg.model.layers.rbegin(); it != cfg.model.layers.rend(); ++it)
     if (it->type == "linear") return it->out;
+    else if (it->type == "lm_head") return it->vocab;
   return 0;
 }
 
@@ -169,6 +171,47 @@ table read_csv(const config& cfg) {
 }
 
 /// A torch.save'd dict with "x" [N, F] floats and "y" [N] integers.
+std::string read_file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(quoted_input(path, "", 4096) + ": " + std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw std::runtime_error(quoted_input(path, "", 4096) + ": read error");
+  return out;
+}
+
+// kind: text. The file's bytes are the tokens; sample i is bytes
+// [i T, (i + 1) T + 1): x its first T, y its last T (the next byte of each).
+table read_text(const config& cfg) {
+  const std::string& path = cfg.data.path;
+  const std::string shown = quoted_input(path, "", 4096);
+  std::string bytes;
+  try {
+    bytes = read_file_bytes(path);
+  } catch (const std::exception& e) {
+    throw cfg.error_at("data.path", e.what());
+  }
+  const int64_t T = cfg.data.seq_len;
+  const auto size = static_cast<int64_t>(bytes.size());
+  const int64_t n = size > 0 ? (size - 1) / T : 0;
+  if (n < cfg.train.batch_size)
+    throw cfg.error_at("data.path", shown + " holds " + std::to_string(size) + " bytes: " + std::to_string(n) +
+                                        " samples of data.seq_len " + std::to_string(T) +
+                                        " (+1), fewer than one batch of train.batch_size " +
+                                        std::to_string(cfg.train.batch_size));
+  auto raw = at::empty({size}, at::kByte);
+  std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+  raw = raw.to(at::kLong);
+  table t;
+  t.x = raw.slice(0, 0, n * T).view({n, T}).clone();
+  t.y = raw.slice(0, 1, n * T + 1).view({n, T}).clone();
+  return t;
+}
+
 table read_tensors(const config& cfg) {
   const std::string& path = cfg.data.path;
   named_tensors loaded;
@@ -243,6 +286,8 @@ dataset load_dataset(const config& cfg) {
     t = read_tensors(cfg);
   else if (synthetic)
     t = make_synthetic(cfg);
+  else if (dc.kind == "text")
+    t = read_text(cfg);
   else
     throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) + " (csv, tensors, synthetic)");
 
@@ -295,7 +340,7 @@ dataset load_dataset(const config& cfg) {
   d.test_x = t.x.slice(0, n_train, n).contiguous();
   d.test_y = t.y.slice(0, n_train, n).contiguous();
 
-  if (dc.normalize == "standard") {
+  if (dc.normalize == "standard" && dc.kind != "text") {
     // Train statistics only: the test set must not leak into training.
     const at::Tensor mean = d.train_x.mean(0, /*keepdim=*/true);
     at::Tensor std = d.train_x.std(0, /*unbiased=*/false, /*keepdim=*/true);

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,13 @@ struct forward_ctx {
 /// model.dtype as a tensor type.
 at::ScalarType parameter_dtype(const model_config& m);
 
+/// softmax(q k^T / sqrt(d) + causal mask) v over [b, heads, T, d/heads];
+/// `drop_probs`, when given, is applied to the attention probabilities.
+/// LibTorch 2.x runs the fused scaled_dot_product_attention when there is
+/// no dropout; 1.13 (CPU, CI) the explicit matmul, mask and softmax.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::function<at::Tensor(const at::Tensor&)>& drop_probs);
+
 /// One layer of the network with its global index.
 class layer {
 public:
@@ -40,11 +48,13 @@ public:
   /// (local name, tensor): "weight", "bias"; empty for parameterless layers.
   std::vector<std::pair<std::string, at::Tensor>> parameters() const;
   int64_t parameter_count() const;
-  /// Number of parameter tensors (0, or 2 for weight and bias).
+  /// Number of parameter tensors (0; 2 for weight and bias; a transformer
+  /// layer's: 2 embedding, 12 gpt_block, 1 lm_head).
   int parameter_tensors() const;
   void to(const std::string& device, at::ScalarType dtype = at::kFloat);
 
 private:
+  at::Tensor transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params) const;
   struct impl;
   int index_;
   layer_spec spec_;
@@ -88,5 +98,11 @@ void sort_by_layer(std::vector<std::pair<std::string, at::Tensor>>& params);
 
 /// Parameter count of each layer spec (without building anything).
 std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs);
+
+/// Multiply-adds per token (per sample for an MLP) of each layer: what the
+/// default partition balances. A linear or layernorm costs its parameter
+/// count; an embedding a gather (2 dim), whatever its table's size; a
+/// gpt_block its matmuls plus attention's 2 seq_len dim.
+std::vector<int64_t> layer_compute_costs(const std::vector<layer_spec>& specs, int64_t seq_len);
 
 }  // namespace actorpipe

@@ -61,7 +61,10 @@ partition_t balanced_partition(const std::vector<int64_t>& costs, int stages) {
 
 partition_t partition_for(const config& cfg) {
   if (!cfg.pipeline.partition.empty()) return cfg.pipeline.partition;
-  return balanced_partition(layer_parameter_counts(cfg.model.layers),
+  // Balanced by compute, not parameters: an embedding's table is large and
+  // its work small; attention's work grows with the sequence.
+  const int64_t seq = cfg.data.seq_len > 0 ? cfg.data.seq_len : 1;
+  return balanced_partition(layer_compute_costs(cfg.model.layers, seq),
                             cfg.pipeline.stages * cfg.pipeline.virtual_stages);
 }
 

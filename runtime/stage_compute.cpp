@@ -37,8 +37,12 @@ void stage_compute::begin_step() {
   samples_ = 0;
 }
 
+// Mean cross-entropy over every position of the microbatch (a language
+// model's logits are [b, T, V]), weighted by its share of the batch.
 at::Tensor stage_compute::loss_of(const at::Tensor& logits, const at::Tensor& y) const {
   const double weight = static_cast<double>(logits.size(0)) / static_cast<double>(shape_.batch_size);
+  if (logits.dim() > 2)
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1})) * weight;
   return torch::nn::functional::cross_entropy(logits, y) * weight;
 }
 
@@ -69,10 +73,10 @@ stage_compute::forward_out stage_compute::forward(int chunk, int mb, const forwa
     r.loss = loss_of(r.out, yd);
     if (tally) {
       auto l = r.loss.detach().to(torch::kDouble);
-      auto c = r.out.argmax(1).eq(yd).sum();
+      auto c = r.out.argmax(-1).eq(yd).sum();
       loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
       correct_sum_ = correct_sum_.defined() ? correct_sum_ + c : c;
-      samples_ += yd.size(0);
+      samples_ += yd.numel();  // positions: a sequence predicts each of its tokens
     }
     e.output = shape_.recompute ? at::Tensor() : r.loss;
   } else if (!shape_.recompute) {
@@ -194,10 +198,11 @@ eval_numbers stage_compute::eval_loss(const at::Tensor& logits, const at::Tensor
   torch::NoGradGuard no_grad;
   auto y = shape_.to_device(y_host, y_host.scalar_type());
   eval_numbers r;
-  r.total = y.size(0);
-  r.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
+  r.total = y.numel();  // positions: the loss is per token (per byte for text)
+  r.correct = logits.argmax(-1).eq(y).sum().item<int64_t>();
   r.loss_sum = torch::nn::functional::cross_entropy(
-                   logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   logits.reshape({-1, logits.size(-1)}), y.reshape({-1}),
+                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                    .item<double>();
   return r;
 }

@@ -8,6 +8,7 @@ namespace actorpipe::config_detail {
 
 // cross_checks.cpp: data vs model, parallel vs train, what a schedule
 // without a flush cannot do, faults vs pipeline and parallel.
+void text_data_matches_the_model(const reader& r);
 void synthetic_features_match_the_model(const reader& r);
 void synthetic_classes_fit_the_model(const reader& r);
 void replicas_fit_the_batch(const reader& r);

@@ -14,6 +14,7 @@ namespace actorpipe::config_detail {
 
 const std::vector<cross_check>& cross_checks() {
   static const std::vector<cross_check> checks{
+      {"text_data_matches_the_model", text_data_matches_the_model},
       {"synthetic_features_match_the_model", synthetic_features_match_the_model},
       {"synthetic_classes_fit_the_model", synthetic_classes_fit_the_model},
       {"replicas_fit_the_batch", replicas_fit_the_batch},
@@ -44,6 +45,27 @@ const std::vector<cross_check>& cross_checks() {
 }
 
 // -- data vs model -------------------------------------------------------------
+
+// Tokens in, byte by byte: the text kind and an embedding go together.
+void text_data_matches_the_model(const reader& r) {
+  const auto& d = r.cfg().data;
+  const auto& layers = r.cfg().model.layers;
+  const bool embeds = layers.front().type == "embedding";
+  if (d.kind == "text" && !embeds)
+    r.fail_key("data.kind", "text gives byte tokens; the model's first layer must be an embedding, not " +
+                                layers.front().type);
+  if (d.kind != "text" && embeds)
+    r.fail_key(layers.front().key + ".type", "an embedding takes tokens; use data.kind text, not " + d.kind);
+  if (!embeds) return;
+  const auto& e = layers.front();
+  if (e.vocab != 256) r.fail_key(e.key + ".vocab", "is " + std::to_string(e.vocab) + "; data.kind text has 256 byte tokens");
+  for (const auto& l : layers)
+    if (l.type == "lm_head" && l.vocab != 256)
+      r.fail_key(l.key + ".vocab", "is " + std::to_string(l.vocab) + "; data.kind text has 256 byte tokens");
+  if (d.seq_len > e.max_seq)
+    r.fail_key("data.seq_len", std::to_string(d.seq_len) + " exceeds " + e.key + ".max_seq " +
+                                   std::to_string(e.max_seq));
+}
 
 void synthetic_features_match_the_model(const reader& r) {
   const auto& d = r.cfg().data;

@@ -7,8 +7,16 @@ namespace actorpipe::config_detail {
 void read_data(reader& r, const entry* e) {
   auto& d = r.cfg().data;
   const section s = r.read_map(e ? e->value : Node(), "data",
-                               {"kind", "path", "test_fraction", "split", "shuffle", "normalize", "synthetic"});
-  r.read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic"}, d.kind);
+                               {"kind", "path", "test_fraction", "split", "shuffle", "normalize", "synthetic", "seq_len"});
+  r.read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic", "text"}, d.kind);
+  if (d.kind == "text") {
+    if (!s.has("seq_len")) r.fail(r.cfg().marks.at("data.kind"), "data.seq_len", "required when data.kind is text");
+    r.read_int(s, "seq_len", d.seq_len);
+    if (d.seq_len < 1) r.fail_key("data.seq_len", "must be positive, found " + std::to_string(d.seq_len));
+    r.size_in_range("data.seq_len", d.seq_len, 1);
+  } else if (s.has("seq_len")) {
+    r.fail_key("data.seq_len", "only used when data.kind is text, not " + d.kind);
+  }
   const bool from_file = d.kind != "synthetic";
   if (from_file) {
     // The kind is what makes the path required, so point there.
@@ -16,7 +24,7 @@ void read_data(reader& r, const entry* e) {
     r.read_file_path(s, "path", d.path);
     if (s.has("synthetic")) r.fail_key("data.synthetic", "only used when data.kind is synthetic, not " + d.kind);
   } else if (s.has("path")) {
-    r.fail_key("data.path", "only used when data.kind is csv or tensors, not synthetic");
+    r.fail_key("data.path", "only used when data.kind is csv, tensors or text, not synthetic");
   }
   static const std::vector<field<data_config>> fields{
       {"test_fraction", &data_config::test_fraction, rule::fraction()},

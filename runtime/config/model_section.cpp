@@ -9,9 +9,10 @@ namespace actorpipe::config_detail {
 
 namespace {
 
-const std::vector<std::string> layer_types{"linear", "relu", "gelu", "tanh", "dropout", "layernorm"};
+const std::vector<std::string> layer_types{"linear",    "relu",      "gelu",     "tanh",   "dropout",
+                                           "layernorm", "embedding", "gpt_block", "lm_head"};
 
-/// A linear's in/out or a layernorm's dim: required, positive, at most 2^31.
+/// A width: required, positive, at most 2^31.
 void read_width(const reader& r, const section& s, const std::string& type, const std::string& name, int64_t& out) {
   const std::string key = s.path + "." + name;
   if (!r.read_int(s, name, out)) r.fail_key(key, "required for a " + type + " layer");
@@ -19,20 +20,39 @@ void read_width(const reader& r, const section& s, const std::string& type, cons
   r.size_in_range(key, out, 1);
 }
 
+// Which layer type a key belongs to, for "only used by" messages.
+std::string owner_of(const std::string& k) {
+  if (k == "p") return "dropout";
+  if (k == "in" || k == "out") return "linear";
+  if (k == "vocab" || k == "max_seq") return "embedding";
+  if (k == "heads" || k == "mlp_hidden") return "gpt_block";
+  if (k == "tie") return "lm_head";
+  if (k == "dropout") return "embedding or gpt_block";
+  return "layernorm";
+}
+
 void read_layer(reader& r, const Node& node, size_t index) {
   const std::string path = item("model.layers", index);
   r.mark(path, node);
   if (!node.IsMap()) r.fail(node, path, "expected a map like {type: relu}, found " + describe(node));
-  const section s = r.read_map(node, path, {"type", "in", "out", "p", "dim"});
+  const section s = r.read_map(node, path,
+                               {"type", "in", "out", "p", "dim", "vocab", "max_seq", "heads", "mlp_hidden",
+                                "dropout", "tie", "repeat"});
   layer_spec layer;
+  layer.key = path;
   if (!s.has("type")) r.fail_key(path + ".type", "required (one of: " + join(layer_types) + ")");
   r.read_choice(s, "type", "layer type", layer_types, layer.type);
 
   static const std::map<std::string, std::vector<std::string>> keys{
-      {"linear", {"type", "in", "out"}}, {"dropout", {"type", "p"}}, {"layernorm", {"type", "dim"}}};
+      {"linear", {"type", "in", "out", "repeat"}},
+      {"dropout", {"type", "p", "repeat"}},
+      {"layernorm", {"type", "dim", "repeat"}},
+      {"embedding", {"type", "vocab", "dim", "max_seq", "dropout", "repeat"}},
+      {"gpt_block", {"type", "dim", "heads", "mlp_hidden", "dropout", "repeat"}},
+      {"lm_head", {"type", "vocab", "dim", "tie", "repeat"}}};
   auto it = keys.find(layer.type);
-  r.only_keys(s, it == keys.end() ? std::vector<std::string>{"type"} : it->second, "a " + layer.type + " layer",
-              [](const std::string& k) { return k == "p" ? "dropout" : k == "dim" ? "layernorm" : "linear"; });
+  r.only_keys(s, it == keys.end() ? std::vector<std::string>{"type", "repeat"} : it->second, "a " + layer.type + " layer",
+              owner_of);
 
   if (layer.type == "linear") {
     read_width(r, s, layer.type, "in", layer.in);
@@ -41,37 +61,91 @@ void read_layer(reader& r, const Node& node, size_t index) {
     read_width(r, s, layer.type, "dim", layer.dim);
   } else if (layer.type == "dropout") {
     if (r.read_number(s, "p", layer.p)) r.unit_interval(path + ".p", layer.p);
+  } else if (layer.type == "embedding") {
+    read_width(r, s, layer.type, "vocab", layer.vocab);
+    read_width(r, s, layer.type, "dim", layer.dim);
+    read_width(r, s, layer.type, "max_seq", layer.max_seq);
+    if (r.read_number(s, "dropout", layer.p)) r.unit_interval(path + ".dropout", layer.p);
+  } else if (layer.type == "gpt_block") {
+    read_width(r, s, layer.type, "dim", layer.dim);
+    read_width(r, s, layer.type, "heads", layer.heads);
+    if (layer.dim % layer.heads != 0)
+      r.fail_key(path + ".heads", std::to_string(layer.heads) + " heads do not divide dim " +
+                                      std::to_string(layer.dim));
+    layer.mlp_hidden = 4 * layer.dim;
+    if (s.has("mlp_hidden")) read_width(r, s, layer.type, "mlp_hidden", layer.mlp_hidden);
+    if (r.read_number(s, "dropout", layer.p)) r.unit_interval(path + ".dropout", layer.p);
+  } else if (layer.type == "lm_head") {
+    read_width(r, s, layer.type, "vocab", layer.vocab);
+    read_width(r, s, layer.type, "dim", layer.dim);
+    r.read_bool(s, "tie", layer.tie);
   }
-  r.cfg().model.layers.push_back(layer);
+  int64_t repeat = 1;
+  if (r.read_int(s, "repeat", repeat)) {
+    if (repeat < 1) r.fail_key(path + ".repeat", "must be at least 1, found " + std::to_string(repeat));
+    if (repeat > 100000) r.fail_key(path + ".repeat", std::to_string(repeat) + " layers is more than 100000");
+    if (layer.tie && repeat > 1) r.fail_key(path + ".repeat", "a tied lm_head cannot repeat");
+  }
+  for (int64_t i = 0; i < repeat; ++i) r.cfg().model.layers.push_back(layer);
 }
 
 /// Chains the widths and records the model's input and output width for
 /// the synthetic data.
 void check_layer_shapes(reader& r) {
-  // Activations (relu, dropout, ...) keep the width; linear and layernorm fix it.
+  // Activations (relu, dropout, ...) keep the width; the others fix it.
   read_facts& f = r.facts();
+  auto& m = r.cfg().model;
   int64_t width = 0;
-  const auto& layers = r.cfg().model.layers;
+  const auto& layers = m.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
-    const std::string path = item("model.layers", i);
-    const bool is_linear = l.type == "linear";
-    if (!is_linear && l.type != "layernorm") continue;
-    const int64_t in = is_linear ? l.in : l.dim;
-    const std::string in_key = path + (is_linear ? ".in" : ".dim");
+    const std::string& path = l.key;
+    if (l.type == "embedding") {
+      if (i != 0)
+        r.fail_key(path + ".type", "an embedding takes tokens; it must be the first layer, not layer " +
+                                       std::to_string(i));
+      if (m.tie_embedding < 0) m.tie_embedding = 0;
+      width = l.dim;
+      continue;
+    }
+    int64_t in = 0, out = 0;
+    std::string in_key;
+    if (l.type == "linear") {
+      in = l.in, out = l.out, in_key = path + ".in";
+    } else if (l.type == "layernorm" || l.type == "gpt_block") {
+      in = out = l.dim, in_key = path + ".dim";
+    } else if (l.type == "lm_head") {
+      in = l.dim, out = l.vocab, in_key = path + ".dim";
+    } else {
+      continue;
+    }
     if (width == 0) {
       f.input_width = in;
       f.input_key = in_key;
     } else if (in != width) {
       r.fail_key(in_key, std::to_string(in) + " does not match the previous output " + std::to_string(width));
     }
-    width = is_linear ? l.out : l.dim;
-    if (is_linear) {
-      f.output_width = l.out;
-      f.output_key = path + ".out";
+    width = out;
+    if (l.type == "linear" || l.type == "lm_head") {
+      f.output_width = out;
+      f.output_key = path + (l.type == "linear" ? ".out" : ".vocab");
+    }
+    if (l.type == "lm_head" && l.tie) {
+      if (m.tie_embedding < 0)
+        r.fail_key(path + ".tie", "ties the head to the embedding's wte.weight, but the model has no embedding layer");
+      const auto& e = layers[static_cast<size_t>(m.tie_embedding)];
+      if (e.vocab != l.vocab)
+        r.fail_key(path + ".vocab", std::to_string(l.vocab) + " differs from the tied embedding's vocab " +
+                                        std::to_string(e.vocab));
+      if (e.dim != l.dim)
+        r.fail_key(path + ".dim", std::to_string(l.dim) + " differs from the tied embedding's dim " +
+                                      std::to_string(e.dim));
+      m.tie_head = static_cast<int>(i);
     }
   }
-  if (f.output_width == 0) r.fail_key("model.layers", "has no linear layer; the model has nothing to train");
+  if (m.tie_head < 0) m.tie_embedding = -1;
+  if (f.output_width == 0)
+    r.fail_key("model.layers", "has no linear or lm_head layer; the model has nothing to train");
 }
 
 }  // namespace
