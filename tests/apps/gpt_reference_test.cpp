@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -222,6 +223,9 @@ protected:
     ASSERT_FALSE(got.empty());
     auto r = run(python, {compare, got, ref, "--tol", "2e-5"});
     EXPECT_EQ(r.code, 0) << name << " (actorpipe) vs the reference:\n" << describe(r);
+    // The verdict line (the largest difference and its key), for the log.
+    if (const size_t at = r.out.rfind("overall"); at != std::string::npos)
+      std::cout << "  " << name << ": " << r.out.substr(at);
   }
 
   fs::path dir_;
@@ -301,6 +305,11 @@ TEST_F(GptReference, WithDropoutEverySynchronousScheduleSavesTheSameBits) {
   // The weights moved away from the init (dropout did not silence training).
   auto moved = run(python, {compare, saved.front(), init, "--tol", "0"});
   EXPECT_EQ(moved.code, 1) << describe(moved);
+  // Dropout is in play: the weights are not those of the same run without it.
+  const std::string without = reference_for(gpt_case{});
+  ASSERT_FALSE(without.empty());
+  auto dropped = run(python, {compare, saved.front(), without, "--tol", "2e-5"});
+  EXPECT_EQ(dropped.code, 1) << "dropout 0.1 ended within 2e-5 of dropout 0:\n" << describe(dropped);
   for (size_t i = 1; i < cases.size(); ++i) {
     if (saved[i].empty()) continue;
     auto r = run(python, {compare, saved.front(), saved[i], "--exact"});
