@@ -116,6 +116,32 @@ std::map<int, std::shared_ptr<allreduce_group>> join_replica_groups(const rank_p
   return out;
 }
 
+// The tie's two-rank group of each replica whose embedding and head sit on
+// two stages, this rank's members by slot index; after the replica groups,
+// in replica order on every rank.
+std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_placement& places, int rank,
+                                                               std::pair<int, int> tied, const kv_store_ptr& store,
+                                                               const std::string& prefix, const std::string& host,
+                                                               milliseconds timeout) {
+  std::map<int, std::shared_ptr<allreduce_group>> out;
+  const auto [e, h] = tied;
+  if (e == h) return out;
+  const auto mine = places.owned(rank);
+  for (int d = 0; d < places.dp(); ++d) {
+    std::vector<int> members, slots;
+    for (const auto& s : mine)
+      if (s.replica == d && (s.stage == e || s.stage == h)) {
+        members.push_back(s.stage == e ? 0 : 1);
+        slots.push_back(d * places.pp() + s.stage);
+      }
+    if (members.empty()) continue;
+    auto made = join_gloo_groups(store, prefix + "/actorpipe/tie/replica_" + std::to_string(d), members, 2, host,
+                                 timeout);
+    for (size_t i = 0; i < members.size(); ++i) out[slots[i]] = std::shared_ptr<allreduce_group>(std::move(made[i]));
+  }
+  return out;
+}
+
 // -- rank 0 -----------------------------------------------------------------------
 
 // Wires every stage, runs the driver, collects replica 0's weights.
@@ -170,6 +196,7 @@ struct rank_runtime {
   kv_store_ptr store;
   std::shared_ptr<tensor_channel> channel;
   std::map<int, std::shared_ptr<allreduce_group>> groups;
+  std::map<int, std::shared_ptr<allreduce_group>> ties;  // the tied copies' groups, by slot
   caf::actor_system_config sc;
   std::unique_ptr<caf::actor_system> sys;
 };
@@ -252,6 +279,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   }
   try {
     groups = join_replica_groups(places, env.rank, store, env.store_prefix, host, timeout);
+    rt.ties = join_tie_groups(places, env.rank, tied_stages(cfg, plan), store, env.store_prefix, host, timeout);
   } catch (const collective_error& e) {
     throw rendezvous_error(e.what());
   }
@@ -276,6 +304,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
     stage_setup st = stage_setup_for(cfg, opts, plan, slot.replica, slot.stage);
     const int index = slot.replica * plan.stages + slot.stage;
     if (plan.dp > 1) st.dp_group = groups.at(index);
+    if (auto tie = rt.ties.find(index); tie != rt.ties.end()) st.tie_group = tie->second;
     st.abandon = abandon;
     give_layers(st, plan, layers, rp, cfg);
     st.origin = origin;

@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -9,6 +11,8 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "runtime/model.hpp"
+#include "runtime/partition.hpp"
 #include "runtime/policies/fixed_order.hpp"
 #include "runtime/policies/registry.hpp"
 #include "runtime/policy.hpp"
@@ -52,6 +56,8 @@ const command_spec simulate_spec = {
 struct sim_setup {
   int stages = 4, microbatches = 8, chunks = 1, max_inflight = 0;
   std::string schedule = "1f1b";
+  /// The config's, when one was given and the flags keep its stages.
+  std::optional<config> cfg;
 };
 
 /// --schedule NAME: any registered policy simulates, also one the runtime
@@ -76,6 +82,7 @@ sim_setup read_setup(args& a) {
     s.schedule = cfg.pipeline.schedule;
     chunks_from_config = cfg.pipeline.virtual_stages;
     s.max_inflight = cfg.pipeline.max_inflight;
+    s.cfg = std::move(cfg);
   }
   if (a.has("--max-inflight"))
     s.max_inflight = static_cast<int>(parse_count("--max-inflight", a.options["--max-inflight"]));
@@ -97,7 +104,41 @@ sim_setup read_setup(args& a) {
     throw usage_error("--virtual-stages " + std::to_string(s.chunks) + ": schedule " + s.schedule + " runs " +
                       std::to_string(pol->chunks()) + " chunks per stage");
   if (const schedule_traits* t = find_schedule(s.schedule); t && t->one_microbatch) s.microbatches = 1;
+  if (s.cfg && (s.cfg->pipeline.stages != s.stages || s.cfg->pipeline.virtual_stages != s.chunks)) s.cfg.reset();
   return s;
+}
+
+/// A transformer config without --stage-factors: each stage's share of the
+/// model's compute (multiply-adds per token of its layers, as the default
+/// partition balances them) becomes its cost factor, and the stage that
+/// bounds the step is named, from the model alone.
+void model_stage_factors(const sim_setup& s, cost_model& cost) {
+  if (!s.cfg || !cost.stage_factor.empty()) return;
+  const config& cfg = *s.cfg;
+  const bool transformer = std::any_of(cfg.model.layers.begin(), cfg.model.layers.end(), [](const layer_spec& l) {
+    return l.type == "gpt_block" || l.type == "embedding" || l.type == "lm_head";
+  });
+  auto pol = make_policy(s.schedule, policy_options{s.chunks, s.max_inflight});
+  if (!transformer || !pol) return;
+  const placement plc = pol->layout(s.stages);
+  const auto costs = layer_compute_costs(cfg.model.layers, cfg.data.seq_len > 0 ? cfg.data.seq_len : 1);
+  const partition_t parts = partition_for(cfg);
+  std::vector<double> per_stage(static_cast<size_t>(s.stages), 0.0);
+  for (int k = 0; k < static_cast<int>(parts.size()); ++k)
+    for (int i = parts[k].first; i <= parts[k].second; ++i)
+      per_stage[static_cast<size_t>(plc.rank_of(k))] += static_cast<double>(costs[static_cast<size_t>(i)]);
+  double mean = 0.0;
+  for (double c : per_stage) mean += c / static_cast<double>(s.stages);
+  if (!(mean > 0)) return;
+  size_t top = 0;
+  std::string line = "model compute per stage (multiply-adds per token):";
+  for (size_t r = 0; r < per_stage.size(); ++r) {
+    cost.stage_factor.push_back(per_stage[r] / mean);
+    if (per_stage[r] > per_stage[top]) top = r;
+    line += " " + std::to_string(r) + ": " + fmt("%.3gM", per_stage[r] / 1e6);
+  }
+  std::printf("%s\nstage %zu bounds the step: %.2f x the mean stage (the stage factors of this simulation)\n",
+              line.c_str(), top, per_stage[top] / mean);
 }
 
 /// --cost and --stage-factors.
@@ -174,7 +215,8 @@ int cmd_simulate(int argc, char** argv) {
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
   check_outputs(a, {"--svg", "--export"});
   const sim_setup s = read_setup(a);
-  const cost_model cost = read_cost(a, s.stages);
+  cost_model cost = read_cost(a, s.stages);
+  model_stage_factors(s, cost);
   auto t0 = std::chrono::steady_clock::now();
   int64_t stream_steps = 1;
   sim_result r = a.has("--import") ? simulate_imported(a.options["--import"], s, cost)

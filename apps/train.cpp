@@ -1,6 +1,7 @@
 // actorpipe train: one run of a config, its fault report, and the files it
 // was asked for.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -242,6 +243,9 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--verify-against-clean") && !verify_against_clean(cfg, out)) return exit_failed;
   print_checkpoints_and_allreduce(out.result);
   std::fputs(format_comparison({out.result}).c_str(), stdout);
+  if (cfg.data.kind == "text" && out.result.test_accuracy >= 0)
+    std::printf("held-out loss %.4f nats per byte (%.3f bits per byte)\n", out.result.test_loss,
+                out.result.test_loss / std::log(2.0));
   output_writer writer(a);
   writer.save("--save", [&](const std::string& path) {
     save_tensors(path, out.weights);

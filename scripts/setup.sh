@@ -10,7 +10,8 @@ if ! declare -p ACTORPIPE_CMAKE_ARGS >/dev/null 2>&1; then ACTORPIPE_CMAKE_ARGS=
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev nlohmann-json3-dev libcli11-dev python3-torch python3-sklearn
-          libopenblas0-openmp)  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
+          libopenblas0-openmp
+          fortunes)  # the fortune-cookie texts: configs/gpt_fortunes.yaml trains a byte-level GPT on them  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
 # scripts/test also opens the HTML report in a real headless browser.
 if [ "${ACTORPIPE_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi
 
@@ -50,5 +51,21 @@ build_targets() {
   fi
 }
 
+# configs/gpt_fortunes.yaml reads every fortune file of Debian's fortunes
+# package as one text, in name order, without the '%' lines between cookies.
+fetch_fortunes() {
+  local dir=/usr/share/games/fortunes out="$ROOT/data/fortunes.txt"
+  mkdir -p "$ROOT/data"
+  if [ -s "$out" ]; then return; fi
+  local files=()
+  for f in "$dir"/*; do
+    case "$f" in *.dat|*.u8) continue ;; esac
+    [ -f "$f" ] && [ ! -L "$f" ] && files+=("$f")
+  done
+  cat "${files[@]}" | grep -v '^%$' > "$out.tmp"
+  mv "$out.tmp" "$out"
+}
+
 install_missing
 fetch_digits
+fetch_fortunes

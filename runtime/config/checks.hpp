@@ -14,6 +14,7 @@ void synthetic_classes_fit_the_model(const reader& r);
 void replicas_fit_the_batch(const reader& r);
 void replicas_need_a_flush(const reader& r);
 void clipping_needs_a_flush(const reader& r);
+void tie_needs_a_flush(const reader& r);
 void checkpoints_need_a_flush(const reader& r);
 void fault_stages_exist(const reader& r);
 void fault_replicas_exist(const reader& r);

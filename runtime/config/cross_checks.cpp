@@ -28,6 +28,7 @@ const std::vector<cross_check>& cross_checks() {
       {"replica_shares_split_into_microbatches", replica_shares_split_into_microbatches},
       {"replicas_need_a_flush", replicas_need_a_flush},
       {"clipping_needs_a_flush", clipping_needs_a_flush},
+      {"tie_needs_a_flush", tie_needs_a_flush},
       {"device_lists_match_the_replicas", device_lists_match_the_replicas},
       {"devices_match_the_stages", devices_match_the_stages},
       {"measuring_devices_run_every_stage", measuring_devices_run_every_stage},
@@ -115,6 +116,15 @@ void clipping_needs_a_flush(const reader& r) {
     r.fail_key(r.cfg().marks.count("train.clip_grad_norm") ? "train.clip_grad_norm" : "pipeline.schedule",
                sched.display + " steps each stage on its own, with no global gradient norm to clip by; "
                                "leave train.clip_grad_norm out");
+}
+
+void tie_needs_a_flush(const reader& r) {
+  const schedule_traits& sched = *find_schedule(r.cfg().pipeline.schedule);
+  const auto& m = r.cfg().model;
+  if (!sched.flushes && m.tie_head >= 0)
+    r.fail_key(m.layers[static_cast<size_t>(m.tie_head)].key + ".tie",
+               sched.display + " steps each stage on its own, with no point where the tied copies' gradients "
+                               "meet; use tie: false or a synchronous schedule");
 }
 
 void checkpoints_need_a_flush(const reader& r) {

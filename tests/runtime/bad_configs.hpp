@@ -154,7 +154,7 @@ train:
     - {type: rellu}
     - {type: linear, in: 8, out: 3}
 )yaml",
-       "{FILE}:4:14: model.layers[1].type: unknown layer type 'rellu'; did you mean 'relu'? (known: linear, relu, gelu, tanh, dropout, layernorm)"},
+       "{FILE}:4:14: model.layers[1].type: unknown layer type 'rellu'; did you mean 'relu'? (known: linear, relu, gelu, tanh, dropout, layernorm, embedding, gpt_block, lm_head)"},
       {"LayerOptionOfOtherType",
        R"yaml(model:
   layers:
@@ -220,7 +220,7 @@ train:
 data:
   kind: parquet
 )yaml",
-       "{FILE}:7:9: data.kind: unknown data kind 'parquet' (known: csv, tensors, synthetic)"},
+       "{FILE}:7:9: data.kind: unknown data kind 'parquet' (known: csv, tensors, synthetic, text)"},
       {"UnknownNormalize",
        R"yaml(model:
   layers:
@@ -272,7 +272,7 @@ data:
   layers:
     - {type: relu}
 )yaml",
-       "{FILE}:2:3: model.layers: has no linear layer; the model has nothing to train"},
+       "{FILE}:2:3: model.layers: has no linear or lm_head layer; the model has nothing to train"},
       {"StagesExceedLayers",
        R"yaml(model:
   layers:
@@ -1049,6 +1049,104 @@ data:
        "{FILE}:9:3: data.synthetic: only used when data.kind is synthetic, not tensors"},
       {"LongValueIsCut", long_value_yaml.c_str(), long_value_message.c_str()},
       {"LongKeyIsCut", long_key_yaml.c_str(), long_key_message.c_str()},
+      {"GptHeadsDoNotDivideDim",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 30, max_seq: 16}
+    - {type: gpt_block, dim: 30, heads: 4}
+    - {type: lm_head, vocab: 256, dim: 30}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:4:41: model.layers[1].heads: 4 heads do not divide dim 30"},
+      {"GptSeqLenAboveMaxSeq",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: gpt_block, dim: 32, heads: 4}
+    - {type: lm_head, vocab: 256, dim: 32, tie: true}
+data: {kind: text, path: config.yaml, seq_len: 17}
+)yaml",
+       "{FILE}:6:48: data.seq_len: 17 exceeds model.layers[0].max_seq 16"},
+      {"GptTieWithoutEmbedding",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: lm_head, vocab: 10, dim: 8, tie: true}
+)yaml",
+       "{FILE}:4:47: model.layers[1].tie: ties the head to the embedding's wte.weight, but the model has no embedding layer"},
+      {"GptTieVocabDiffers",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: gpt_block, dim: 32, heads: 4, repeat: 2}
+    - {type: lm_head, vocab: 128, dim: 32, tie: true}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:5:30: model.layers[2].vocab: 128 differs from the tied embedding's vocab 256"},
+      {"GptTieDimDiffers",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: gpt_block, dim: 32, heads: 4}
+    - {type: linear, in: 32, out: 16}
+    - {type: lm_head, vocab: 256, dim: 16, tie: true}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:6:40: model.layers[3].dim: 16 differs from the tied embedding's dim 32"},
+      {"GptTextVocabNot256",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 512, dim: 32, max_seq: 16}
+    - {type: gpt_block, dim: 32, heads: 4}
+    - {type: lm_head, vocab: 512, dim: 32}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:3:32: model.layers[0].vocab: is 512; data.kind text has 256 byte tokens"},
+      {"GptTextNeedsAnEmbedding",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:4:14: data.kind: text gives byte tokens; the model's first layer must be an embedding, not linear"},
+      {"GptEmbeddingNeedsText",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: lm_head, vocab: 256, dim: 32}
+)yaml",
+       "{FILE}:3:14: model.layers[0].type: an embedding takes tokens; use data.kind text, not synthetic"},
+      {"GptEmbeddingNotFirst",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: embedding, vocab: 256, dim: 8, max_seq: 16}
+)yaml",
+       "{FILE}:4:14: model.layers[1].type: an embedding takes tokens; it must be the first layer, not layer 1"},
+      {"GptRepeatZero",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: gpt_block, dim: 32, heads: 4, repeat: 0}
+    - {type: lm_head, vocab: 256, dim: 32}
+data: {kind: text, path: config.yaml, seq_len: 8}
+)yaml",
+       "{FILE}:4:52: model.layers[1].repeat: must be at least 1, found 0"},
+      {"GptSeqLenNeedsText",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+data: {kind: synthetic, seq_len: 8}
+)yaml",
+       "{FILE}:4:34: data.seq_len: only used when data.kind is text, not synthetic"},
+      {"GptTextNeedsSeqLen",
+       R"yaml(model:
+  layers:
+    - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
+    - {type: lm_head, vocab: 256, dim: 32}
+data: {kind: text, path: config.yaml}
+)yaml",
+       "{FILE}:5:14: data.seq_len: required when data.kind is text"},
       {"EscapeInAValueIsEscaped",
        R"yaml(model:
   layers:
@@ -1058,7 +1156,7 @@ data:
 data:
   kind: "\e[2J\e[31mcsv"
 )yaml",
-       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic)"},
+       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic, text)"},
       {"EscapeInAKeyIsEscaped",
        R"yaml(model:
   layers:

@@ -535,3 +535,46 @@ TEST(LoadDataset, ReadsSklearnDigits) {
 }
 
 }  // namespace
+
+// kind: text, as the reference's text_windows: sample i is bytes
+// [i T, (i + 1) T + 1), x its first T, y its last T; the tail is held out.
+config text_config(const std::string& path, int64_t seq_len, int64_t batch) {
+  config cfg;
+  cfg.model.layers.push_back(layer_spec{"embedding", 0, 0, 0.0, 8, 256, 16, 0, 0, false, "model.layers[0]"});
+  cfg.model.layers.push_back(layer_spec{"lm_head", 0, 0, 0.0, 8, 256, 0, 0, 0, false, "model.layers[1]"});
+  cfg.data.kind = "text";
+  cfg.data.path = path;
+  cfg.data.seq_len = seq_len;
+  cfg.data.test_fraction = 0.25;
+  cfg.train.batch_size = batch;
+  return cfg;
+}
+
+TEST(LoadDataset, TextWindowsAreShiftedByOneByte) {
+  std::string text;
+  for (int i = 0; i < 42; ++i) text.push_back(static_cast<char>(i * 7 % 256));  // (42 - 1) / 4 = 10 windows
+  auto cfg = text_config(write_file("windows.txt", text), 4, 2);
+  cfg.data.test_fraction = 0.2;
+  const dataset d = load_dataset(cfg);
+  ASSERT_EQ(d.train_x.size(0), 8);
+  ASSERT_EQ(d.test_x.size(0), 2);
+  EXPECT_EQ(d.train_x.scalar_type(), at::kLong);
+  for (int64_t w = 0; w < 10; ++w) {
+    const at::Tensor& x = w < 8 ? d.train_x : d.test_x;
+    const at::Tensor& y = w < 8 ? d.train_y : d.test_y;
+    for (int64_t j = 0; j < 4; ++j) {
+      EXPECT_EQ(x[w % 8][j].item<int64_t>(), (w * 4 + j) * 7 % 256);
+      EXPECT_EQ(y[w % 8][j].item<int64_t>(), (w * 4 + j + 1) * 7 % 256);
+    }
+  }
+  std::remove(cfg.data.path.c_str());
+}
+
+TEST(LoadDataset, TextShorterThanOneBatchNamesTheFile) {
+  const auto cfg = text_config(write_file("short.txt", std::string(20, 'a')), 8, 4);  // 2 samples
+  const std::string err = load_error(cfg);
+  EXPECT_TRUE(contains(err, "short.txt holds 20 bytes: 2 samples of data.seq_len 8 (+1), fewer than one batch of "
+                            "train.batch_size 4"))
+      << err;
+  std::remove(cfg.data.path.c_str());
+}
