@@ -118,5 +118,6 @@ int cmd_compare(int argc, char** argv);
 int cmd_bubble(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
 int cmd_launch(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
 
 }  // namespace actorpipe::app

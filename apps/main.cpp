@@ -1,4 +1,4 @@
-// actorpipe: train | compare | bubble | simulate | launch. The command dispatch and
+// actorpipe: train | compare | bubble | simulate | launch | generate. The command dispatch and
 // what each kind of failure exits with; the commands live in apps/*.cpp.
 #include <signal.h>
 #include <sys/prctl.h>
@@ -30,6 +30,7 @@ const char* main_help =
     "  bubble           print the analytic pipeline-bubble table\n"
     "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
     "  launch CONFIG    train it as --nprocs N local processes (like torchrun)\n"
+    "  generate CONFIG  continue a prompt with a trained GPT model (--load STATE)\n"
     "\n"
     "Run 'actorpipe COMMAND --help' for a command's options.\n";
 
@@ -57,7 +58,8 @@ int run_command(int argc, char** argv) {
     if (cmd == "bubble") return cmd_bubble(argc, argv);
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "launch") return cmd_launch(argc, argv);
-    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch; see --help)");
+    if (cmd == "generate") return cmd_generate(argc, argv);
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch | generate; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

@@ -1,6 +1,9 @@
 // actorpipe train: one run of a config, its fault report, and the files it
 // was asked for.
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +13,8 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "runtime/generate.hpp"
+#include "runtime/model.hpp"
 #include "runtime/canonical.hpp"
 #include "runtime/fnv1a.hpp"
 #include "runtime/policies/fixed_order.hpp"
@@ -19,6 +24,7 @@
 #include "runtime/schedule_csv.hpp"
 #include "runtime/simulator.hpp"
 #include "runtime/state_dict.hpp"
+#include "runtime/text.hpp"
 
 namespace actorpipe::app {
 
@@ -50,6 +56,9 @@ const command_spec train_spec = {
      {"--verify-against-clean", "",
       "train again without the injected faults (skipping the\n"
       "same steps) and check the final weights are bitwise equal"},
+     {"--samples", "N",
+      "data.kind text: end with N samples of 200 bytes from the final\n"
+      "weights (temperature 0.8, top-k 40, seeds 1..N; default 3, 0: none)"},
      {"--verify-replicas", "",
       "(parallel.dp > 1) compare every stage's weight checksum across\n"
       "replicas after every step; the first difference fails the run"}},
@@ -200,6 +209,35 @@ rank_env rank_environment(const config& cfg, const args& a) {
   return env;
 }
 
+// A language model's run ends with what it learned to write: `count`
+// samples from the final weights, each after a newline, seed k for the
+// k-th, in one process (runtime/generate).
+void print_samples(const config& cfg, const named_params& weights, int64_t count) {
+  if (count == 0 || cfg.model.layers.front().type != "embedding") return;
+  config plain = cfg;
+  plain.model.init_from.clear();
+  std::vector<layer> layers = build_layers(plain);
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& [name, t] : weights) by_name[name] = t;
+  {
+    at::NoGradGuard no_grad;
+    for (auto& l : layers)
+      for (auto& [name, t] : l.parameters()) {
+        auto it = by_name.find(std::to_string(l.index()) + "." + name);
+        if (it != by_name.end()) t.copy_(it->second.to(t.scalar_type()));
+      }
+  }
+  const layer_stack model(std::move(layers));
+  sampling s;
+  for (int64_t k = 1; k <= count; ++k) {
+    s.seed = static_cast<uint64_t>(k);
+    const auto tokens = generate_tokens(model, {'\n'}, 200, cfg.model.layers.front().max_seq, s);
+    std::string text(tokens.begin(), tokens.end());
+    std::printf("sample %lld (temperature %.1f, top-k %lld, seed %lld):\n%s\n", static_cast<long long>(k),
+                s.temperature, static_cast<long long>(s.top_k), static_cast<long long>(k), text.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -213,6 +251,14 @@ int cmd_train(int argc, char** argv) {
   auto cfg = load(a.positional[0]);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  int64_t samples = cfg.data.kind == "text" ? 3 : 0;
+  if (a.has("--samples")) {
+    const std::string& v = a.options["--samples"];
+    samples = v == "0" ? 0 : parse_count("--samples", v);
+    if (samples > 100) throw usage_error("--samples is at most 100, got " + quoted_input(v));
+    if (samples > 0 && cfg.data.kind != "text")
+      throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
+  }
   check_async_stream(cfg);
   const rank_env env = rank_environment(cfg, a);
   // Rank 0 speaks for a multi-process run; the others stay quiet.
@@ -246,6 +292,7 @@ int cmd_train(int argc, char** argv) {
   if (cfg.data.kind == "text" && out.result.test_accuracy >= 0)
     std::printf("held-out loss %.4f nats per byte (%.3f bits per byte)\n", out.result.test_loss,
                 out.result.test_loss / std::log(2.0));
+  print_samples(cfg, out.weights, samples);
   output_writer writer(a);
   writer.save("--save", [&](const std::string& path) {
     save_tensors(path, out.weights);
