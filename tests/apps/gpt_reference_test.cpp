@@ -214,7 +214,7 @@ protected:
   std::string train(const gpt_case& c, const std::string& init, const std::string& name) {
     const std::string cfg = write(dir_ / (name + ".yaml"), config_yaml(c, text_, init));
     const std::string save = (dir_ / (name + ".pt")).string();
-    auto r = run(ACTORPIPE_BIN, {"train", cfg, "--quiet", "--save", save});
+    auto r = run(ACTORPIPE_BIN, {"train", cfg, "--quiet", "--samples", "0", "--save", save});
     EXPECT_EQ(r.code, 0) << name << ": " << describe(r);
     if (r.code != 0 || !fs::exists(save)) return "";
     return save;
@@ -357,7 +357,7 @@ TEST_F(GptReference, InitFromWithDifferingTiedCopiesIsRefused) {
   ASSERT_EQ(p.code, 0) << describe(p);
   const std::string cfg = write(dir_ / "bad.yaml", config_yaml({"1f1b", 2}, text_, bad));
   const std::string save = (dir_ / "out.pt").string();
-  auto r = run(ACTORPIPE_BIN, {"train", cfg, "--quiet", "--save", save});
+  auto r = run(ACTORPIPE_BIN, {"train", cfg, "--quiet", "--samples", "0", "--save", save});
   EXPECT_EQ(r.code, 2) << describe(r);
   // Refused for the tie, not for anything else in the config: the line
   // names one of the two keys (or the tie).
