@@ -3,8 +3,8 @@
 // steps by the real binary under every synchronous schedule, 1, 2 and 4
 // stages and dp 2 x pp 2, starts from the weights tests/reference/gpt_train.py
 // writes and ends within 2e-5 of that script's own training, every key.
-// Adam, a step lr schedule and a clip_grad_norm that triggers are all in
-// play. With dropout the schedules are not compared with the reference (its
+// Adam (betas, eps and weight decay off their defaults), a step lr schedule
+// and a clip_grad_norm that triggers are all in play. With dropout the schedules are not compared with the reference (its
 // masks are its own) but with each other: bitwise. An init_from whose two
 // tied copies differ is refused with exit 2.
 #include <gtest/gtest.h>
@@ -159,8 +159,9 @@ protected:
   }
 
   static void TearDownTestSuite() {
+    // After a failure the reference's files stay too (the messages name them).
     std::error_code ec;
-    fs::remove_all(shared_, ec);
+    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) fs::remove_all(shared_, ec);
     inits_.clear();
     trained_.clear();
     trained_log_.clear();
