@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -98,6 +99,9 @@ struct gpt_case {
   int dp = 1;
   bool tie = true;
   double dropout = 0.0;
+  /// data.split random and data.shuffle (else the tail split in file order).
+  bool shuffle = false;
+  int steps = 5;
 };
 
 std::string config_yaml(const gpt_case& c, const std::string& text, const std::string& init) {
@@ -114,9 +118,9 @@ std::string config_yaml(const gpt_case& c, const std::string& text, const std::s
         "  kind: text\n"
         "  path: \"" << text << "\"\n"
         "  seq_len: 16\n"
-        "  test_fraction: 0.1\n"
+        "  test_fraction: 0.1\n" << (c.shuffle ? "  split: random\n  shuffle: true\n" : "") <<
         "train:\n"
-        "  steps: 5\n"
+        "  steps: " << c.steps << "\n"
         "  batch_size: 8\n"
         // Every Adam setting off its default. eps 1e-6: the key part of each
         // attn.qkv.bias has an exactly zero gradient (softmax ignores a shift
@@ -197,7 +201,8 @@ protected:
   /// The reference's weights after training (once per tie and dp; the
   /// schedule and the stage count do not change its arithmetic).
   static std::string reference_for(const gpt_case& c) {
-    const std::string key = std::string(c.tie ? "tied" : "untied") + "_dp" + std::to_string(c.dp);
+    const std::string key = std::string(c.tie ? "tied" : "untied") + "_dp" + std::to_string(c.dp) +
+                            (c.shuffle ? "_shuffled" : "") + "_steps" + std::to_string(c.steps);
     if (auto it = trained_.find(key); it != trained_.end()) return it->second;
     const std::string init = init_for(c.tie);
     if (init.empty()) return "";
@@ -273,7 +278,7 @@ TEST_F(GptReference, EverySynchronousScheduleAndStageCountMatchesTheReference) {
   ASSERT_FALSE(ref.empty());
   {
     SCOPED_TRACE("the reference alone");
-    const std::string& log_text = trained_log_["tied_dp1"];
+    const std::string& log_text = trained_log_["tied_dp1_steps5"];
     std::vector<double> losses, norms;
     std::istringstream log(log_text);
     for (std::string l; std::getline(log, l);) {
@@ -314,6 +319,20 @@ TEST_F(GptReference, UntiedHeadMatchesTheReference) {
   gpt_case c{"1f1b", 2};
   c.tie = false;
   expect_match_reference({{c, "1f1b_s2_untied"}});
+}
+
+// split: random and shuffle: true: the held-out windows are a seeded
+// sample, every epoch's rows a permutation of its own; the run crosses into
+// the second epoch.
+TEST_F(GptReference, ShuffledEpochsAndARandomSplitMatchTheReference) {
+  gpt_case c{"zb-v", 2};
+  c.shuffle = true;
+  c.steps = 32;
+  const auto windows = static_cast<int64_t>((fs::file_size(text_) - 1) / 16);
+  const int64_t per_epoch = (windows - std::llround(0.1 * static_cast<double>(windows))) / 8;
+  ASSERT_LT(per_epoch, c.steps);
+  ASSERT_GT(per_epoch, c.steps / 2);  // and not past the second
+  expect_match_reference({{c, "zbv_s2_shuffled"}});
 }
 
 // Dropout 0.1 everywhere: every synchronous schedule's weights are the same

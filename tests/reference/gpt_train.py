@@ -13,8 +13,10 @@ gpt_reference.build (the config's `repeat: n` expanded into n layers), and
                            final state dict.
 
 Training, step by step as actorpipe: data kind text (gpt_reference.text_windows),
-the test set is the tail (n_test = llround(test_fraction * n)); step t's batch
-is rows [(t % per_epoch) * B, +B) of the train split (drop_last, wrapping);
+the test set is the tail (n_test = llround(test_fraction * n)) of the file
+(split: tail) or of one permutation seeded by train.seed (split: random); step
+t's batch is rows [(t % per_epoch) * B, +B) of the train split (drop_last,
+wrapping), of a permutation seeded by (train.seed, epoch) with data.shuffle;
 with parallel.dp > 1 the batch is torch.chunk'ed into dp shares first; each
 share is torch.chunk'ed into pipeline.microbatches; each microbatch's mean
 cross-entropy is weighted by its share of the batch (b_mb / B) and its
@@ -101,17 +103,60 @@ def load_init(model, layers, path):
     model.load_state_dict(sd, strict=True)
 
 
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """splitmix64, as runtime/seed.hpp."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def derive_seed(seed, coords):
+    s = mix64(seed & M64)
+    for c in coords:
+        s = mix64(s ^ (c & M64))
+    return s
+
+
+def randperm(n, seed):
+    """torch.randperm on a CPU generator seeded with `seed` (a uint64), as
+    at::randperm(n, make_generator<CPUGeneratorImpl>(seed))."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return torch.randperm(n, generator=g, dtype=torch.long)
+
+
 def train_data(cfg, cfg_path):
+    """(train_x, train_y, test_x, test_y): split tail holds out the file's
+    last windows; split random the tail of one permutation seeded by train.seed."""
     d = cfg.get("data", {})
     if d.get("kind") != "text":
         raise Refused(f"data.kind {d.get('kind')!r}: only text is supported here")
-    if d.get("shuffle", False) or d.get("split", "tail") != "tail":
-        raise Refused("only data.split: tail without data.shuffle is supported here")
+    split = d.get("split", "tail")
+    if split not in ("tail", "random"):
+        raise Refused(f"data.split {split!r}")
     x, y = gpt_reference.text_windows(resolve(cfg_path, d["path"]), int(d["seq_len"]))
     n = x.shape[0]
     n_test = llround(float(d.get("test_fraction", 0.2)) * float(n))
     n_train = n - n_test
+    if split == "random":
+        perm = randperm(n, int((cfg.get("train", {}) or {}).get("seed", 42)))
+        x, y = x[perm], y[perm]
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+def batch_rows(rows, bs, step, shuffle, seed):
+    """Step `step`'s rows of the train split: consecutive slices of bs rows,
+    drop_last, wrapping; with data.shuffle each epoch's rows are a
+    permutation seeded by derive_seed(seed, {epoch})."""
+    per_epoch = rows // bs
+    epoch, begin = step // per_epoch, (step % per_epoch) * bs
+    if not shuffle:
+        return torch.arange(begin, begin + bs)
+    return randperm(rows, derive_seed(seed, [epoch]))[begin:begin + bs]
 
 
 def make_optimizer(params, t):
@@ -135,11 +180,12 @@ def train(model, cfg, cfg_path, steps, log):
     micro = int(p.get("microbatches", 1))
     bs = int(t.get("batch_size", 256))
     clip = float(t.get("clip_grad_norm", 0.0))
+    seed = int(t.get("seed", 42))
+    shuffle = bool((cfg.get("data", {}) or {}).get("shuffle", False))
     train_x, train_y, _, _ = train_data(cfg, cfg_path)
     rows = train_x.shape[0]
     if rows < bs:
         raise Refused(f"train.batch_size {bs} exceeds the {rows} training rows")
-    per_epoch = rows // bs
 
     opt = make_optimizer(model.parameters(), t)
     ls = t.get("lr_schedule", {}) or {}
@@ -149,8 +195,8 @@ def train(model, cfg, cfg_path, steps, log):
                                                 gamma=float(ls.get("gamma", 1.0)))
     model.train()
     for step in range(steps):
-        begin = (step % per_epoch) * bs
-        bx, by = train_x[begin:begin + bs], train_y[begin:begin + bs]
+        idx = batch_rows(rows, bs, step, shuffle, seed)
+        bx, by = train_x[idx], train_y[idx]
         shares = list(zip(torch.chunk(bx, dp), torch.chunk(by, dp))) if dp > 1 else [(bx, by)]
         opt.zero_grad(set_to_none=True)
         total = 0.0
