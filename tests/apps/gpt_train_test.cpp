@@ -19,7 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 testing_util::child_result actorpipe(const std::vector<std::string>& args) {
-  return testing_util::run_child(ACTORPIPE_BIN, args);
+  testing_util::child_limits limits;
+  limits.timeout_s = 240;  // a hang fails the test, and the child is killed
+  return testing_util::run_child(ACTORPIPE_BIN, args, limits);
 }
 
 // Words in a seeded order: enough bytes for several batches.
@@ -102,6 +104,26 @@ TEST(GptTrain, TheTiedCopiesStayEqualOnOneStageAndAcrossStages) {
     for (auto& [k, t] : load_tensors(save)) w[k] = t;
     ASSERT_TRUE(w.count("0.wte.weight") && w.count("6.weight")) << pipeline;
     EXPECT_TRUE(w["0.wte.weight"].equal(w["6.weight"])) << pipeline;
+  }
+  fs::remove_all(dir);
+}
+
+// The tie's two-rank group formed through the rendezvous store: the same
+// bytes as one process, for pp 2 on 2 processes and dp 2 x pp 2 on 4.
+TEST(GptTrain, TheTieAcrossProcessesSavesTheOneProcessBytes) {
+  const fs::path dir = testing_util::test_dir("actorpipe_gpt_train_test_launch");
+  for (const auto& [pipeline, nprocs] :
+       std::vector<std::pair<std::string, std::string>>{{"{stages: 2, microbatches: 4}\nparallel: {dp: 1}", "2"},
+                                                        {"{stages: 2, microbatches: 2}\nparallel: {dp: 2}", "4"}}) {
+    const std::string cfg = gpt_config(dir, pipeline);
+    const std::string one = (dir / "one.pt").string(), many = (dir / "many.pt").string();
+    auto a = actorpipe({"train", cfg, "--quiet", "--samples", "0", "--save", one});
+    ASSERT_EQ(a.code, 0) << a.err;
+    auto b = actorpipe({"launch", "--nprocs", nprocs, cfg, "--quiet", "--samples", "0", "--save", many});
+    ASSERT_EQ(b.code, 0) << b.err;
+    const std::string x = testing_util::slurp_file(one), y = testing_util::slurp_file(many);
+    ASSERT_FALSE(x.empty());
+    EXPECT_TRUE(x == y) << "launch --nprocs " << nprocs << " saved other bytes than one process";
   }
   fs::remove_all(dir);
 }
