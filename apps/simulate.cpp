@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "runtime/cost_fit.hpp"
 #include "runtime/model.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/policies/fixed_order.hpp"
@@ -45,6 +46,9 @@ const command_spec simulate_spec = {
       "(default S - rank + (V - 1) S)"},
      {"--cost", "LIST", "op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)"},
      {"--stage-factors", "L", "per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)"},
+     {"--fit", "TRACE",
+      "op costs fitted from a measured run (train --trace): each\n"
+      "stage's median F, B and W in ms; its stages must match"},
      {"--svg", "PATH", "write the timeline as SVG"},
      {"--export", "PATH", "write the emergent order as PyTorch pipelining CSV"},
      {"--import", "PATH", "run the order in a CSV file instead of a schedule"}},
@@ -168,6 +172,33 @@ cost_model read_cost(args& a, int stages) {
   return cost;
 }
 
+/// --fit TRACE: F, B and W per stage from a measured run.
+cost_model fitted(args& a, int stages) {
+  if (a.has("--cost") || a.has("--stage-factors"))
+    throw usage_error("--fit sets the op costs and stage factors; leave out --cost and --stage-factors");
+  const std::string& path = a.options["--fit"];
+  fitted_cost fit;
+  try {
+    fit = fit_cost(read_file(path), stages, path);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--fit ") + e.what());
+  }
+  std::string per_stage;
+  size_t top = 0;
+  for (size_t r = 0; r < fit.f.size(); ++r) {
+    per_stage += (r ? " | " : "") + std::to_string(r) + ": " + fmt("%.3f", fit.f[r]) + "/" + fmt("%.3f", fit.b[r]) +
+                 "/" + fmt("%.3f", fit.w[r]);
+    if (fit.cost.stage_factor[r] > fit.cost.stage_factor[top]) top = r;
+  }
+  std::printf("fitted from %s (%zu ops): F=%.3f B=%.3f W=%.3f ms, the stages' mean of their medians\n"
+              "per stage F/B/W ms: %s\nstage %zu bounds the step: %.2f x the mean stage\n",
+              path.c_str(), fit.ops, fit.cost.f, fit.cost.b, fit.cost.w, per_stage.c_str(), top,
+              fit.cost.stage_factor[top]);
+  if (fit.cost.w == 0)
+    std::printf("the trace has no W ops (its schedule does not split the backward): B is the whole backward\n");
+  return fit.cost;
+}
+
 /// --import PATH: the order in the file instead of a schedule.
 sim_result simulate_imported(const std::string& path, const sim_setup& s, const cost_model& cost) {
   std::vector<std::vector<op_id>> order;
@@ -216,6 +247,7 @@ int cmd_simulate(int argc, char** argv) {
   check_outputs(a, {"--svg", "--export"});
   const sim_setup s = read_setup(a);
   cost_model cost = read_cost(a, s.stages);
+  if (a.has("--fit")) cost = fitted(a, s.stages);
   model_stage_factors(s, cost);
   auto t0 = std::chrono::steady_clock::now();
   int64_t stream_steps = 1;

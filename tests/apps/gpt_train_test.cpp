@@ -140,5 +140,24 @@ TEST(GptTrain, SimulateNamesTheStageThatBoundsTheStep) {
   fs::remove_all(dir);
 }
 
+// The cost model fitted from the run's own trace: every stage's F and B,
+// and the stage that bounds the step, named.
+TEST(GptTrain, SimulateFitsTheCostModelToAMeasuredTrace) {
+  const fs::path dir = testing_util::test_dir("actorpipe_gpt_train_test_fit");
+  const std::string cfg = gpt_config(dir, "{stages: 2, microbatches: 4, schedule: zb-h1}");
+  const std::string trace = (dir / "trace.json").string();
+  auto r = actorpipe({"train", cfg, "--quiet", "--samples", "0", "--trace", trace});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto sim = actorpipe({"simulate", cfg, "--fit", trace});
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  // 2 steps x 4 microbatches x 3 ops (F, B, W) x 2 stages.
+  EXPECT_NE(sim.out.find("fitted from " + trace + " (48 ops)"), std::string::npos) << sim.out;
+  EXPECT_NE(sim.out.find("bounds the step"), std::string::npos) << sim.out;
+  auto wrong = actorpipe({"simulate", cfg, "--fit", trace, "--stages", "3"});
+  EXPECT_EQ(wrong.code, 2) << wrong.out;
+  EXPECT_NE(wrong.err.find("was the trace taken with 3 stages?"), std::string::npos) << wrong.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace actorpipe
