@@ -119,7 +119,7 @@ void report_grads(stage_ptr self) {
     std::vector<at::Tensor> norms;
     for (const auto& p : chunk)
       if (p.grad().defined())  // the tied weight counts once, as the embedding's
-        norms.push_back(head_copy && p.is_same(*head_copy) ? torch::zeros_like(p.grad().norm(2)) : p.grad().norm(2));
+        norms.push_back(head_copy && p.is_same(*head_copy) ? torch::zeros({}, p.grad().options()) : p.grad().norm(2));
     r.grad_norms.push_back(norms.empty() ? torch::empty({0}) : torch::stack(norms).to(torch::kCPU, torch::kFloat));
   }
   const auto& loss = s.compute.loss_sum();

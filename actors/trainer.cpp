@@ -85,6 +85,7 @@ std::vector<caf::actor> spawn_stages(caf::actor_system& sys, const config& cfg, 
                                      const replica_groups& groups, const std::shared_ptr<std::atomic<bool>>& abandon,
                                      std::chrono::steady_clock::time_point origin) {
   std::vector<caf::actor> out;
+  const auto [tie_e, tie_h] = tied_stages(cfg, p);
   for (int d = 0; d < p.dp; ++d) {
     if (d > 0) {
       layers = build_layers(cfg);
@@ -94,9 +95,8 @@ std::vector<caf::actor> spawn_stages(caf::actor_system& sys, const config& cfg, 
       stage_setup st = stage_setup_for(cfg, opts, p, d, r);
       if (p.dp > 1) st.dp_group = groups.groups[r][d];
       if (!groups.ties.empty()) {
-        const auto [e, h] = tied_stages(cfg, p);
-        if (r == e) st.tie_group = groups.ties[d][0];
-        if (r == h) st.tie_group = groups.ties[d][1];
+        if (r == tie_e) st.tie_group = groups.ties[d][0];
+        if (r == tie_h) st.tie_group = groups.ties[d][1];
       }
       st.abandon = abandon;
       give_layers(st, p, layers, rp, cfg);

@@ -119,11 +119,8 @@ sim_setup read_setup(args& a) {
 void model_stage_factors(const sim_setup& s, cost_model& cost) {
   if (!s.cfg || !cost.stage_factor.empty()) return;
   const config& cfg = *s.cfg;
-  const bool transformer = std::any_of(cfg.model.layers.begin(), cfg.model.layers.end(), [](const layer_spec& l) {
-    return l.type == "gpt_block" || l.type == "embedding" || l.type == "lm_head";
-  });
   auto pol = make_policy(s.schedule, policy_options{s.chunks, s.max_inflight});
-  if (!transformer || !pol) return;
+  if (!has_transformer_layers(cfg.model) || !pol) return;
   const placement plc = pol->layout(s.stages);
   const auto costs = layer_compute_costs(cfg.model.layers, cfg.data.seq_len > 0 ? cfg.data.seq_len : 1);
   const partition_t parts = partition_for(cfg);

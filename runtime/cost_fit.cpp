@@ -34,8 +34,11 @@ fitted_cost fit_cost(const std::string& trace_json, int stages, const std::strin
   std::vector<std::vector<double>> times[3];  // by kind: F, B, W; then by stage
   for (auto& t : times) t.resize(static_cast<size_t>(stages));
   fitted_cost out;
+  int64_t tracks = 0;  // every complete event's track: ops, allreduces
   for (const auto& e : *events) {
     if (!e.is_object() || e.value("ph", "") != "X") continue;
+    if (e.contains("tid") && e["tid"].is_number_integer())
+      tracks = std::max<int64_t>(tracks, e["tid"].get<int64_t>() + 1);
     const std::string cat = e.value("cat", "");
     const int kind = cat == "forward" ? 0 : cat == "backward" ? 1 : cat == "weight-grad" ? 2 : -1;
     if (kind < 0) continue;
@@ -48,10 +51,6 @@ fitted_cost fit_cost(const std::string& trace_json, int stages, const std::strin
     times[kind][static_cast<size_t>(tid % stages)].push_back(dur_us / 1000.0);
     ++out.ops;
   }
-  int64_t tracks = 0;
-  for (const auto& e : *events)
-    if (e.is_object() && e.value("ph", "") == "X" && e.contains("tid") && e["tid"].is_number_integer())
-      tracks = std::max<int64_t>(tracks, e["tid"].get<int64_t>() + 1);
   if (tracks % stages != 0)
     throw std::invalid_argument(source + ": " + std::to_string(tracks) + " tracks are not replicas of " +
                                 std::to_string(stages) + " stages; was the trace taken with " +

@@ -170,7 +170,6 @@ table read_csv(const config& cfg) {
   return t;
 }
 
-/// A torch.save'd dict with "x" [N, F] floats and "y" [N] integers.
 std::string read_file_bytes(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error(quoted_input(path, "", 4096) + ": " + std::strerror(errno));
@@ -212,6 +211,7 @@ table read_text(const config& cfg) {
   return t;
 }
 
+/// A torch.save'd dict with "x" [N, F] floats and "y" [N] integers.
 table read_tensors(const config& cfg) {
   const std::string& path = cfg.data.path;
   named_tensors loaded;
@@ -289,7 +289,7 @@ dataset load_dataset(const config& cfg) {
   else if (dc.kind == "text")
     t = read_text(cfg);
   else
-    throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) + " (csv, tensors, synthetic)");
+    throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) + " (csv, tensors, synthetic, text)");
 
   const std::string source = synthetic ? std::string("the synthetic data") : dc.path;
   const int64_t n = t.x.size(0);

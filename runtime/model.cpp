@@ -241,16 +241,18 @@ std::vector<int64_t> layer_compute_costs(const std::vector<layer_spec>& specs, i
   return costs;
 }
 
+bool has_transformer_layers(const model_config& m) {
+  return std::any_of(m.layers.begin(), m.layers.end(), [](const layer_spec& s) { return is_transformer(s.type); });
+}
+
 std::vector<layer> build_layers(const config& cfg) {
   torch::manual_seed(cfg.train.seed);
   std::vector<layer> layers;
   for (size_t i = 0; i < cfg.model.layers.size(); ++i)
     layers.emplace_back(static_cast<int>(i), cfg.model.layers[i]);
   const auto& m = cfg.model;
-  const bool transformer = std::any_of(m.layers.begin(), m.layers.end(),
-                                       [](const layer_spec& s) { return is_transformer(s.type); });
   auto tied = [&](int index) { return layers[static_cast<size_t>(index)].parameters().front().second; };
-  if (transformer) {
+  if (has_transformer_layers(m)) {
     // GPT-2's initial weights (the reference's init_gpt2): N(0, 0.02) for
     // every linear, embedding and head weight, zero biases, LayerNorm at
     // (1, 0); in layer order, from train.seed.

@@ -86,6 +86,10 @@ private:
   std::vector<layer> layers_;
 };
 
+/// Whether the model has a transformer layer (embedding, gpt_block,
+/// lm_head): it then starts from GPT-2's initial weights.
+bool has_transformer_layers(const model_config& m);
+
 /// Builds every layer of cfg.model in order, on the CPU, after seeding
 /// torch with train.seed, so initial weights depend only on the config; then
 /// loads model.init_from when given. Throws config_error for a state dict

@@ -96,6 +96,7 @@ void check_layer_shapes(reader& r) {
   read_facts& f = r.facts();
   auto& m = r.cfg().model;
   int64_t width = 0;
+  int embedding = -1;
   const auto& layers = m.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
@@ -104,7 +105,7 @@ void check_layer_shapes(reader& r) {
       if (i != 0)
         r.fail_key(path + ".type", "an embedding takes tokens; it must be the first layer, not layer " +
                                        std::to_string(i));
-      if (m.tie_embedding < 0) m.tie_embedding = 0;
+      embedding = static_cast<int>(i);
       width = l.dim;
       continue;
     }
@@ -131,19 +132,19 @@ void check_layer_shapes(reader& r) {
       f.output_key = path + (l.type == "linear" ? ".out" : ".vocab");
     }
     if (l.type == "lm_head" && l.tie) {
-      if (m.tie_embedding < 0)
+      if (embedding < 0)
         r.fail_key(path + ".tie", "ties the head to the embedding's wte.weight, but the model has no embedding layer");
-      const auto& e = layers[static_cast<size_t>(m.tie_embedding)];
+      const auto& e = layers[static_cast<size_t>(embedding)];
       if (e.vocab != l.vocab)
         r.fail_key(path + ".vocab", std::to_string(l.vocab) + " differs from the tied embedding's vocab " +
                                         std::to_string(e.vocab));
       if (e.dim != l.dim)
         r.fail_key(path + ".dim", std::to_string(l.dim) + " differs from the tied embedding's dim " +
                                       std::to_string(e.dim));
+      m.tie_embedding = embedding;
       m.tie_head = static_cast<int>(i);
     }
   }
-  if (m.tie_head < 0) m.tie_embedding = -1;
   if (f.output_width == 0)
     r.fail_key("model.layers", "has no linear or lm_head layer; the model has nothing to train");
 }

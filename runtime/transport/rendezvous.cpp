@@ -222,8 +222,6 @@ std::vector<std::string> read_endpoints(board& b, int world_size) {
   return out;
 }
 
-// Rank 0: collects the records, checks them, publishes the verdict, waits for
-// the confirmations.
 std::string claim_key(int rank) { return "claims_" + std::to_string(rank); }
 
 std::string duplicate_rank(int rank, int64_t claims) {
@@ -231,6 +229,8 @@ std::string duplicate_rank(int rank, int64_t claims) {
          " processes: every process needs its own RANK (0 .. WORLD_SIZE - 1)";
 }
 
+// Rank 0: collects the records, checks them, publishes the verdict, waits for
+// the confirmations.
 rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::time_point deadline) {
   b.set(rank_key(0), encode_record(o.world_size, o.config_digest, o.endpoint));
   std::vector<bool> arrived(static_cast<size_t>(o.world_size), false);
