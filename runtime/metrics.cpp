@@ -2,6 +2,7 @@
 #include "runtime/fnv1a.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace actorpipe {
 
@@ -85,24 +86,35 @@ uint64_t trace_hash(const train_result& r, bool with_order) {
 }
 
 std::vector<double> stage_speeds(const train_result& r) {
-  std::vector<double> busy, ops;
+  // Per stage and op kind, every op's duration; a stage's typical op time
+  // is the kinds' medians weighted by their counts, so one late wake-up on
+  // a loaded machine does not move the score, while the F/B/W mix does.
+  constexpr int kinds = 3;
+  std::vector<std::array<std::vector<int64_t>, kinds>> took;
   for (size_t t = r.steps.size() > 1 ? 1 : 0; t < r.steps.size(); ++t) {
     const auto& st = r.steps[t].stages;
-    busy.resize(std::max(busy.size(), st.size()), 0.0);
-    ops.resize(busy.size(), 0.0);
-    for (size_t i = 0; i < st.size(); ++i) {
-      busy[i] += static_cast<double>(st[i].busy_ns);
-      ops[i] += static_cast<double>(st[i].events.size());
-    }
+    took.resize(std::max(took.size(), st.size()));
+    for (size_t i = 0; i < st.size(); ++i)
+      for (const auto& e : st[i].events) took[i][static_cast<int>(e.op.kind)].push_back(e.end_ns - e.start_ns);
   }
-  std::vector<double> mean;
-  for (size_t i = 0; i < busy.size(); ++i) mean.push_back(ops[i] > 0 ? busy[i] / ops[i] : 0.0);
-  if (mean.empty()) return {};
-  std::vector<double> sorted = mean;
+  std::vector<double> typical;
+  for (auto& stage : took) {
+    double sum = 0.0;
+    size_t n = 0;
+    for (auto& d : stage) {
+      if (d.empty()) continue;
+      std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+      sum += static_cast<double>(d[d.size() / 2]) * static_cast<double>(d.size());
+      n += d.size();
+    }
+    typical.push_back(n > 0 ? sum / static_cast<double>(n) : 0.0);
+  }
+  if (typical.empty()) return {};
+  std::vector<double> sorted = typical;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
   std::vector<double> speed;
-  for (double m : mean) speed.push_back(m > 0 ? median / m : 0.0);
+  for (double m : typical) speed.push_back(m > 0 ? median / m : 0.0);
   return speed;
 }
 

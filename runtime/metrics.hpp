@@ -84,7 +84,9 @@ message_fault_counts count_message_faults(const train_result& r);
 uint64_t trace_hash(const train_result& r, bool with_order = false);
 
 /// Per stage (replica-major), its speed against the median stage: the
-/// median of the stages' mean op times over its own. A stage slowed 3x
+/// median of the stages' typical op times over its own, where a stage's
+/// typical op time is the median duration of each op kind, weighted by
+/// the kind's count (an outlier op does not move it). A stage slowed 3x
 /// scores about 0.33. Steps after the first; empty without ops.
 std::vector<double> stage_speeds(const train_result& r);
 

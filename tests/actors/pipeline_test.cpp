@@ -538,7 +538,7 @@ TEST(Stragglers, AStageSlowedThreeTimesScoresAboutAThird) {
   c.train.steps = 3;
   // Ops long enough that sleeping scales them, and that a loaded machine's
   // wake-up delays (added to every op alike) stay small beside them.
-  c.pipeline.pace_ms = 6.0;
+  c.pipeline.pace_ms = 10.0;
   fault_spec slow;
   slow.kind = fault_kind::slow_stage;
   slow.stage = 2;
