@@ -64,15 +64,16 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
 // One config for every rank: the same serialization and, for the remote
 // round trips of control messages, CAF's sharing scheduler (the default
 // work stealing took 5x longer per round trip on 2 cores). Heartbeats on
-// every node alike, so an idle healthy peer is never dropped.
-void configure(caf::actor_system_config& sc, milliseconds timeout) {
+// every node alike, so an idle healthy peer is never dropped, and a peer
+// silent for `heartbeat_timeout` (stopped, or cut off) is.
+void configure(caf::actor_system_config& sc, milliseconds heartbeat_timeout) {
   add_run_error_category(sc);
   add_payload_types(sc);
   sc.load<caf::io::middleman>();
   sc.set("scheduler.policy", caf::atom("sharing"));
   sc.set("scheduler.max-threads", 2);
   sc.set("middleman.heartbeat-interval", caf::timespan{milliseconds(500)});
-  sc.set("middleman.connection-timeout", caf::timespan{timeout});
+  sc.set("middleman.connection-timeout", caf::timespan{heartbeat_timeout});
 }
 
 std::string where_of(const rank_env& env) {
@@ -226,7 +227,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   kv_store_ptr& store = rt.store;
   std::shared_ptr<tensor_channel>& channel = rt.channel;
   std::map<int, std::shared_ptr<allreduce_group>>& groups = rt.groups;
-  configure(rt.sc, timeout);
+  configure(rt.sc, milliseconds(static_cast<int64_t>(cfg.supervision.heartbeat_timeout_s * 1000)));
   rt.sys = std::make_unique<caf::actor_system>(rt.sc);
   caf::actor_system& sys = *rt.sys;
   caf::scoped_actor self{sys};

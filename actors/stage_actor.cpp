@@ -1,4 +1,5 @@
 #include "actors/stage_actor.hpp"
+#include "runtime/boundary_memory.hpp"
 
 #include <sys/prctl.h>
 
@@ -18,6 +19,8 @@ namespace {
 using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
+stage_snapshot snapshot_of(const stage_state& st);
+void keep_boundary(const stage_state& st, int64_t step);
 
 /// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
@@ -91,9 +94,30 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
           st.clock = make_ticking_clock(self);
         st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
+        keep_boundary(st, st.setup.resumed_after);
         self->become(running(self));
       },
   };
+}
+
+// The stage's weights and optimizer state, copied to the CPU.
+stage_snapshot snapshot_of(const stage_state& st) {
+  stage_snapshot snap;
+  snap.rank = st.setup.rank;
+  std::vector<std::string> names;
+  for (const auto& chunk : st.setup.layers)
+    for (auto& [name, t] : chunk->named_parameters()) {
+      snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
+      names.push_back(name);
+    }
+  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names));
+  return snap;
+}
+
+// Healing: the state after `step` into the process's boundary memory.
+void keep_boundary(const stage_state& st, int64_t step) {
+  if (!st.setup.boundary) return;
+  st.setup.boundary->keep(st.setup.replica * st.setup.stages + st.setup.rank, step, snapshot_of(st));
 }
 
 caf::behavior running(stage_ptr self) {
@@ -131,23 +155,12 @@ caf::behavior running(stage_ptr self) {
         // The apply closes step m.step: the next one begins here, so no
         // message of it is taken before the update (whatever the order of
         // arrival between this stage's senders).
+        keep_boundary(self->state, m.step);
         if (m.step >= self->state.step) next_step(self, m.step);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },
-      [=](ckpt_atom) -> stage_snapshot {
-        auto& st = self->state;
-        stage_snapshot snap;
-        snap.rank = st.setup.rank;
-        std::vector<std::string> names;
-        for (const auto& chunk : st.setup.layers)
-          for (auto& [name, t] : chunk->named_parameters()) {
-            snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
-            names.push_back(name);
-          }
-        snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names));
-        return snap;
-      },
+      [=](ckpt_atom) -> stage_snapshot { return snapshot_of(self->state); },
       [=](weights_atom) -> named_params {
         named_params out;
         for (const auto& chunk : self->state.setup.layers)

@@ -29,6 +29,7 @@ namespace actorpipe {
 class allreduce_group;
 struct optimizer_state_copy;
 class tensor_channel;
+class boundary_memory;
 }
 
 namespace actorpipe {
@@ -109,6 +110,11 @@ struct stage_setup {
   std::vector<int> process_of;
   int process = 0;
   std::shared_ptr<tensor_channel> channel;
+  /// Healing across processes: a copy of this stage's weights and optimizer
+  /// state goes here at every step boundary, after step `resumed_after`
+  /// once wired and after each apply (null: none kept).
+  std::shared_ptr<boundary_memory> boundary;
+  int64_t resumed_after = -1;
 };
 
 /// Stage actors alive in this process, over every run (a restart's old

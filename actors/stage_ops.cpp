@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <cmath>
+#include <csignal>
 #include <limits>
 #include <thread>
 
@@ -198,8 +199,11 @@ bool fire_one(stage_ptr self) {
     return true;
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
-  if (s.faults.kill_after(s.step, *op)) {
-    self->quit(caf::exit_reason::kill);  // dies right after firing the op, as the fault asks
+  if (const auto kill = s.faults.kill_after(s.step, *op)) {
+    // Dies right after firing the op, as the fault asks: the stage, or its
+    // whole process as a `kill -9` would.
+    if (*kill == fault_kind::kill_process) ::raise(SIGKILL);
+    self->quit(caf::exit_reason::kill);
     return false;
   }
   s.stats.memory.emplace_back(end_ns, s.compute.stash_bytes());

@@ -238,6 +238,30 @@ void print_samples(const config& cfg, const named_params& weights, int64_t count
   }
 }
 
+// Under torchrun, TORCHELASTIC_RESTART_COUNT > 0 means torchrun restarted
+// every worker: no process is left whose memory could heal the one that
+// failed, so the run resumes from the newest checkpoint in checkpoint.dir,
+// bitwise as --resume does (or starts over when there is none), and says
+// which. Returns the directory to resume from ("" to start over).
+std::string resume_after_torchrun_restart(const config& cfg, const rank_env& env, bool speaks) {
+  const auto& cc = cfg.checkpoint;
+  bool any = false;
+  std::error_code ec;
+  if (cc.every > 0 && std::filesystem::is_directory(cc.dir, ec))
+    for (const auto& f : std::filesystem::directory_iterator(cc.dir, ec)) {
+      const std::string name = f.path().filename().string();
+      any = any || (name.rfind("step_", 0) == 0 && f.path().extension() == ".pt");
+    }
+  if (speaks)
+    std::printf("torchrun restart %d (TORCHELASTIC_RESTART_COUNT): every worker was restarted, so no peer's memory "
+                "is left to heal from; %s\n",
+                env.restart_count,
+                any ? ("resuming from the newest checkpoint in " + cc.dir).c_str()
+                    : cc.every > 0 ? ("no checkpoint in " + cc.dir + " yet: starting over from step 0").c_str()
+                                   : "checkpoint.every is 0 (no checkpoints): starting over from step 0");
+  return any ? cc.dir : "";
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -278,6 +302,8 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--resume")) {
     resume = a.options["--resume"];
     if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
+  } else if (env.restart_count > 0) {
+    resume = resume_after_torchrun_restart(cfg, env, speaks);
   }
   const std::string digest = env.multi_process() ? run_digest(cfg, a.has("--import") ? a.options["--import"] : "") : "";
   auto out = train_one(cfg, speaks ? log_every : 0, cfg.train.steps, std::move(order), placement,

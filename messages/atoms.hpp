@@ -41,5 +41,8 @@ using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 /// -> every other rank's directory: the run is over (with its exit code).
 using stages_atom = caf::atom_constant<caf::atom("stages")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+/// Multi-process healing: rank 0 -> every surviving rank's directory: start
+/// generation g (the plan is in the store).
+using heal_atom = caf::atom_constant<caf::atom("heal")>;
 
 }  // namespace actorpipe

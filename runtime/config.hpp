@@ -171,6 +171,11 @@ struct supervision_config {
   /// Multi-process: how long a rank tries to reach the master (and the
   /// others), and how long a transfer or a remote request may wait.
   double connect_timeout_s = 60.0;
+  /// Multi-process: a peer process that sent nothing (not even the
+  /// heartbeat every 0.5 s) for this long is taken for dead (a stopped
+  /// process, a lost host, a cut link): its connection closes and its
+  /// stages go down.
+  double heartbeat_timeout_s = 10.0;
 };
 
 /// One injected fault.

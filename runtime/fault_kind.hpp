@@ -9,7 +9,7 @@
 
 namespace actorpipe {
 
-enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop };
+enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process };
 
 /// Where a `nonfinite` fault puts its NaN.
 enum class nonfinite_site { grad, activation };
@@ -23,8 +23,8 @@ struct fault_kind_info {
 };
 
 /// Every kind, in the order errors list them.
-inline const std::array<fault_kind_info, 7>& fault_kinds() {
-  static const std::array<fault_kind_info, 7> kinds = {{
+inline const std::array<fault_kind_info, 8>& fault_kinds() {
+  static const std::array<fault_kind_info, 8> kinds = {{
       {fault_kind::nonfinite, "nonfinite", nullptr, false, false},
       {fault_kind::duplicate, "duplicate", nullptr, true, false},
       {fault_kind::delay, "delay", nullptr, true, false},
@@ -32,6 +32,8 @@ inline const std::array<fault_kind_info, 7>& fault_kinds() {
       {fault_kind::kill_stage, "kill_stage", "after_op", false, true},
       {fault_kind::throw_in_op, "throw", "op", false, true},
       {fault_kind::drop, "drop", "op", true, false},
+      // The stage's whole process raises SIGKILL on itself (launch only).
+      {fault_kind::kill_process, "kill_process", "after_op", false, true},
   }};
   return kinds;
 }

@@ -30,8 +30,9 @@ public:
   send_verdict on_send(int64_t step, op_id op, int to_rank) const;
   /// An injected exception's text when op `op` of step `step` must throw.
   std::optional<std::string> throw_in(int64_t step, op_id op) const;
-  /// True when the stage must die right after firing `op` of step `step`.
-  bool kill_after(int64_t step, op_id op) const;
+  /// kill_stage when the stage must die right after firing `op` of step
+  /// `step`, kill_process when its whole process must; nothing otherwise.
+  std::optional<fault_kind> kill_after(int64_t step, op_id op) const;
   /// True when microbatch `mb` of step `step` must carry a NaN at `where`.
   bool nan_at(int64_t step, int mb, nonfinite_site where) const;
   /// How many times its own time every op takes (slow_stage; 1: no change).

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "runtime/transport/net_address.hpp"
@@ -71,11 +72,11 @@ public:
   signal_scope(const signal_scope&) = delete;
   signal_scope& operator=(const signal_scope&) = delete;
 
-  /// Waits up to `timeout` for a signal; returns the SIGINT/SIGTERM ones
-  /// that arrived (SIGCHLD only wakes).
-  std::vector<int> wait(std::chrono::milliseconds timeout) {
-    pollfd p{fds_[0], POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(timeout.count()));
+  /// Waits up to `timeout` for a signal (or for `also` to be readable);
+  /// returns the SIGINT/SIGTERM ones that arrived (SIGCHLD only wakes).
+  std::vector<int> wait(std::chrono::milliseconds timeout, int also = -1) {
+    pollfd p[2] = {{fds_[0], POLLIN, 0}, {also, POLLIN, 0}};
+    ::poll(p, also >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
     std::vector<int> got;
     unsigned char buf[64];
     for (ssize_t n; (n = ::read(fds_[0], buf, sizeof buf)) > 0;)
@@ -96,13 +97,65 @@ struct worker {
   int rank;
   pid_t pid;
   bool live = true;
+  /// Dead, waiting for rank 0's "respawn" until this time (heal mode).
+  bool awaiting = false;
+  clock::time_point replace_by{};
+};
+
+// Rank 0's lines on the control pipe ("heal", "respawn R G"), as they
+// come; a partial line waits for the rest.
+class control_pipe {
+public:
+  control_pipe() {
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw std::runtime_error(std::string("run_workers: pipe2: ") + std::strerror(errno));
+  }
+  ~control_pipe() {
+    for (int fd : fds_)
+      if (fd >= 0) ::close(fd);
+  }
+  control_pipe(const control_pipe&) = delete;
+  control_pipe& operator=(const control_pipe&) = delete;
+
+  /// -1 once rank 0's end is closed (rank 0 exited): nothing more to poll.
+  int read_fd() const { return eof_ ? -1 : fds_[0]; }
+  int write_fd() const { return fds_[1]; }
+  /// After rank 0 started: the launcher keeps no write end, so that rank
+  /// 0's end is the only one.
+  void close_write() {
+    ::close(fds_[1]);
+    fds_[1] = -1;
+  }
+  std::vector<std::string> lines() {
+    char buf[256];
+    ssize_t n = 0;
+    while (!eof_ && (n = ::read(fds_[0], buf, sizeof buf)) > 0) partial_.append(buf, static_cast<size_t>(n));
+    if (n == 0 && fds_[1] < 0) eof_ = true;
+    std::vector<std::string> out;
+    for (size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
+      out.push_back(partial_.substr(0, nl));
+      partial_.erase(0, nl + 1);
+    }
+    return out;
+  }
+
+private:
+  int fds_[2] = {-1, -1};
+  bool eof_ = false;
+  std::string partial_;
 };
 
 // Signals go to the worker's process group: what it started itself (a
 // shell's sleep, data loaders) gets them too, as from a terminal.
+// A stopped worker (SIGSTOP) is continued after a SIGTERM, so that it
+// acts on it rather than wait for the SIGKILL after the grace.
 void signal_live(std::vector<worker>& ws, int signo) {
-  for (const auto& w : ws)
-    if (w.live && ::kill(-w.pid, signo) != 0) ::kill(w.pid, signo);
+  for (const auto& w : ws) {
+    if (!w.live) continue;
+    const bool group = ::kill(-w.pid, signo) == 0;
+    if (!group) ::kill(w.pid, signo);
+    if (signo == SIGTERM) ::kill(group ? -w.pid : w.pid, SIGCONT);
+  }
 }
 
 size_t count_live(const std::vector<worker>& ws) {
@@ -111,8 +164,9 @@ size_t count_live(const std::vector<worker>& ws) {
   return n;
 }
 
-std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id) {
-  const std::map<std::string, std::string> ours = {
+std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id,
+                                    int control_fd, int generation) {
+  std::map<std::string, std::string> ours = {
       {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
       {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", std::to_string(o.nprocs)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", std::to_string(o.nprocs)},
@@ -121,11 +175,15 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       {"TORCHELASTIC_MAX_RESTARTS", "0"},    {"TORCHELASTIC_RUN_ID", run_id},
       // The worker dies with the launcher (apps/main.cpp), even by SIGKILL.
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
+  if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
+  if (generation > 0) ours["ACTORPIPE_GENERATION"] = std::to_string(generation);
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
-    if (name == "TORCHELASTIC_USE_AGENT_STORE" || ours.count(name)) continue;
+    if (name == "TORCHELASTIC_USE_AGENT_STORE" || name == "ACTORPIPE_LAUNCHER_FD" || name == "ACTORPIPE_GENERATION" ||
+        ours.count(name))
+      continue;
     env.push_back(kv);
   }
   for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
@@ -196,9 +254,24 @@ int run_workers(const launch_options& o) {
       "actorpipe-" + std::to_string(::getpid()) + "-" + std::to_string(clock::now().time_since_epoch().count());
 
   signal_scope sigs;  // before the first spawn: a signal from then on is not lost
+  control_pipe control;
+  bool heal = false;  // rank 0 said "heal"
   std::vector<worker> ws;
   try {
-    for (int r = 0; r < o.nprocs; ++r) ws.push_back({r, spawn_worker(o, worker_env(o, r, port, run_id))});
+    for (int r = 0; r < o.nprocs; ++r) {
+      int fd = -1;
+      if (r == 0) {
+        // Rank 0 inherits a copy of the write end (without O_CLOEXEC).
+        fd = ::fcntl(control.write_fd(), F_DUPFD, 3);
+        if (fd < 0) throw std::runtime_error(std::string("run_workers: fcntl: ") + std::strerror(errno));
+      }
+      const pid_t pid = spawn_worker(o, worker_env(o, r, port, run_id, fd, 0));
+      if (fd >= 0) {
+        ::close(fd);
+        control.close_write();
+      }
+      ws.push_back({r, pid});
+    }
   } catch (...) {
     signal_live(ws, SIGKILL);
     for (auto& w : ws) ::waitpid(w.pid, nullptr, 0);  // SIGKILLed: returns promptly
@@ -226,6 +299,13 @@ int run_workers(const launch_options& o) {
       const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
       const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
                                                : who + " exited with " + std::to_string(WEXITSTATUS(st));
+      if (heal && w.rank != 0 && !got_signal) {
+        // Rank 0's supervisor replaces it (or gives up, and exits).
+        w.awaiting = true;
+        w.replace_by = clock::now() + o.replace_wait;
+        notice(what + "; rank 0's supervisor replaces it");
+        continue;
+      }
       if (!got_signal) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
       const size_t others = count_live(ws);
       notice(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
@@ -233,6 +313,53 @@ int run_workers(const launch_options& o) {
       stopping = true;
       deadline = clock::now() + o.grace;
       signal_live(ws, SIGTERM);
+    }
+    for (auto& w : ws)
+      if (w.awaiting && !stopping && clock::now() >= w.replace_by) {
+        w.awaiting = false;
+        failed_code = 1;
+        notice("worker rank " + std::to_string(w.rank) + " was not replaced within " +
+               std::to_string(o.replace_wait.count()) + " ms; stopping the others");
+        stopping = true;
+        deadline = clock::now() + o.grace;
+        signal_live(ws, SIGTERM);
+      }
+    for (const auto& line : control.lines()) {
+      std::istringstream is(line);
+      std::string verb;
+      int rank = -1, generation = -1;
+      is >> verb;
+      if (verb == "heal") {
+        heal = true;
+        continue;
+      }
+      if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= o.nprocs || generation <= 0 ||
+          stopping) {
+        if (!stopping) notice("ignored a line from rank 0: '" + line + "'");
+        continue;
+      }
+      auto& w = ws[static_cast<size_t>(rank)];
+      if (w.live) {  // stopped, or cut off: it goes for good first
+        ::kill(-w.pid, SIGKILL);
+        ::kill(w.pid, SIGKILL);
+        ::waitpid(w.pid, nullptr, 0);
+        notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
+               ") was taken for dead by rank 0; killed it");
+      }
+      try {
+        w.pid = spawn_worker(o, worker_env(o, rank, port, run_id, -1, generation));
+      } catch (const std::exception& e) {
+        notice(std::string("cannot start a replacement: ") + e.what());
+        failed_code = 1;
+        stopping = true;
+        deadline = clock::now() + o.grace;
+        signal_live(ws, SIGTERM);
+        continue;
+      }
+      w.live = true;
+      w.awaiting = false;
+      notice("started worker rank " + std::to_string(rank) + " again (pid " + std::to_string(w.pid) +
+             ", generation " + std::to_string(generation) + ")");
     }
     if (count_live(ws) == 0) break;
     if (stopping && !killed && clock::now() >= deadline) {
@@ -246,7 +373,7 @@ int run_workers(const launch_options& o) {
     if (stopping && !killed)
       timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()) +
                                       std::chrono::milliseconds(1));
-    for (int s : sigs.wait(std::max(timeout, std::chrono::milliseconds(0)))) {
+    for (int s : sigs.wait(std::max(timeout, std::chrono::milliseconds(0)), control.read_fd())) {
       if (!got_signal) got_signal = s;
       notice("got " + signal_name(s) + "; forwarding it to " + std::to_string(count_live(ws)) + " worker(s)");
       signal_live(ws, s);

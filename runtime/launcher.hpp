@@ -23,6 +23,8 @@ struct launch_options {
   /// One line per event (a worker failed, a signal was forwarded, SIGKILL
   /// needed); nothing when null.
   std::function<void(const std::string&)> on_notice;
+  /// How long a dead worker waits for rank 0's "respawn" (after "heal").
+  std::chrono::milliseconds replace_wait{30000};
 };
 
 /// Starts `nprocs` workers, each in its own process group with stdin,
@@ -38,6 +40,15 @@ struct launch_options {
 /// live worker's process group, and it keeps waiting for them. The first
 /// worker to exit non-zero or die by a signal makes it SIGTERM the others,
 /// wait up to `grace`, then SIGKILL what is left.
+///
+/// Replacing a worker: rank 0 gets the write end of a pipe in
+/// ACTORPIPE_LAUNCHER_FD, and writes lines to it. "heal" says its
+/// supervisor replaces dead workers: from then on a worker other than rank
+/// 0 that dies is not a failure at once; the launcher waits up to
+/// `replace_wait` for "respawn R G", which SIGKILLs what is left of rank
+/// R's process (a stopped one), reaps it, and starts a new one with the
+/// same environment and ACTORPIPE_GENERATION=G. A dead worker that is not
+/// replaced in time, and rank 0 failing, end the run as above.
 ///
 /// Returns when every worker is reaped: 0 when all exited 0; else the first
 /// failing worker's exit code (1 for one killed by a signal); but 130

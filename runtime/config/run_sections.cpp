@@ -37,7 +37,7 @@ void read_supervision(reader& r, const entry* e) {
   if (!e) return;
   const section s = r.read_map(e->value, "supervision",
                                {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms",
-                                "max_skipped_fraction", "connect_timeout_s"});
+                                "max_skipped_fraction", "connect_timeout_s", "heartbeat_timeout_s"});
   using sc = supervision_config;
   static const std::vector<field<sc>> fields{
       {"op_timeout_ms", &sc::op_timeout_ms, rule::ms()},
@@ -48,6 +48,8 @@ void read_supervision(reader& r, const entry* e) {
       {"on_nonfinite", &sc::on_nonfinite, rule::one_of("non-finite policy", {"skip", "stop"})},
       {"max_skipped_fraction", &sc::max_skipped_fraction, rule::within_unit()},
       {"connect_timeout_s", &sc::connect_timeout_s, rule::at_least(1, 86400, "86400 (one day)")},
+      // Heartbeats go every 0.5 s: a timeout of 1 s misses one at most.
+      {"heartbeat_timeout_s", &sc::heartbeat_timeout_s, rule::at_least(1, 86400, "86400 (one day)")},
   };
   r.read_fields(s, r.cfg().supervision, fields);
 }

@@ -155,8 +155,8 @@ store_ptr open_store(const rendezvous_options& o, clock_type::time_point deadlin
 
 class board {
 public:
-  board(store_ptr s, const rendezvous_options& o)
-    : store_(std::move(s)), rank_(o.rank),
+  board(c10::intrusive_ptr<c10d::Store> s, uint16_t port, const rendezvous_options& o)
+    : store_(std::move(s)), port_(port), rank_(o.rank),
       base_(o.store_prefix + "/actorpipe/rendezvous/v1/gen_" + std::to_string(o.generation) + "/") {}
 
   bool has(const std::string& key) { return call([&] { return store_->check({base_ + key}); }); }
@@ -183,9 +183,9 @@ public:
     return true;
   }
 
-  uint16_t port() const { return store_->getPort(); }
+  uint16_t port() const { return port_; }
   kv_store_ptr shared() const {
-    return std::make_shared<kv_store>(std::make_shared<kv_store::impl>(store_, store_->getPort()));
+    return std::make_shared<kv_store>(std::make_shared<kv_store::impl>(store_, port_));
   }
 
 private:
@@ -198,7 +198,8 @@ private:
     }
   }
 
-  store_ptr store_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  uint16_t port_ = 0;
   int rank_;
   std::string base_;
 };
@@ -346,7 +347,8 @@ rendezvous_result rendezvous(const rendezvous_options& o) {
   if (!o.hosts_store && o.master_port == 0)
     throw rendezvous_error(where + ": a rank that does not host the store needs the master's port (0 given)");
   auto deadline = clock_type::now() + o.timeout;
-  board b(open_store(o, deadline), o);
+  auto opened = o.store ? store_ptr() : open_store(o, deadline);
+  board b = o.store ? board(o.store->get().store, o.store->port(), o) : board(opened, opened->getPort(), o);
   if (o.hosts_store && o.on_store_listening) o.on_store_listening(b.port());
   return o.rank == 0 ? run_rank0(b, o, deadline) : run_other(b, o);
 }

@@ -84,6 +84,9 @@ struct rendezvous_options {
   /// actual port, before it waits for the others (so a launcher can hand an
   /// ephemeral port on). Ignored on other ranks.
   std::function<void(uint16_t)> on_store_listening;
+  /// A later round on a store this process has open already (a healed
+  /// run's next generation): used as it is, nothing is opened or hosted.
+  kv_store_ptr store;
 };
 
 /// What every rank learns.

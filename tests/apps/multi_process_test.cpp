@@ -354,56 +354,159 @@ TEST(RanksByHand, AWorldSizeThatDoesNotDivideTheStagesExits2NamingBoth) {
 
 // -- a worker that dies ------------------------------------------------------------
 
-TEST(LaunchFailures, AWorkerKilledFromOutsideEndsTheRunWithExit1AndNoProcessLeft) {
+// `actorpipe launch ARGS...` in the background, its output to a file; the
+// launcher is SIGKILLed (its workers die with it) however the test ends.
+class background_launch {
+public:
+  background_launch(const std::string& tag, std::vector<std::string> args) {
+    out_ = (test_dir() / (tag + ".out")).string();
+    args.insert(args.begin(), {ACTORPIPE_BIN, "launch"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(ACTORPIPE_BIN, argv.data());
+      _exit(127);
+    }
+  }
+  ~background_launch() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  std::string output() const { return bytes_of(out_); }
+
+  /// The pid of the worker with RANK=rank once the launcher has run it for
+  /// `after` (-1 if none within 30 s).
+  pid_t worker(int rank, std::chrono::milliseconds after) const {
+    const auto since = std::chrono::steady_clock::now();
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::chrono::steady_clock::now() - since < after) continue;
+      std::istringstream kids(bytes_of("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children"));
+      for (pid_t p; kids >> p;)
+        if (bytes_of("/proc/" + std::to_string(p) + "/environ").find("RANK=" + std::to_string(rank) + '\0') !=
+            std::string::npos)
+          return p;
+    }
+    return -1;
+  }
+
+  /// The launcher's exit code once it ended, -1 when it did not within
+  /// `timeout_s`.
+  int wait(double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+private:
+  pid_t pid_ = -1;
+  std::string out_;
+};
+
+std::string endless_config(const std::string& tag, const std::string& extra = "") {
   auto text = config_text(2, 4, "1f1b");
   text.replace(text.find("steps: 4"), 8, "steps: 100000");
-  const auto config = write_config("killed", text);
-  // The launcher runs in the background here: its workers' pids come from
-  // /proc (children of the launcher), one is SIGKILLed.
-  const std::string out = (test_dir() / "killed.out").string();
-  const pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execl(ACTORPIPE_BIN, ACTORPIPE_BIN, "launch", "--nprocs", "2", config.c_str(), "--quiet", nullptr);
-    _exit(127);
-  }
-  struct guard {
-    pid_t pid;
-    ~guard() {
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-      }
-    }
-  } g{launcher};
-  // Rank 1's pid, once it trains (its children list in /proc).
-  pid_t victim = -1;
-  for (int i = 0; i < 600 && victim < 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const std::string kids = bytes_of("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-    std::istringstream is(kids);
-    for (pid_t p; is >> p;) {
-      const std::string env = bytes_of("/proc/" + std::to_string(p) + "/environ");
-      if (env.find(std::string("RANK=1") + '\0') != std::string::npos && i > 40) victim = p;
-    }
-  }
-  ASSERT_GT(victim, 0) << bytes_of(out);
+  return write_config(tag, text + extra);
+}
+
+TEST(LaunchFailures, AWorkerKilledFromOutsideEndsTheRunWithExit1AndNoProcessLeft) {
+  background_launch run("killed", {"--nprocs", "2", endless_config("killed"), "--quiet"});
+  ASSERT_TRUE(run.started());
+  const pid_t victim = run.worker(1, std::chrono::seconds(2));
+  ASSERT_GT(victim, 0) << run.output();
   ::kill(victim, SIGKILL);
-  int status = 0;
-  for (int i = 0; i < 600; ++i) {
-    if (::waitpid(launcher, &status, WNOHANG) == launcher) {
-      g.pid = -1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(run.wait(30), 1) << run.output();
+  EXPECT_NE(run.output().find("SIGKILL"), std::string::npos) << run.output();
+}
+
+// faults kill_process: the stage's process raises SIGKILL on itself right
+// after the op; the launcher names the worker and its signal.
+TEST(LaunchFailures, AKillProcessFaultKillsTheStagesProcessAfterItsOp) {
+  const auto config = write_config("kill_process", config_text(2, 4, "1f1b") +
+                                                       "faults:\n  inject:\n"
+                                                       "    - {kind: kill_process, stage: 1, step: 2, after_op: B1}\n");
+  auto r = actorpipe({"launch", "--nprocs", "2", config, "--quiet"}, 120);
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const std::string all = r.out + r.err;
+  EXPECT_NE(all.find("worker rank 1"), std::string::npos) << describe(r);
+  EXPECT_NE(all.find("killed by SIGKILL"), std::string::npos) << describe(r);
+  EXPECT_EQ(all.find("step     4/4"), std::string::npos) << describe(r);
+  // In one process it would kill everything: refused before the run, named.
+  auto one = actorpipe({"train", config, "--quiet"}, 60);
+  EXPECT_EQ(one.code, 2) << describe(one);
+  EXPECT_NE(one.err.find("faults.inject[0].kind"), std::string::npos) << describe(one);
+  EXPECT_NE(one.err.find("actorpipe launch"), std::string::npos) << describe(one);
+}
+
+// A worker that stops (SIGSTOP: a hung process, or a lost host) sends no
+// heartbeat: after supervision.heartbeat_timeout_s rank 0 takes it for
+// dead and the run ends (exit 1, naming the stage), instead of waiting on
+// it for ever.
+TEST(LaunchFailures, AStoppedWorkerIsTakenForDeadAfterTheHeartbeatTimeout) {
+  background_launch run("stopped", {"--nprocs", "2",
+                                    endless_config("stopped", "supervision: {heartbeat_timeout_s: 2, watchdog_s: 0}\n"),
+                                    "--quiet"});
+  ASSERT_TRUE(run.started());
+  const pid_t victim = run.worker(1, std::chrono::seconds(2));
+  ASSERT_GT(victim, 0) << run.output();
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(victim, SIGSTOP);
+  const int code = run.wait(40);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ASSERT_EQ(code, 1) << run.output();
+  EXPECT_NE(run.output().find("stage 1"), std::string::npos) << run.output();
+  std::printf("the run ended %.1f s after the SIGSTOP\n", took);
+}
+
+// Under torchrun with restarts, TORCHELASTIC_RESTART_COUNT > 0 means every
+// worker was restarted: the run resumes from the newest checkpoint by
+// itself and ends on the uninterrupted run's bytes.
+TEST(RanksByHand, ATorchrunRestartResumesFromTheNewestCheckpointBitwise) {
+  const auto ckpt = test_dir() / "ckpt";
+  const auto config = write_config("restarted", config_text(2, 4, "1f1b") + "checkpoint: {every: 2, dir: " +
+                                                    ckpt.string() + "}\n");
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "restarted.pt").string();
+  auto a = actorpipe({"train", config, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  fs::remove_all(ckpt);
+  {
+    // The first attempt ends after step 1 (as if it failed then), its
+    // checkpoint written.
+    rank_processes ranks;
+    const int port = static_cast<int>(free_port("127.0.0.1"));
+    for (int r = 1; r >= 0; --r) ranks.start(torchrun_env(r, 2, port), {"train", config, "--quiet", "--steps", "2"});
+    for (int c : ranks.wait_all(120)) ASSERT_EQ(c, 0);
   }
-  ASSERT_EQ(g.pid, -1) << "the launcher did not end within 30 s\n" << bytes_of(out);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1) << bytes_of(out);
-  EXPECT_NE(bytes_of(out).find("SIGKILL"), std::string::npos) << bytes_of(out);
+  ASSERT_TRUE(fs::exists(ckpt / "step_00000001.pt"));
+  rank_processes ranks;
+  const int port = static_cast<int>(free_port("127.0.0.1"));
+  for (int r = 1; r >= 0; --r) {
+    auto env = torchrun_env(r, 2, port);
+    env["TORCHELASTIC_RESTART_COUNT"] = "1";
+    ranks.start(env, {"train", config, "--quiet", "--save", healed});
+  }
+  auto codes = ranks.wait_all(120);
+  for (size_t i = 0; i < codes.size(); ++i) ASSERT_EQ(codes[i], 0) << ranks.output(i);
+  EXPECT_NE(ranks.output(1).find("torchrun restart 1 (TORCHELASTIC_RESTART_COUNT)"), std::string::npos)
+      << ranks.output(1);
+  EXPECT_NE(ranks.output(1).find("resuming from the newest checkpoint in " + ckpt.string()), std::string::npos)
+      << ranks.output(1);
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << "the restarted run saved other bytes than the clean one";
 }
 
 }  // namespace

@@ -132,6 +132,60 @@ TEST(Launcher, FirstFailingWorkersCodeStopsTheOthers) {
                             ") exited with 3; stopping the other 3 workers");
 }
 
+// Rank 0 says "heal" on ACTORPIPE_LAUNCHER_FD; rank 1 is SIGKILLed; rank 0
+// asks for it again ("respawn 1 1"); the new rank 1 sees RANK 1 and
+// ACTORPIPE_GENERATION 1, and the run ends 0. Only rank 0 gets the fd.
+TEST(Launcher, RankZeroReplacesADeadWorkerWithTheSameRankAndANewGeneration) {
+  const fs::path dir = test_dir();
+  const std::string d = dir.string();
+  pid_guard guard;
+  std::vector<std::string> notices;
+  auto wait_file = [&](const std::string& f) {
+    return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  };
+  auto o = sh_workers(2,
+                      "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
+                      "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d +
+                          "/heal_on; " + wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " +
+                          wait_file("back") + "exit 0; "
+                          "elif [ -z \"$ACTORPIPE_GENERATION\" ]; then [ -z \"$ACTORPIPE_LAUNCHER_FD\" ] || exit 9; " +
+                          wait_file("heal_on") + "touch " + d + "/dead; kill -9 $$; "
+                          "else echo \"$RANK $ACTORPIPE_GENERATION\" > " + d + "/back; exit 0; fi",
+                      &notices);
+  const int rc = run_workers(o);
+  for (const char* f : {"pid_0_0", "pid_1_0", "pid_1_1"}) {
+    const std::string p = testing_util::slurp_file(dir / f);
+    if (!p.empty()) guard.pids.push_back(std::atoi(p.c_str()));
+  }
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(testing_util::slurp_file(dir / "back"), "1 1\n");
+  std::string all;
+  for (const auto& n : notices) all += n + "\n";
+  EXPECT_NE(all.find("was killed by SIGKILL; rank 0's supervisor replaces it"), std::string::npos) << all;
+  EXPECT_NE(all.find("started worker rank 1 again"), std::string::npos) << all;
+}
+
+// After "heal", a dead worker that rank 0 does not replace in time ends
+// the run as any failure does.
+TEST(Launcher, ADeadWorkerNotReplacedInTimeEndsTheRun) {
+  const fs::path dir = test_dir();
+  pid_guard guard;
+  std::vector<std::string> notices;
+  auto o = sh_workers(2,
+                      "echo $$ > " + dir.string() + "/pid_$RANK; " + wait_for_pids(dir, 2) +
+                          "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 60; fi; "
+                          "sleep 0.5; kill -9 $$",
+                      &notices);
+  o.replace_wait = 300ms;
+  const int rc = run_workers(o);
+  guard.pids = read_pids(dir, 2);
+  EXPECT_EQ(rc, 1);
+  std::string all;
+  for (const auto& n : notices) all += n + "\n";
+  EXPECT_NE(all.find("worker rank 1 was not replaced within 300 ms; stopping the others"), std::string::npos) << all;
+  EXPECT_FALSE(alive(guard.pids[0]));
+}
+
 TEST(Launcher, AWorkerKilledBySignalCountsAsOneAndIsNamed) {
   const fs::path dir = test_dir();
   pid_guard guard;

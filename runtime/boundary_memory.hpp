@@ -1,0 +1,54 @@
+#pragma once
+// What a process keeps of its stages at step boundaries, for healing: each
+// stage leaves a copy of its weights and optimizer state here after every
+// optimizer step (and once before the first), and a new generation of the
+// same slots starts from the copy at the boundary the supervisor rolls
+// back to. The two newest boundaries per slot are kept: when a run fails
+// during an apply, some stages hold the step it was applying and the
+// others the one before, which is where every one rolls back to.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "messages/payloads.hpp"
+
+namespace actorpipe {
+
+class boundary_memory {
+public:
+  /// Slot `slot` (replica d, stage r at d S + r) after step `step` (-1:
+  /// before the first); called from the stage's thread.
+  void keep(int slot, int64_t step, stage_snapshot s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& steps = by_slot_[slot];
+    steps[step] = std::move(s);
+    while (steps.size() > 2) steps.erase(steps.begin());
+  }
+
+  /// The copy of `slot` after `step`, if kept.
+  std::optional<stage_snapshot> at(int slot, int64_t step) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_slot_.find(slot);
+    if (it == by_slot_.end()) return std::nullopt;
+    auto found = it->second.find(step);
+    if (found == it->second.end()) return std::nullopt;
+    return found->second;
+  }
+
+  /// The steps kept for `slot`, oldest first (for the error that says
+  /// what is there when the one asked for is not).
+  std::vector<int64_t> steps(int slot) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int64_t> out;
+    if (auto it = by_slot_.find(slot); it != by_slot_.end())
+      for (const auto& [step, s] : it->second) out.push_back(step);
+    return out;
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::map<int, std::map<int64_t, stage_snapshot>> by_slot_;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,24 @@
+#pragma once
+// A stage's boundary copy (weights and optimizer state) sent to a process
+// that was started again, so that it heals from a live peer's memory. The
+// tensors go over the tensor channel (Gloo send/recv), never through CAF;
+// what describes them (names, the optimizer's structure, each transfer's
+// tag, dtype and shape) is one line of text the caller passes on through
+// the store.
+#include <string>
+
+#include "messages/payloads.hpp"
+
+namespace actorpipe {
+
+class tensor_channel;
+
+/// Starts sending `s` to process `to`; the line that describes it.
+std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to);
+
+/// Receives what `described` (send_snapshot's line) describes, blocking
+/// until every tensor is in. Throws transfer_error for a peer gone, a
+/// timeout, or a line that does not parse.
+stage_snapshot receive_snapshot(tensor_channel& channel, const std::string& described);
+
+}  // namespace actorpipe
