@@ -5,19 +5,29 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <future>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "actors/attempt_setup.hpp"
 #include "actors/stage_actor.hpp"
+#include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/boundary_memory.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/collectives.hpp"
+#include "runtime/model.hpp"
 #include "runtime/rank_placement.hpp"
 #include "runtime/transport/kv_store.hpp"
 #include "runtime/transport/net_address.hpp"
 #include "runtime/transport/p2p_group.hpp"
 #include "runtime/transport/rendezvous.hpp"
+#include "runtime/transport/state_transfer.hpp"
 #include "runtime/transport/tensor_channel.hpp"
 
 namespace actorpipe {
@@ -30,32 +40,32 @@ using std::chrono::milliseconds;
 // -- the directory: what a rank publishes -----------------------------------------
 
 struct directory_state {
-  caf::actor waiter;  // told when rank 0 says stop
-  // Rank 0: what the other ranks registered, by rank: their directory, then
-  // their stages.
-  std::map<int, std::vector<caf::actor>> registered;
+  caf::actor waiter;  // told when rank 0 says stop or heal
+  // Rank 0: what the other ranks registered, by generation and rank: their
+  // directory, then their stages.
+  std::map<uint32_t, std::map<int, std::vector<caf::actor>>> registered;
   static inline const char* name = "rank_directory";
 };
 
 caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor waiter) {
   self->state.waiter = std::move(waiter);
   return {
-      // Rank 0: rank q registers its directory and stages.
-      [=](stages_atom, int32_t rank, caf::actor dir, std::vector<caf::actor> stages) {
+      // Rank 0: rank q registers its directory and stages of generation g.
+      [=](stages_atom, int32_t rank, uint32_t g, caf::actor dir, std::vector<caf::actor> stages) {
         stages.insert(stages.begin(), std::move(dir));
-        self->state.registered[rank] = std::move(stages);
+        self->state.registered[g][rank] = std::move(stages);
       },
-      // Rank 0, locally: every registration in rank order once `ranks` came
-      // (empty before).
-      [=](stages_atom, int32_t ranks) {
+      // Rank 0, locally: generation g's registrations in rank order once
+      // `ranks` came (empty before).
+      [=](stages_atom, int32_t ranks, uint32_t g) {
         std::vector<caf::actor> out;
-        if (static_cast<int32_t>(self->state.registered.size()) < ranks) return out;
-        for (auto& [rank, actors] : self->state.registered) out.insert(out.end(), actors.begin(), actors.end());
+        auto& got = self->state.registered[g];
+        if (static_cast<int32_t>(got.size()) < ranks) return out;
+        for (auto& [rank, actors] : got) out.insert(out.end(), actors.begin(), actors.end());
         return out;
       },
-      [=](stop_atom, int32_t code) {
-        self->send(self->state.waiter, stop_atom::value, code);
-      },
+      [=](stop_atom, int32_t code) { self->send(self->state.waiter, stop_atom::value, code); },
+      [=](heal_atom, uint32_t g) { self->send(self->state.waiter, heal_atom::value, g); },
   };
 }
 
@@ -143,6 +153,79 @@ std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_place
   return out;
 }
 
+// -- healing ----------------------------------------------------------------------
+
+// What rank 0's supervisor decided for the next generation, in the store
+// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
+// reads it.
+struct heal_plan {
+  uint32_t generation = 0;
+  int64_t resume_after = -1;    // every slot restarts from the boundary after this step
+  bool from_disk = false;       // from the newest checkpoint (no live copy of a lost stage)
+  int64_t fired_through = -1;   // the faults that end a stage, up to this step, have fired
+  std::vector<int> replaced;    // ranks started again
+
+  std::string encode() const {
+    std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
+                    (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
+    for (int r : replaced) s += " " + std::to_string(r);
+    return s;
+  }
+  static heal_plan decode(const std::string& text) {
+    heal_plan p;
+    std::istringstream is(text);
+    std::string from;
+    if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through))
+      throw rendezvous_error("a heal plan in the store does not parse: '" + text + "'");
+    p.from_disk = from == "disk";
+    for (int r; is >> r;) p.replaced.push_back(r);
+    return p;
+  }
+  bool was_replaced(int rank) const { return std::find(replaced.begin(), replaced.end(), rank) != replaced.end(); }
+};
+
+std::string heal_key(const rank_env& env, uint32_t g) {
+  return env.store_prefix + "/actorpipe/heal/gen_" + std::to_string(g);
+}
+std::string gen_prefix(const rank_env& env, uint32_t g) {
+  return g == 0 ? env.store_prefix : env.store_prefix + "/gen_" + std::to_string(g);
+}
+
+// Which rank holds a live copy of slot (d, r) for a process started again:
+// the same stage of the first other replica whose rank was not replaced
+// (-1: none).
+int donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) {
+  for (int e = 0; e < places.dp(); ++e)
+    if (e != d && !hp.was_replaced(places.owner(e, r))) return places.owner(e, r);
+  return -1;
+}
+
+// The generation this process starts in: 0, or ACTORPIPE_GENERATION when
+// the launcher started it again.
+uint32_t start_generation() {
+  const char* g = std::getenv("ACTORPIPE_GENERATION");
+  return g && *g ? static_cast<uint32_t>(std::strtoul(g, nullptr, 10)) : 0u;
+}
+
+// Rank 0's line to the launcher (ACTORPIPE_LAUNCHER_FD); false when there
+// is no launcher to hear it.
+bool tell_launcher(const std::string& line) {
+  const char* fd = std::getenv("ACTORPIPE_LAUNCHER_FD");
+  if (!fd || !*fd) return false;
+  const std::string l = line + "\n";
+  return ::write(std::atoi(fd), l.data(), l.size()) == static_cast<ssize_t>(l.size());
+}
+
+// The faults a generation runs with: those that end a stage and fired in
+// an earlier generation are gone.
+config without_fired(const config& cfg, int64_t fired_through) {
+  config c = cfg;
+  c.faults.inject.clear();
+  for (const auto& f : cfg.faults.inject)
+    if (!(info(f.kind).ends_stage && f.step <= fired_through)) c.faults.inject.push_back(f);
+  return c;
+}
+
 // -- rank 0 -----------------------------------------------------------------------
 
 // Wires every stage, runs the driver, collects replica 0's weights.
@@ -179,145 +262,293 @@ train_output drive(caf::actor_system& sys, const config& cfg, const train_option
 
 // -- ranks 1.. ----------------------------------------------------------------
 
-// Until rank 0 says stop (its exit code) or its node goes down.
-int serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env) {
-  self->monitor(rank0);
+// Until rank 0 says stop (its exit code) or heal (the next generation), or
+// its node goes down.
+struct served {
   int code = -1;
+  uint32_t heal = 0;  // > 0: the generation to start
+};
+
+served serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env) {
+  self->monitor(rank0);
+  served out;
   std::string lost;
-  self->receive([&](stop_atom, int32_t c) { code = c; },
-                [&](caf::down_msg& dm) { lost = self->system().render(dm.reason); });
-  if (code >= 0) return code;
+  bool done = false;
+  while (!done)
+    self->receive([&](stop_atom, int32_t c) { out.code = c, done = true; },
+                  [&](heal_atom, uint32_t g) { out.heal = g, done = true; },
+                  [&](caf::down_msg& dm) {
+                    if (dm.source != rank0.address()) return;
+                    lost = self->system().render(dm.reason);
+                    done = true;
+                  });
+  self->demonitor(rank0);
+  if (out.code >= 0 || out.heal > 0) return out;
   throw rendezvous_error(where_of(env) + " lost rank 0 at " + rank0_at + " (" + lost + ")");
 }
 
-// What outlives the stage actors of a rank: the store, the channel and the
-// groups they use, and the actor system, destroyed first (members go in
-// reverse order), which waits for them.
+// What outlives the stage actors of a rank: the store, every generation's
+// channel and groups (an old one may still be inside a transfer or a
+// collective that a dead peer never completes: kept for good), and the
+// actor system, destroyed first (members go in reverse order), which waits
+// for them.
 struct rank_runtime {
   kv_store_ptr store;
-  std::shared_ptr<tensor_channel> channel;
-  std::map<int, std::shared_ptr<allreduce_group>> groups;
-  std::map<int, std::shared_ptr<allreduce_group>> ties;  // the tied copies' groups, by slot
+  std::vector<std::shared_ptr<tensor_channel>> channels;
+  std::vector<std::map<int, std::shared_ptr<allreduce_group>>> groups;
   caf::actor_system_config sc;
   std::unique_ptr<caf::actor_system> sys;
 };
 
-train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& opts) {
-  const rank_env& env = opts.ranks;
-  const std::string where = where_of(env);
-  const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
-  rank_placement places(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
-
-  attempt_plan plan = plan_attempt(cfg, opts);
-  plan.pol = policy_for(cfg, opts);
-  plan.plc = plan.pol->layout(plan.stages);
-  if (!plan.pol->flushes())
-    throw cfg.error_at("pipeline.schedule", "schedule " + plan.pol->name() +
-                                                " runs in one process only (it never flushes); start one process");
-  const resume_point rp = find_resume(opts, nullptr);
+// What stays for the whole process: the actor system, this rank's
+// directory, its place, and (rank 0) the supervision of every generation.
+struct rank_context {
+  const config& cfg;
+  const train_options& opts;
+  const rank_env& env;
+  std::string where;
+  milliseconds timeout;
+  rank_placement places;
+  attempt_plan plan;
   std::string host;
-  try {
-    host = local_address_toward(env.master_addr, env.master_port);
-  } catch (const std::exception& e) {
-    throw rendezvous_error(where + ": cannot reach the master at " + env.master_addr + ":" +
-                           std::to_string(env.master_port) + ": " + e.what());
-  }
+  caf::scoped_actor& self;
+  caf::actor dir;
+  uint16_t port = 0;
+  resume_point rp0;  // generation 0's start (--resume)
+  std::shared_ptr<boundary_memory> boundary;  // null: no healing
+  // Rank 0.
+  restart_ledger ledger;
+  std::vector<step_record> steps;  // every generation's, up to its boundary
+  std::vector<std::string> notices;
+  double recovery_s = 0.0;  // work lost to restarts
+  std::chrono::steady_clock::time_point boundary_at = clock_type::now();
+  bool fresh = true;  // this process's first generation
+};
 
-  auto abandon = std::make_shared<std::atomic<bool>>(false);
-  kv_store_ptr& store = rt.store;
-  std::shared_ptr<tensor_channel>& channel = rt.channel;
-  std::map<int, std::shared_ptr<allreduce_group>>& groups = rt.groups;
-  configure(rt.sc, milliseconds(static_cast<int64_t>(cfg.supervision.heartbeat_timeout_s * 1000)));
-  rt.sys = std::make_unique<caf::actor_system>(rt.sc);
-  caf::actor_system& sys = *rt.sys;
-  caf::scoped_actor self{sys};
-  auto dir = sys.spawn(directory, caf::actor{self});
-  std::vector<caf::actor> mine;
-  // However this returns, this rank's actors are told to go (the actor
-  // system waits for them), and a stage waiting in an allreduce gives up.
-  struct stopper {
-    caf::scoped_actor& self;
-    std::vector<caf::actor>& actors;
-    std::shared_ptr<std::atomic<bool>> abandon;
-    ~stopper() {
-      abandon->store(true);
-      for (auto& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+// The start of slot (d, r) in a healed generation: its layers and the
+// optimizer copy, from `snap`.
+void give_snapshot(stage_setup& st, const stage_snapshot& snap) {
+  std::map<std::string, at::Tensor> by_name(snap.weights.begin(), snap.weights.end());
+  c10::NoGradGuard no_grad;
+  for (auto& chunk : st.layers)
+    for (auto& [name, t] : chunk->named_parameters()) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) throw std::runtime_error("the boundary copy has no " + name);
+      t.copy_(it->second);
     }
-  };
-  std::vector<caf::actor> to_stop{dir};
-  stopper stop_all{self, to_stop, abandon};
-  auto published = sys.middleman().publish(dir, 0, nullptr, true);
-  if (!published) throw rendezvous_error(where + ": cannot publish its stages: " + sys.render(published.error()));
+  st.optimizer_copy = snap.optimizer;
+}
+
+struct generation_end {
+  bool heal = false;
+  heal_plan next;
+  train_output out;
+};
+
+// Every actor of this rank's generation goes, and is gone on return.
+void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
+                 const std::shared_ptr<std::atomic<bool>>& abandon) {
+  abandon->store(true);
+  for (auto& a : stages) {
+    self->monitor(a);
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  size_t down = 0;
+  while (down < stages.size())
+    self->receive([&](caf::down_msg& dm) {
+      for (auto& a : stages)
+        if (a && dm.source == a.address()) ++down;
+    });
+  stages.clear();
+}
+
+// Rank 0, after generation g failed with `f`: decide whether and how to
+// heal (the next plan), or give up (nullopt; `f` says why).
+std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
+                                     const heal_plan& now) {
+  if (!cx.boundary) return std::nullopt;
+  heal_plan hp;
+  hp.generation = g + 1;
+  hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
+  hp.replaced = dead;
+  hp.fired_through = std::max(now.fired_through, f.step);
+  // A lost stage heals from a replica's memory; when no replica of it
+  // survives, everything goes back to the newest checkpoint.
+  for (int q : dead)
+    for (const auto& slot : cx.places.owned(q))
+      if (donor_of(cx.places, hp, slot.replica, slot.stage) < 0) hp.from_disk = true;
+  if (hp.from_disk) {
+    const auto& cc = cx.cfg.checkpoint;
+    std::vector<std::string> problems;
+    int64_t newest = -1;
+    if (cc.every > 0) try {
+        newest = load_latest_checkpoint(cc.dir, &problems).step;
+      } catch (const std::exception&) {
+      }
+    if (newest < 0) {
+      f.text += "; no live copy of the lost stages (no other replica holds them) and no checkpoint in " +
+                (cc.every > 0 ? cc.dir : std::string("checkpoint.dir (checkpoint.every is 0)"));
+      return std::nullopt;
+    }
+    hp.resume_after = newest;
+  }
+  auto decision = cx.ledger.decide(f, cx.cfg, hp.resume_after);
+  if (!decision.retry) {
+    f = decision.failure;
+    return std::nullopt;
+  }
+  for (int q : dead)
+    if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(hp.generation))) {
+      f.text += "; rank " + std::to_string(q) + "'s process is gone and nothing can start it again (run under "
+                "`actorpipe launch` to heal it)";
+      return std::nullopt;
+    }
+  return hp;
+}
+
+// One generation of this rank: rendezvous, channel and groups, its stages
+// from the plan's boundary, then run (rank 0) or serve (the others).
+generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) {
+  const rank_env& env = cx.env;
+  const uint32_t g = hp.generation;
+  const std::string where = cx.where;
+  const std::string prefix = gen_prefix(env, g);
+  caf::scoped_actor& self = cx.self;
+  train_options opts = cx.opts;
+  opts.epoch = g;
 
   rendezvous_options ro;
   ro.master_addr = env.master_addr;
   ro.master_port = static_cast<uint16_t>(env.master_port);
   ro.rank = env.rank;
   ro.world_size = env.world_size;
-  ro.hosts_store = env.hosts_store();
+  ro.hosts_store = env.hosts_store() && !rt.store;
   ro.store_prefix = env.store_prefix;
-  ro.timeout = timeout;
-  ro.endpoint = host + ":" + std::to_string(*published);
+  ro.generation = g;
+  ro.timeout = cx.timeout;
+  ro.endpoint = cx.host + ":" + std::to_string(cx.port);
   ro.config_digest = opts.config_digest;
+  ro.store = rt.store;
   rendezvous_result met = rendezvous(ro);
-  store = met.store;
+  if (!rt.store) rt.store = met.store;
+  kv_store_ptr store = rt.store;
+  // A process started again reads the plan it was started for.
+  if (g > 0 && cx.fresh) hp = heal_plan::decode(store->get(heal_key(env, g)));
+  cx.fresh = false;
+  const config cfg = without_fired(cx.cfg, hp.fired_through);
 
   // Every rank joins the tensor channel, whether or not its own stages
   // send across processes: forming the Gloo group takes all of them.
+  std::shared_ptr<tensor_channel> channel;
   {
     p2p_options po;
     po.rank = env.rank;
     po.world_size = env.world_size;
     po.store = store;
-    po.store_prefix = env.store_prefix + "/actorpipe/p2p";
-    po.hostname = host;
-    po.timeout = timeout;
+    po.store_prefix = prefix + "/actorpipe/p2p";
+    po.hostname = cx.host;
+    po.timeout = cx.timeout;
     try {
       channel = std::make_shared<tensor_channel>(p2p_group::connect(po));
     } catch (const transfer_error& e) {
       throw rendezvous_error(e.what());
     }
   }
+  rt.channels.push_back(channel);
+  std::map<int, std::shared_ptr<allreduce_group>> groups, ties;
   try {
-    groups = join_replica_groups(places, env.rank, store, env.store_prefix, host, timeout);
-    rt.ties = join_tie_groups(places, env.rank, tied_stages(cfg, plan), store, env.store_prefix, host, timeout);
+    groups = join_replica_groups(cx.places, env.rank, store, prefix, cx.host, cx.timeout);
+    ties = join_tie_groups(cx.places, env.rank, tied_stages(cfg, cx.plan), store, prefix, cx.host, cx.timeout);
   } catch (const collective_error& e) {
     throw rendezvous_error(e.what());
   }
+  rt.groups.push_back(groups);
+  rt.groups.push_back(ties);
 
-  // One trace time zero for every rank: rank 0's (the steady clock is the
-  // host's, so ranks on one host line up; on two hosts only roughly).
+  // One trace time zero for every rank and generation: rank 0's first (the
+  // steady clock is the host's, so ranks on one host line up; on two hosts
+  // only roughly).
   const std::string origin_key = env.store_prefix + "/actorpipe/origin_ns";
   auto origin = clock_type::now();
-  if (env.rank == 0)
+  if (env.rank == 0 && g == 0)
     store->set(origin_key, std::to_string(origin.time_since_epoch().count()));
   else
     origin = clock_type::time_point(clock_type::duration(std::stoll(store->get(origin_key))));
-  // This rank's stages. Every replica's weights come from the same seed (or
-  // checkpoint), so each rank builds the model and keeps its part.
+
+  // Where each slot starts: the config (or --resume), the newest
+  // checkpoint, this process's boundary memory, or a live peer's.
+  resume_point rp = cx.rp0;
+  if (g > 0) {
+    train_options from;
+    from.resume_dir = hp.from_disk ? cfg.checkpoint.dir : std::string();
+    rp = hp.from_disk ? find_resume(from, nullptr) : resume_point{};
+  }
+  const bool replaced = g > 0 && hp.was_replaced(env.rank);
+  // Donors send first (every transfer is posted before anyone waits).
+  if (g > 0 && !hp.from_disk)
+    for (int q : hp.replaced)
+      for (const auto& slot : cx.places.owned(q)) {
+        if (donor_of(cx.places, hp, slot.replica, slot.stage) != env.rank) continue;
+        const int mine = [&] {
+          for (const auto& s : cx.places.owned(env.rank))
+            if (s.stage == slot.stage) return s.replica * cx.plan.stages + s.stage;
+          return -1;
+        }();
+        auto snap = cx.boundary->at(mine, hp.resume_after);
+        if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
+        store->set(prefix + "/actorpipe/state/slot_" + std::to_string(slot.replica * cx.plan.stages + slot.stage),
+                   send_snapshot(*channel, *snap, q));
+      }
+
+  auto abandon = std::make_shared<std::atomic<bool>>(false);
+  std::vector<caf::actor> mine;
   std::map<int, std::vector<layer>> layers_of;  // by replica
-  for (const auto& slot : places.owned(env.rank)) {
+  for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
     if (layers.empty()) {
       layers = build_layers(cfg);
       load_resumed(rp, layers);
     }
-    stage_setup st = stage_setup_for(cfg, opts, plan, slot.replica, slot.stage);
-    const int index = slot.replica * plan.stages + slot.stage;
-    if (plan.dp > 1) st.dp_group = groups.at(index);
-    if (auto tie = rt.ties.find(index); tie != rt.ties.end()) st.tie_group = tie->second;
+    stage_setup st = stage_setup_for(cfg, opts, cx.plan, slot.replica, slot.stage);
+    const int index = slot.replica * cx.plan.stages + slot.stage;
+    if (cx.plan.dp > 1) st.dp_group = groups.at(index);
+    if (auto tie = ties.find(index); tie != ties.end()) st.tie_group = tie->second;
     st.abandon = abandon;
-    give_layers(st, plan, layers, rp, cfg);
+    give_layers(st, cx.plan, layers, rp, cfg);
+    if (g > 0 && !hp.from_disk) {
+      std::optional<stage_snapshot> snap;
+      if (replaced) {
+        try {
+          snap = receive_snapshot(*channel, store->get(prefix + "/actorpipe/state/slot_" + std::to_string(index)));
+        } catch (const transfer_error& e) {
+          throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
+        }
+      } else {
+        snap = cx.boundary->at(index, hp.resume_after);
+      }
+      if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
+      give_snapshot(st, *snap);
+    }
     st.origin = origin;
-    st.process_of = processes_of(places, slot.replica);
+    st.process_of = processes_of(cx.places, slot.replica);
     st.process = env.rank;
     st.channel = channel;
-    mine.push_back(spawn_stage(sys, std::move(st)));
-    to_stop.push_back(mine.back());
+    st.boundary = cx.boundary;
+    st.resumed_after = g > 0 ? hp.resume_after : rp.ckpt.step;
+    mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
-  store->add(env.store_prefix + "/actorpipe/spawned", 1);
-  if (!store->wait_count(env.store_prefix + "/actorpipe/spawned", env.world_size, timeout))
-    throw rendezvous_error(where + ": not every rank spawned its stages within " + describe_timeout(timeout));
+  // However this returns, this generation's stages are gone.
+  struct stopper {
+    caf::scoped_actor& self;
+    std::vector<caf::actor>& actors;
+    std::shared_ptr<std::atomic<bool>> abandon;
+    ~stopper() {
+      if (!actors.empty()) stop_stages(self, actors, abandon);
+    }
+  } stop_all{self, mine, abandon};
+  store->add(prefix + "/actorpipe/spawned", 1);
+  if (!store->wait_count(prefix + "/actorpipe/spawned", env.world_size, cx.timeout))
+    throw rendezvous_error(where + ": not every rank spawned its stages within " + describe_timeout(cx.timeout));
 
   // One direct CAF connection per pair of ranks, opened by the higher rank
   // (both opening one at once raced in CAF's handshake: a request over the
@@ -327,22 +558,22 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   std::vector<caf::actor> dirs(static_cast<size_t>(env.world_size));
   for (int q = 0; q < env.rank; ++q) {
     auto [qhost, qport] = split_endpoint(met.endpoints[static_cast<size_t>(q)]);
-    auto remote = sys.middleman().remote_actor(qhost, qport);
+    auto remote = rt.sys->middleman().remote_actor(qhost, qport);
     if (!remote)
       throw rendezvous_error(where + ": cannot connect to rank " + std::to_string(q) + " at " +
-                             met.endpoints[static_cast<size_t>(q)] + ": " + sys.render(remote.error()));
+                             met.endpoints[static_cast<size_t>(q)] + ": " + rt.sys->render(remote.error()));
     dirs[static_cast<size_t>(q)] = *remote;
   }
-  if (env.rank > 0) self->send(dirs[0], stages_atom::value, int32_t{env.rank}, dir, mine);
+  if (env.rank > 0) self->send(dirs[0], stages_atom::value, int32_t{env.rank}, g, cx.dir, mine);
   std::vector<caf::actor> all = mine;
   if (env.rank == 0) {
-    const auto deadline = clock_type::now() + timeout;
-    const size_t per_rank = static_cast<size_t>(places.actors_per_rank());
+    const auto deadline = clock_type::now() + cx.timeout;
+    const size_t per_rank = static_cast<size_t>(cx.places.actors_per_rank());
     std::vector<caf::actor> got;
     while (got.empty()) {
       if (clock_type::now() > deadline)
-        throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(timeout));
-      self->request(dir, timeout, stages_atom::value, int32_t{env.world_size - 1})
+        throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(cx.timeout));
+      self->request(cx.dir, cx.timeout, stages_atom::value, int32_t{env.world_size - 1}, g)
           .receive([&](std::vector<caf::actor>& v) { got = std::move(v); }, [](caf::error&) {});
       if (got.empty()) std::this_thread::sleep_for(milliseconds(5));
     }
@@ -352,29 +583,140 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
       all.insert(all.end(), first + 1, first + 1 + static_cast<std::ptrdiff_t>(per_rank));
     }
   }
-  store->add(env.store_prefix + "/actorpipe/connected", 1);
-  if (!store->wait_count(env.store_prefix + "/actorpipe/connected", env.world_size, timeout))
-    throw rendezvous_error(where + ": not every rank connected to the others within " + describe_timeout(timeout));
+  store->add(prefix + "/actorpipe/connected", 1);
+  if (!store->wait_count(prefix + "/actorpipe/connected", env.world_size, cx.timeout))
+    throw rendezvous_error(where + ": not every rank connected to the others within " + describe_timeout(cx.timeout));
 
-  train_output out;
+  generation_end end;
   if (env.rank != 0) {
-    const int code = serve(self, dirs[0], met.endpoints[0], env);
-    store->add(env.store_prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
-    if (code != 0) throw peer_stopped(where + ": stopped: rank 0 ended the run with exit code " + std::to_string(code), code);
-    return out;
+    const served s = serve(self, dirs[0], met.endpoints[0], env);
+    if (s.heal > 0) {
+      end.heal = true;
+      end.next = heal_plan::decode(store->get(heal_key(env, s.heal)));
+      return end;
+    }
+    store->add(prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
+    if (s.code != 0)
+      throw peer_stopped(where + ": stopped: rank 0 ended the run with exit code " + std::to_string(s.code), s.code);
+    return end;
   }
+
+  // Rank 0: which processes go down is seen on their directories.
+  for (int q = 1; q < env.world_size; ++q) self->monitor(dirs[static_cast<size_t>(q)]);
+  auto user_on_step = opts.on_step;
+  opts.on_step = [&cx, user_on_step](const step_record& r) {
+    cx.steps.push_back(r);
+    cx.boundary_at = clock_type::now();
+    if (user_on_step) user_on_step(r);
+  };
+  cx.boundary_at = clock_type::now();
   run_failure failure{run_errc::none, -1, -1, -1, {}};
-  out = drive(sys, cfg, opts, plan, all, rp.ckpt.step, origin, timeout, failure);
+  const int64_t resumed = g > 0 ? hp.resume_after : rp.ckpt.step;
+  end.out = drive(*rt.sys, cfg, opts, cx.plan, all, resumed, origin, cx.timeout, failure);
+  // The ranks whose process went (a connection lost closes every proxy of
+  // it at once; wait a little for the directory's).
+  std::vector<int> dead;
+  if (failure.code != run_errc::none) {
+    const auto until = clock_type::now() + milliseconds(300);
+    for (bool more = true; more;)
+      self->receive(
+          [&](caf::down_msg& dm) {
+            for (int q = 1; q < env.world_size; ++q)
+              if (dm.source == dirs[static_cast<size_t>(q)].address()) dead.push_back(q);
+          },
+          caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
+              [&] { more = false; });
+    std::sort(dead.begin(), dead.end());
+  }
+  for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
+  if (failure.code != run_errc::none && restartable(failure.code)) {
+    const run_failure failed = failure;
+    if (auto next = decide_heal(cx, g, failure, dead, hp)) {
+      while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
+      const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
+      cx.recovery_s += lost;
+      std::string how = next->from_disk ? "every stage from the newest checkpoint, in " + cfg.checkpoint.dir
+                                        : std::string("from memory");
+      for (int q : dead) {
+        how += "; started rank " + std::to_string(q) + " again";
+        if (!next->from_disk)
+          for (const auto& slot : cx.places.owned(q))
+            how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
+                   " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage)) + "'s memory";
+      }
+      cx.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
+      store->set(heal_key(env, next->generation), next->encode());
+      for (int q = 1; q < env.world_size; ++q)
+        if (std::find(dead.begin(), dead.end(), q) == dead.end())
+          self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+      end.heal = true;
+      end.next = *next;
+      return end;
+    }
+  }
   const int code = failure.code == run_errc::none ? 0 : exit_code_for(failure.code);
   // Confirmed through the store, so that no stop is lost in a socket when
-  // this process ends (a rank that is gone already never confirms: bounded).
+  // this process ends; a rank that is gone never confirms (bounded).
   for (int q = 1; q < env.world_size; ++q) self->send(dirs[static_cast<size_t>(q)], stop_atom::value, int32_t{code});
-  store->wait_count(env.store_prefix + "/actorpipe/stopped", env.world_size - 1, milliseconds(5000));
+  store->wait_count(prefix + "/actorpipe/stopped", env.world_size - 1 - static_cast<int>(dead.size()),
+                    milliseconds(5000));
   if (failure.code != run_errc::none) throw_run_error(std::move(failure));
-  out.result.allreduce = plan.dp > 1 ? "gloo" : "";
-  out.result.split_backward = plan.pol->splits_backward();
-  out.result.resumed_from = rp.ckpt.step;
-  return out;
+  end.out.result.allreduce = cx.plan.dp > 1 ? "gloo" : "";
+  end.out.result.split_backward = cx.plan.pol->splits_backward();
+  end.out.result.resumed_from = resumed;
+  return end;
+}
+
+train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& opts) {
+  const rank_env& env = opts.ranks;
+  const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
+  attempt_plan plan = plan_attempt(cfg, opts);
+  plan.pol = policy_for(cfg, opts);
+  plan.plc = plan.pol->layout(plan.stages);
+  if (!plan.pol->flushes())
+    throw cfg.error_at("pipeline.schedule", "schedule " + plan.pol->name() +
+                                                " runs in one process only (it never flushes); start one process");
+  std::string host;
+  try {
+    host = local_address_toward(env.master_addr, env.master_port);
+  } catch (const std::exception& e) {
+    throw rendezvous_error(where_of(env) + ": cannot reach the master at " + env.master_addr + ":" +
+                           std::to_string(env.master_port) + ": " + e.what());
+  }
+  configure(rt.sc, milliseconds(static_cast<int64_t>(cfg.supervision.heartbeat_timeout_s * 1000)));
+  rt.sys = std::make_unique<caf::actor_system>(rt.sc);
+  caf::actor_system& sys = *rt.sys;
+  caf::scoped_actor self{sys};
+  auto dir = sys.spawn(directory, caf::actor{self});
+  struct dir_stopper {
+    caf::scoped_actor& self;
+    caf::actor dir;
+    ~dir_stopper() { self->send_exit(dir, caf::exit_reason::user_shutdown); }
+  } stop_dir{self, dir};
+  auto published = sys.middleman().publish(dir, 0, nullptr, true);
+  if (!published) throw rendezvous_error(where_of(env) + ": cannot publish its stages: " + sys.render(published.error()));
+
+  rank_context cx{cfg, opts, env, where_of(env), timeout,
+                  rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size), std::move(plan), host, self, dir,
+                  *published, find_resume(opts, nullptr), nullptr, {}, {}, {}, 0.0, clock_type::now()};
+  const bool supervised = cfg.supervision.max_restarts > 0;
+  if (supervised) cx.boundary = std::make_shared<boundary_memory>();
+  heal_plan hp;
+  hp.generation = start_generation();
+  if (env.rank == 0 && supervised) tell_launcher("heal");
+  for (;;) {
+    generation_end end = run_generation(rt, cx, hp);
+    if (!end.heal) {
+      if (env.rank == 0 && supervised) {
+        end.out.result.steps = std::move(cx.steps);
+        end.out.result.notices.insert(end.out.result.notices.begin(), cx.notices.begin(), cx.notices.end());
+        end.out.result.restarts = cx.ledger.count();
+        end.out.result.recovery_s = cx.recovery_s;
+      }
+      return std::move(end.out);
+    }
+    hp = end.next;
+  }
 }
 
 }  // namespace
@@ -387,6 +729,9 @@ std::atomic<bool>& left_behind() {
 bool teardown_left_behind() { return left_behind().load(); }
 
 train_output run_rank(const config& cfg, const train_options& opts) {
+  // A peer that dies leaves sockets whose writes would raise SIGPIPE here;
+  // the write's error says it instead, and the supervisor heals.
+  std::signal(SIGPIPE, SIG_IGN);
   auto rt = std::make_shared<rank_runtime>();
   train_output out;
   std::exception_ptr failed;
