@@ -385,16 +385,16 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
         newest = load_latest_checkpoint(cc.dir, &problems).step;
       } catch (const std::exception&) {
       }
-    if (newest < 0) {
-      f.text += "; no live copy of the lost stages (no other replica holds them) and no checkpoint in " +
-                (cc.every > 0 ? cc.dir : std::string("checkpoint.dir (checkpoint.every is 0)"));
-      return std::nullopt;
-    }
-    hp.resume_after = newest;
+    // No checkpoint written yet: the run's own start (the config's seed,
+    // or --resume's file) is the newest copy.
+    hp.resume_after = std::max(newest, cx.rp0.ckpt.step);
   }
   auto decision = cx.ledger.decide(f, cx.cfg, hp.resume_after);
   if (!decision.retry) {
     f = decision.failure;
+    // Every death counts: the earlier ones were healed.
+    if (f.code == run_errc::restart_limit)
+      for (const auto& n : cx.notices) f.text += "; before it, " + n;
     return std::nullopt;
   }
   for (int q : dead)
@@ -481,7 +481,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   if (g > 0) {
     train_options from;
     from.resume_dir = hp.from_disk ? cfg.checkpoint.dir : std::string();
-    rp = hp.from_disk ? find_resume(from, nullptr) : resume_point{};
+    rp = !hp.from_disk ? resume_point{} : hp.resume_after == cx.rp0.ckpt.step ? cx.rp0 : find_resume(from, nullptr);
   }
   const bool replaced = g > 0 && hp.was_replaced(env.rank);
   // Donors send first (every transfer is posted before anyone waits).
@@ -635,8 +635,10 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
       while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
       const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
       cx.recovery_s += lost;
-      std::string how = next->from_disk ? "every stage from the newest checkpoint, in " + cfg.checkpoint.dir
-                                        : std::string("from memory");
+      std::string how = !next->from_disk                        ? std::string("from memory")
+                        : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
+                                                                 : "every stage from the newest checkpoint, in " +
+                                                                       cfg.checkpoint.dir;
       for (int q : dead) {
         how += "; started rank " + std::to_string(q) + " again";
         if (!next->from_disk)

@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "tests/apps/child_process.hpp"
+#include "runtime/seed.hpp"
 #include "runtime/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 
@@ -507,6 +508,162 @@ TEST(RanksByHand, ATorchrunRestartResumesFromTheNewestCheckpointBitwise) {
   EXPECT_NE(ranks.output(1).find("resuming from the newest checkpoint in " + ckpt.string()), std::string::npos)
       << ranks.output(1);
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << "the restarted run saved other bytes than the clean one";
+}
+
+// -- healing a dead process ---------------------------------------------------------
+
+// The seeded run that healing must end on: `stages` x `dp`, M 4, 6 steps,
+// restarts allowed, checkpoints every 2 steps (the copy of last resort).
+std::string healing_config(const std::string& tag, int stages, int dp, const std::string& extra = "") {
+  auto text = config_text(stages, 4, "1f1b", dp);
+  text.replace(text.find("steps: 4"), 8, "steps: 6");
+  text += "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n"
+          "checkpoint: {every: 2, dir: " + (test_dir() / (tag + "_ckpt")).string() + "}\n" + extra;
+  return write_config(tag, text);
+}
+
+// The lines of `text` that start with `prefix`.
+std::string lines_with(const std::string& text, const std::string& prefix) {
+  std::istringstream is(text);
+  std::string out;
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind(prefix, 0) == 0) out += l + "\n";
+  return out;
+}
+
+struct healing_case {
+  int stages, dp;
+};
+
+class HealAKilledProcess : public ::testing::TestWithParam<healing_case> {};
+
+// A kill_process fault at a seeded stage (of any rank but 0), step and op:
+// rank 0's supervisor
+// has launch start that rank again, every rank rolls back to the last step
+// boundary (the replacement gets its stage from another replica's memory;
+// with no replica, every stage from the newest checkpoint), re-runs the
+// step, and the run ends on the clean run's bytes after one restart. One
+// seed kills a stage right after its last backward, while its replica
+// peers wait for it in their allreduce.
+TEST_P(HealAKilledProcess, FiveSeedsEndBitwiseOnTheCleanRunAfterOneRestart) {
+  const auto c = GetParam();
+  const std::string tag = "heal_" + std::to_string(c.stages) + "x" + std::to_string(c.dp);
+  const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
+  auto a = actorpipe({"train", healing_config(tag + "_clean", c.stages, c.dp), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  const int nprocs = c.stages * c.dp;
+  std::string first_trace;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const uint64_t draw = derive_seed(seed, {static_cast<uint64_t>(c.stages), static_cast<uint64_t>(c.dp)});
+    // Any rank but 0, whose process holds the supervisor (and the store).
+    const int rank = 1 + static_cast<int>(draw % static_cast<uint64_t>(c.stages * c.dp - 1));
+    const int stage = rank % c.stages, replica = rank / c.stages;
+    const int step = static_cast<int>((draw >> 16) % 6);
+    const int mb = static_cast<int>((draw >> 24) % 4);
+    const std::string op = seed == 1 ? "B3" : std::string((draw >> 32) % 2 ? "B" : "F") + std::to_string(mb);
+    const std::string fault = "faults:\n  inject:\n    - {kind: kill_process, stage: " + std::to_string(stage) +
+                              ", replica: " + std::to_string(replica) + ", step: " + std::to_string(step) +
+                              ", after_op: " + op + "}\n";
+    const std::string what = "seed " + std::to_string(seed) + ": " + fault;
+    const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
+    fs::remove(healed);
+    auto r = actorpipe({"launch", "--nprocs", std::to_string(nprocs), healing_config(tag, c.stages, c.dp, fault),
+                        "--quiet", "--save", healed},
+                       120);
+    ASSERT_EQ(r.code, 0) << what << describe(r);
+    EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << what << describe(r);
+    EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << what << describe(r);
+    EXPECT_NE(r.err.find("started worker rank " + std::to_string(replica * c.stages + stage) + " again"),
+              std::string::npos)
+        << what << describe(r);
+    EXPECT_NE(r.err.find(c.dp > 1 ? "'s memory" : "every stage from the"), std::string::npos) << what << describe(r);
+    // The same fault seed and config: the same trace line across processes.
+    if (seed == 1) {
+      first_trace = lines_with(r.out, "trace: ");
+      fs::remove_all(test_dir() / (tag + "_ckpt"));
+      auto again = actorpipe({"launch", "--nprocs", std::to_string(nprocs), healing_config(tag, c.stages, c.dp, fault),
+                              "--quiet"},
+                             120);
+      ASSERT_EQ(again.code, 0) << describe(again);
+      EXPECT_FALSE(first_trace.empty()) << r.out;
+      EXPECT_EQ(lines_with(again.out, "trace: "), first_trace);
+    }
+    fs::remove_all(test_dir() / (tag + "_ckpt"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, HealAKilledProcess, ::testing::Values(healing_case{3, 1}, healing_case{2, 2}),
+                         [](const auto& info) {
+                           return "pp" + std::to_string(info.param.stages) + "_dp" + std::to_string(info.param.dp);
+                         });
+
+// A run long enough to be hit from outside: paced ops.
+std::string long_healing_config(const std::string& tag, const std::string& extra = "") {
+  auto text = config_text(2, 4, "1f1b", 2);
+  text.replace(text.find("steps: 4"), 8, "steps: 40");
+  text.replace(text.find("intra_op_threads: 1"), 19, "intra_op_threads: 1\n  pace_ms: 4");
+  return write_config(tag, text + "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n" + extra);
+}
+
+// A real `kill -9` of the worker with RANK 2, mid-run: healed from replica
+// 0's memory, and the run ends on the clean run's bytes.
+TEST(HealFromOutside, AKillNineOfAWorkerIsHealedBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  background_launch run("kill9", {"--nprocs", "4", long_healing_config("kill9"), "--save", healed});
+  ASSERT_TRUE(run.started());
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(2500));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  EXPECT_NE(run.output().find("started worker rank 2 again"), std::string::npos) << run.output();
+  EXPECT_NE(run.output().find("restarts: 1,"), std::string::npos) << run.output();
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << run.output();
+}
+
+// SIGSTOP of a worker: no heartbeat comes, it is taken for dead after
+// supervision.heartbeat_timeout_s, killed for good and replaced, and the
+// run ends on the clean bytes.
+TEST(HealFromOutside, AStoppedWorkerIsReplacedAndTheRunEndsBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  background_launch run("stop", {"--nprocs", "4", long_healing_config("stop"), "--save", healed});
+  ASSERT_TRUE(run.started());
+  const pid_t victim = run.worker(3, std::chrono::milliseconds(2500));
+  ASSERT_GT(victim, 0) << run.output();
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(victim, SIGSTOP);
+  double replaced_after = -1;
+  for (int i = 0; i < 1500 && replaced_after < 0; ++i) {
+    if (run.output().find("started worker rank 3 again") != std::string::npos)
+      replaced_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  EXPECT_GT(replaced_after, 0) << run.output();
+  std::printf("replaced %.2f s after the SIGSTOP (heartbeat_timeout_s 2)\n", replaced_after);
+  EXPECT_NE(run.output().find("was taken for dead by rank 0; killed it"), std::string::npos) << run.output();
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << run.output();
+}
+
+// Two deaths where supervision.max_restarts allows one: exit 4, and the
+// message names both.
+TEST(HealFromOutside, TwoKillsBeyondMaxRestartsExitFourNamingBoth) {
+  const auto config = write_config("twice", [] {
+    auto text = config_text(2, 4, "1f1b", 2);
+    text.replace(text.find("steps: 4"), 8, "steps: 6");
+    return text + "supervision: {max_restarts: 1, heartbeat_timeout_s: 2}\n"
+                  "faults:\n  inject:\n"
+                  "    - {kind: kill_process, stage: 1, replica: 0, step: 1, after_op: F2}\n"
+                  "    - {kind: kill_process, stage: 0, replica: 1, step: 3, after_op: B1}\n";
+  }());
+  auto r = actorpipe({"launch", "--nprocs", "4", config, "--quiet"}, 120);
+  EXPECT_EQ(r.code, 4) << describe(r);
+  EXPECT_NE(r.err.find("replica 0 stage 1 stopped at step 1"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("replica 1 stage 0 stopped at step 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("exceed supervision.max_restarts 1"), std::string::npos) << describe(r);
 }
 
 }  // namespace
