@@ -203,6 +203,7 @@ bool fire_one(stage_ptr self) {
     // Dies right after firing the op, as the fault asks: the stage, or its
     // whole process as a `kill -9` would.
     if (*kill == fault_kind::kill_process) ::raise(SIGKILL);
+    if (*kill == fault_kind::stop_process) ::raise(SIGSTOP);
     self->quit(caf::exit_reason::kill);
     return false;
   }

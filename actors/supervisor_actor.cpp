@@ -358,10 +358,11 @@ caf::behavior idle(supervisor_ptr self, config cfg, train_options opts, std::sha
 
 train_output run_supervised(const config& cfg, const train_options& opts) {
   for (size_t i = 0; i < cfg.faults.inject.size(); ++i)
-    if (cfg.faults.inject[i].kind == fault_kind::kill_process)
+    if (const auto kind = cfg.faults.inject[i].kind; kind == fault_kind::kill_process || kind == fault_kind::stop_process)
       throw cfg.error_at("faults.inject[" + std::to_string(i) + "].kind",
-                         "kill_process kills the stage's whole process, and this run has one: run it under "
-                         "`actorpipe launch --nprocs N` (or use kill_stage)");
+                         std::string(info(kind).name) + (kind == fault_kind::kill_process ? " kills" : " stops") +
+                             " the stage's whole process, and this run has one: run it under "
+                             "`actorpipe launch --nprocs N` (or use kill_stage)");
   caf::actor_system_config sys_cfg;
   add_run_error_category(sys_cfg);
   add_payload_types(sys_cfg);

@@ -9,7 +9,7 @@
 
 namespace actorpipe {
 
-enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process };
+enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process, stop_process };
 
 /// Where a `nonfinite` fault puts its NaN.
 enum class nonfinite_site { grad, activation };
@@ -23,8 +23,8 @@ struct fault_kind_info {
 };
 
 /// Every kind, in the order errors list them.
-inline const std::array<fault_kind_info, 8>& fault_kinds() {
-  static const std::array<fault_kind_info, 8> kinds = {{
+inline const std::array<fault_kind_info, 9>& fault_kinds() {
+  static const std::array<fault_kind_info, 9> kinds = {{
       {fault_kind::nonfinite, "nonfinite", nullptr, false, false},
       {fault_kind::duplicate, "duplicate", nullptr, true, false},
       {fault_kind::delay, "delay", nullptr, true, false},
@@ -34,6 +34,9 @@ inline const std::array<fault_kind_info, 8>& fault_kinds() {
       {fault_kind::drop, "drop", "op", true, false},
       // The stage's whole process raises SIGKILL on itself (launch only).
       {fault_kind::kill_process, "kill_process", "after_op", false, true},
+      // The stage's whole process stops itself (SIGSTOP): a hang, or a host
+      // that is gone without closing its connections (launch only).
+      {fault_kind::stop_process, "stop_process", "after_op", false, true},
   }};
   return kinds;
 }

@@ -52,7 +52,9 @@ std::optional<std::string> fault_plan::throw_in(int64_t step, op_id op) const {
 
 std::optional<fault_kind> fault_plan::kill_after(int64_t step, op_id op) const {
   for (const auto& a : faults_)
-    if ((a.spec.kind == fault_kind::kill_stage || a.spec.kind == fault_kind::kill_process) && a.spec.step == step &&
+    if ((a.spec.kind == fault_kind::kill_stage || a.spec.kind == fault_kind::kill_process ||
+         a.spec.kind == fault_kind::stop_process) &&
+        a.spec.step == step &&
         a.op == op)
       return a.spec.kind;
   return std::nullopt;

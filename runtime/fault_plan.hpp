@@ -31,7 +31,8 @@ public:
   /// An injected exception's text when op `op` of step `step` must throw.
   std::optional<std::string> throw_in(int64_t step, op_id op) const;
   /// kill_stage when the stage must die right after firing `op` of step
-  /// `step`, kill_process when its whole process must; nothing otherwise.
+  /// `step`, kill_process (stop_process) when its whole process must die
+  /// (stop); nothing otherwise.
   std::optional<fault_kind> kill_after(int64_t step, op_id op) const;
   /// True when microbatch `mb` of step `step` must carry a NaN at `where`.
   bool nan_at(int64_t step, int mb, nonfinite_site where) const;
