@@ -23,6 +23,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rank_placement.hpp"
+#include "runtime/text.hpp"
 #include "runtime/transport/kv_store.hpp"
 #include "runtime/transport/net_address.hpp"
 #include "runtime/transport/p2p_group.hpp"
@@ -323,7 +324,13 @@ struct rank_context {
   double recovery_s = 0.0;  // work lost to restarts
   std::chrono::steady_clock::time_point boundary_at = clock_type::now();
   bool fresh = true;  // this process's first generation
+  // Rank 0, healing: when the failure was seen and the replacement asked for.
+  clock_type::time_point failed_at{}, asked_at{};
 };
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 // The start of slot (d, r) in a healed generation: its layers and the
 // optimizer copy, from `snap`.
@@ -432,6 +439,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   rendezvous_result met = rendezvous(ro);
   if (!rt.store) rt.store = met.store;
   kv_store_ptr store = rt.store;
+  const auto met_at = clock_type::now();
   // A process started again reads the plan it was started for.
   if (g > 0 && cx.fresh) hp = heal_plan::decode(store->get(heal_key(env, g)));
   cx.fresh = false;
@@ -464,6 +472,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   }
   rt.groups.push_back(groups);
   rt.groups.push_back(ties);
+  const auto grouped_at = clock_type::now();
 
   // One trace time zero for every rank and generation: rank 0's first (the
   // steady clock is the host's, so ranks on one host line up; on two hosts
@@ -601,6 +610,15 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     return end;
   }
 
+  if (g > 0 && cx.opts.on_notice) {
+    const auto now = clock_type::now();
+    cx.opts.on_notice("heal: generation " + std::to_string(g) + " runs from after step " +
+                      std::to_string(hp.resume_after) + ": " + fmt("%.0f", ms_between(cx.failed_at, cx.asked_at)) +
+                      " ms to decide, " + fmt("%.0f", ms_between(cx.asked_at, met_at)) +
+                      " ms to the rendezvous (the new process's start), " + fmt("%.0f", ms_between(met_at, grouped_at)) +
+                      " ms for the channel and groups, " + fmt("%.0f", ms_between(grouped_at, now)) +
+                      " ms for the state and the stages");
+  }
   // Rank 0: which processes go down is seen on their directories.
   for (int q = 1; q < env.world_size; ++q) self->monitor(dirs[static_cast<size_t>(q)]);
   auto user_on_step = opts.on_step;
@@ -616,13 +634,21 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   // The ranks whose process went (a connection lost closes every proxy of
   // it at once; wait a little for the directory's).
   std::vector<int> dead;
+  cx.failed_at = clock_type::now();
   if (failure.code != run_errc::none) {
-    const auto until = clock_type::now() + milliseconds(300);
+    // Up to 300 ms; 20 ms more once the failed stage's own process is
+    // among them (the others of a lost host go down with it).
+    auto until = clock_type::now() + milliseconds(300);
+    const int suspect =
+        failure.stage >= 0 ? cx.places.owner(std::max(0, static_cast<int>(failure.replica)), failure.stage) : -1;
     for (bool more = true; more;)
       self->receive(
           [&](caf::down_msg& dm) {
             for (int q = 1; q < env.world_size; ++q)
-              if (dm.source == dirs[static_cast<size_t>(q)].address()) dead.push_back(q);
+              if (dm.source == dirs[static_cast<size_t>(q)].address()) {
+                dead.push_back(q);
+                if (q == suspect) until = std::min(until, clock_type::now() + milliseconds(20));
+              }
           },
           caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
               [&] { more = false; });
@@ -648,6 +674,10 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
       }
       cx.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
       store->set(heal_key(env, next->generation), next->encode());
+      cx.asked_at = clock_type::now();
+      if (cx.opts.on_notice)
+        cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
+                          (dead.empty() ? std::string() : ", " + std::to_string(dead.size()) + " process(es) started again"));
       for (int q = 1; q < env.world_size; ++q)
         if (std::find(dead.begin(), dead.end(), q) == dead.end())
           self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
