@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Recovery time: healing one killed process from a peer's memory, against
+restarting every rank from the newest checkpoint (TorchElastic's model).
+
+    python3 bench/heal_bench.py [--build build] [--rounds 3]
+
+The seed MLP (configs/seed_mlp.yaml) at dp 2 x pp 2 under
+`actorpipe launch --nprocs 4`, 8 steps, a checkpoint after every step. A
+kill_process fault kills rank 3 (replica 1, stage 1) right after its last
+backward of step 4 (0-based; its peer waits in the allreduce), so both
+models lose the same work: the step that was running.
+
+  heal     supervision.max_restarts 2: rank 0's supervisor has launch start
+           rank 3 again, every rank rolls back in memory, the new process
+           gets its stage from replica 0's memory.
+  restart  supervision.max_restarts 0: launch stops every worker (as
+           torchrun's agent does), then a second `launch --resume` starts
+           all four from the newest checkpoint.
+
+Every line of output is stamped as it arrives. Recovery is from the
+launcher's line that names the kill to the end of the re-run step, less that
+step's own time (as printed): what the failure cost beyond the lost step.
+Rounds alternate the two; the table gives medians, and heal's split as its
+`heal:` line prints it.
+
+The cost to a run with no faults: the same config, 24 steps, no fault and
+no checkpoints, with supervision.max_restarts 0 and 2 (each stage copies its
+weights and optimizer state to memory after every step), alternating; the
+median step time over steps 4.. of every round (from --results), and the
+ratio.
+
+Python 3 standard library only.
+"""
+import json
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
+HEAL = re.compile(r"(\d+) ms to decide, (\d+) ms to the rendezvous.*?, (\d+) ms for the channel and groups, (\d+) ms")
+
+
+def config(dir_, restarts, fault=True):
+    text = open(os.path.join(ROOT, "configs/seed_mlp.yaml")).read()
+    text = re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  steps: \d+", r"\1  steps: 8", text)
+    text = re.sub(r"(?ms)^pipeline:.*?(?=^\S|\Z)", "", text)
+    text = re.sub(r"(?ms)^(supervision|checkpoint|parallel|faults):.*?(?=^\S|\Z)", "", text)
+    text += ("parallel: {dp: 2, allreduce: gloo}\n"
+             "pipeline: {stages: 2, schedule: 1f1b, microbatches: 4, devices: auto, intra_op_threads: 1}\n"
+             f"supervision: {{max_restarts: {restarts}, heartbeat_timeout_s: 2}}\n"
+             f"checkpoint: {{every: 1, dir: {dir_}/ckpt}}\n")
+    if fault:
+        text += "faults:\n  inject:\n    - {kind: kill_process, replica: 1, stage: 1, step: 4, after_op: B3}\n"
+    path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}.yaml")
+    open(path, "w").write(text)
+    return path
+
+
+def stamped(cmd):
+    """Runs cmd; returns [(seconds since start, line)] over stdout and stderr."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = [(time.monotonic() - t0, l.rstrip("\n")) for l in p.stdout]
+    p.wait()
+    return t0, p.returncode, lines
+
+
+def first(lines, pred):
+    return next((t, l) for t, l in lines if pred(l))
+
+
+def heal_round(exe, cfg):
+    _, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    if code != 0:
+        sys.exit("heal run failed:\n" + "\n".join(l for _, l in lines))
+    t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
+    # The re-run step 4 is the second "step 5/8" line... there is only one:
+    # the first attempt never finished it.
+    t_step, l_step = first(lines, lambda l: l.startswith("step     5/8") or l.startswith("step 5/8"))
+    step_ms = float(STEP.match(l_step).group(3))
+    split = [int(x) for x in HEAL.search(first(lines, lambda l: "generation 1 runs" in l)[1]).groups()]
+    return (t_step - t_kill) * 1e3 - step_ms, split
+
+
+def restart_round(exe, cfg, resumed_cfg, dir_):
+    t0, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    if code == 0:
+        sys.exit("the restart model's first run did not fail")
+    t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
+    t_end = lines[-1][0] if lines else t_kill
+    stopped = time.monotonic() - t0  # the launcher returned: every worker is gone
+    # The fault has fired: the restarted workers run without it.
+    t1, code, lines2 = stamped([exe, "launch", "--nprocs", "4", resumed_cfg, "--resume", os.path.join(dir_, "ckpt")])
+    if code != 0:
+        sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
+    t_step, l_step = first(lines2, lambda l: STEP.match(l) and STEP.match(l).group(1) == "5")
+    step_ms = float(STEP.match(l_step).group(3))
+    stop_ms = (stopped - t_kill) * 1e3
+    start_ms = ((t1 - t0) - stopped) * 1e3 + t_step * 1e3 - step_ms
+    del t_end
+    return stop_ms + start_ms, [stop_ms, start_ms]
+
+
+def overhead_round(exe, dir_, restarts):
+    cfg = config(dir_, restarts, fault=False)
+    text = open(cfg).read().replace("steps: 8", "steps: 24")
+    text = re.sub(r"checkpoint: .*\n", "", text)
+    open(cfg, "w").write(text)
+    out = os.path.join(dir_, "results.json")
+    r = subprocess.run([exe, "launch", "--nprocs", "4", cfg, "--quiet", "--results", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(r.stdout + r.stderr)
+    runs = json.load(open(out))
+    run = runs[0] if isinstance(runs, list) else runs.get("runs", [runs])[0]
+    return [s["step_s"] * 1e3 for s in run["steps"][3:]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    exe = os.path.join(a.build, "actorpipe")
+    heal, heal_split, full, full_split = [], [], [], []
+    with tempfile.TemporaryDirectory() as d:
+        for r in range(a.rounds):
+            for kind in ("heal", "restart"):
+                subprocess.run(["rm", "-rf", os.path.join(d, "ckpt")])
+                if kind == "heal":
+                    ms, split = heal_round(exe, config(d, 2))
+                    heal.append(ms)
+                    heal_split.append(split)
+                else:
+                    ms, split = restart_round(exe, config(d, 0), config(d, 0, fault=False), d)
+                    full.append(ms)
+                    full_split.append(split)
+                print(f"round {r + 1} {kind}: {ms:.0f} ms {split}", file=sys.stderr)
+    med = statistics.median
+    hs = [med(x) for x in zip(*heal_split)]
+    fs = [med(x) for x in zip(*full_split)]
+    print(f"| model | recovery (median of {a.rounds}) | split |")
+    print("| --- | --- | --- |")
+    print(f"| heal one process from a peer's memory | {med(heal):.0f} ms | detect and decide {hs[0]:.0f}, "
+          f"new process to rendezvous {hs[1]:.0f}, channel and groups {hs[2]:.0f}, state and stages {hs[3]:.0f} ms |")
+    print(f"| restart every rank from the newest checkpoint | {med(full):.0f} ms | stop every worker {fs[0]:.0f}, "
+          f"start four and resume {fs[1]:.0f} ms |")
+    print(f"\nfull restart / heal: {med(full) / med(heal):.1f}x")
+    with tempfile.TemporaryDirectory() as d:
+        steps = {0: [], 2: []}
+        for r in range(a.rounds):
+            for restarts in (0, 2):
+                steps[restarts] += overhead_round(exe, d, restarts)
+    off, on = med(steps[0]), med(steps[2])
+    print(f"\n| supervision.max_restarts | median step ({a.rounds} rounds, steps 4..24) |")
+    print("| --- | --- |")
+    print(f"| 0 (no boundary copies) | {off:.1f} ms |")
+    print(f"| 2 (a copy of every stage after every step) | {on:.1f} ms |")
+    print(f"\nwith / without: {on / off:.3f}")
+
+
+if __name__ == "__main__":
+    main()
