@@ -360,12 +360,18 @@ void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
     self->monitor(a);
     self->send_exit(a, caf::exit_reason::user_shutdown);
   }
+  // Bounded: a stage stuck inside an op (a transfer to a peer that is gone)
+  // is left to the end of the process; its messages carry an old epoch.
   size_t down = 0;
-  while (down < stages.size())
-    self->receive([&](caf::down_msg& dm) {
-      for (auto& a : stages)
-        if (a && dm.source == a.address()) ++down;
-    });
+  const auto until = clock_type::now() + std::chrono::seconds(5);
+  for (bool waiting = true; waiting && down < stages.size();)
+    self->receive(
+        [&](caf::down_msg& dm) {
+          for (auto& a : stages)
+            if (a && dm.source == a.address()) ++down;
+        },
+        caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
+            [&] { waiting = false; });
   stages.clear();
 }
 
@@ -373,6 +379,11 @@ void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
 // heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
                                      const heal_plan& now) {
+  if (!dead.empty()) {
+    std::string ranks;
+    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+    f.text += " (the process of rank " + ranks + " is gone)";
+  }
   if (!cx.boundary) return std::nullopt;
   heal_plan hp;
   hp.generation = g + 1;
@@ -656,8 +667,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   }
   for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
   if (failure.code != run_errc::none && restartable(failure.code)) {
-    const run_failure failed = failure;
     if (auto next = decide_heal(cx, g, failure, dead, hp)) {
+      const run_failure& failed = failure;  // naming the processes that went
       while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
       const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
       cx.recovery_s += lost;

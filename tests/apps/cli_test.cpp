@@ -943,12 +943,19 @@ namespace actorpipe {
 namespace {
 
 // Every shipped fault scenario survives its faults and ends bitwise equal
-// to a fault-free run of the same config.
+// to a fault-free run of the same config; run as its header says (`train`,
+// or `launch --nprocs N` for the scenarios that kill processes).
 class CliFaultScenario : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CliFaultScenario, EndsBitwiseEqualToACleanRun) {
   const std::string path = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/" + GetParam() + ".yaml";
-  auto r = actorpipe({"train", path, "--quiet", "--verify-against-clean"});
+  std::vector<std::string> args = {"train", path, "--quiet", "--verify-against-clean"};
+  const std::string text = slurp(path);
+  const std::string launch = "#   actorpipe launch --nprocs ";
+  if (const auto at = text.find(launch); at != std::string::npos)
+    args = {"launch", "--nprocs", text.substr(at + launch.size(), text.find(' ', at + launch.size()) - at - launch.size()),
+            path, "--quiet", "--verify-against-clean"};
+  auto r = actorpipe(args);
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << r.out;
 }
