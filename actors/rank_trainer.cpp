@@ -221,9 +221,7 @@ bool tell_launcher(const std::string& line) {
 // an earlier generation are gone.
 config without_fired(const config& cfg, int64_t fired_through) {
   config c = cfg;
-  c.faults.inject.clear();
-  for (const auto& f : cfg.faults.inject)
-    if (!(info(f.kind).ends_stage && f.step <= fired_through)) c.faults.inject.push_back(f);
+  c.faults.inject = faults_left(cfg.faults.inject, fired_through);
   return c;
 }
 
@@ -397,10 +395,9 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
       if (donor_of(cx.places, hp, slot.replica, slot.stage) < 0) hp.from_disk = true;
   if (hp.from_disk) {
     const auto& cc = cx.cfg.checkpoint;
-    std::vector<std::string> problems;
     int64_t newest = -1;
     if (cc.every > 0) try {
-        newest = load_latest_checkpoint(cc.dir, &problems).step;
+        newest = load_latest_checkpoint(cc.dir).step;
       } catch (const std::exception&) {
       }
     // No checkpoint written yet: the run's own start (the config's seed,
@@ -750,12 +747,9 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   for (;;) {
     generation_end end = run_generation(rt, cx, hp);
     if (!end.heal) {
-      if (env.rank == 0 && supervised) {
-        end.out.result.steps = std::move(cx.steps);
-        end.out.result.notices.insert(end.out.result.notices.begin(), cx.notices.begin(), cx.notices.end());
-        end.out.result.restarts = cx.ledger.count();
-        end.out.result.recovery_s = cx.recovery_s;
-      }
+      if (env.rank == 0 && supervised)
+        merge_generations(end.out.result, std::move(cx.steps), std::move(cx.notices), opts.skip_steps,
+                          end.out.result.resumed_from, cx.ledger.count(), cx.recovery_s);
       return std::move(end.out);
     }
     hp = end.next;

@@ -1,5 +1,7 @@
 #include "actors/supervision.hpp"
 
+#include <algorithm>
+
 #include "runtime/text.hpp"
 
 namespace actorpipe {
@@ -24,9 +26,31 @@ restart_decision restart_ledger::decide(const run_failure& f, const config& cfg,
   d.retry = true;
   d.resume_after = last_good_step;
   // Faults of the failed step have fired; the re-run must not meet them again.
-  for (const auto& fault : cfg.faults.inject)
-    if (!(info(fault.kind).ends_stage && fault.step <= f.step)) d.faults.push_back(fault);
+  d.faults = faults_left(cfg.faults.inject, f.step);
   return d;
+}
+
+std::vector<fault_spec> faults_left(const std::vector<fault_spec>& faults, int64_t fired_through) {
+  std::vector<fault_spec> out;
+  for (const auto& fault : faults)
+    if (!(info(fault.kind).ends_stage && fault.step <= fired_through)) out.push_back(fault);
+  return out;
+}
+
+void merge_generations(train_result& r, std::vector<step_record> steps, std::vector<std::string> notices,
+                       const std::vector<int64_t>& skip_steps, int64_t resumed_after, int restarts, double recovery_s) {
+  r.steps = std::move(steps);
+  // Steps skipped for a NaN by an earlier generation (before the boundary it
+  // rolled back to) count too, and what it noticed there is reported.
+  r.skipped_steps.clear();
+  for (const auto& s : r.steps) {
+    if (s.skipped && std::find(skip_steps.begin(), skip_steps.end(), s.step) == skip_steps.end())
+      r.skipped_steps.push_back(s.step);
+    if (s.step <= resumed_after && !s.notice.empty()) notices.push_back(s.notice);
+  }
+  r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
+  r.restarts = restarts;
+  r.recovery_s = recovery_s;
 }
 
 std::string restart_notice(int n, const run_failure& f, int64_t resumed_after, double lost_s) {

@@ -8,6 +8,7 @@
 
 #include "messages/errors.hpp"
 #include "runtime/config.hpp"
+#include "runtime/metrics.hpp"
 
 namespace actorpipe {
 
@@ -38,6 +39,19 @@ public:
 private:
   std::vector<int64_t> failed_steps_;  ///< the step each restart re-ran
 };
+
+/// The faults a re-run keeps: those that end a stage at or before step
+/// `fired_through` have fired.
+std::vector<fault_spec> faults_left(const std::vector<fault_spec>& faults, int64_t fired_through);
+
+/// A supervised run's result over its generations: `steps` (every
+/// generation's, up to the boundary the next one rolled back to) replace
+/// the last generation's; steps skipped for a NaN (other than `skip_steps`,
+/// dropped on purpose) are listed; what earlier generations noticed up to
+/// `resumed_after` (where the last one started) and `notices` come first;
+/// the restarts and the work they lost.
+void merge_generations(train_result& r, std::vector<step_record> steps, std::vector<std::string> notices,
+                       const std::vector<int64_t>& skip_steps, int64_t resumed_after, int restarts, double recovery_s);
 
 /// The notice of restart number `n` after `f`: where it rolled back to and
 /// how much work (`lost_s`, from the boundary to the failure) was lost.

@@ -167,25 +167,6 @@ void stop_generation(supervisor_ptr self) {
   self->send_exit(g.driver, caf::exit_reason::user_shutdown);
 }
 
-// The steps of every generation, what failed ones noticed before the
-// boundary they rolled back to, the restarts.
-void merge_generations(supervisor_ptr self, train_output& out) {
-  auto& s = self->state;
-  out.result.steps = std::move(s.log->steps);
-  // Steps skipped for a NaN by an earlier generation (before the boundary it
-  // rolled back to) count too, and what it noticed there is reported.
-  out.result.skipped_steps.clear();
-  const auto& skip = s.opts.skip_steps;
-  for (const auto& r : out.result.steps) {
-    if (r.skipped && std::find(skip.begin(), skip.end(), r.step) == skip.end())
-      out.result.skipped_steps.push_back(r.step);
-    if (r.step <= s.resumed_after && !r.notice.empty()) s.notices.push_back(r.notice);
-  }
-  out.result.notices.insert(out.result.notices.begin(), s.notices.begin(), s.notices.end());
-  out.result.restarts = s.restarts.count();
-  out.result.recovery_s = s.recovery_s;
-}
-
 // The generation failed with s.failure: its stages give up their
 // collectives, every actor goes, and the ledger decides what comes next.
 void on_failed(supervisor_ptr self) {
@@ -259,7 +240,9 @@ void collect_weights(supervisor_ptr self) {
                 out.result.allreduce = st.gen->groups.backend;
                 out.result.split_backward = st.gen->plan.pol->splits_backward();
                 out.result.resumed_from = st.gen->rp.ckpt.step;
-                if (st.supervised) merge_generations(me, out);
+                if (st.supervised)
+                  merge_generations(out.result, std::move(st.log->steps), std::move(st.notices), st.opts.skip_steps,
+                                    st.resumed_after, st.restarts.count(), st.recovery_s);
                 st.promise.deliver(std::move(out));
                 me->quit();
               }));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
 #include "runtime/canonical.hpp"
@@ -200,11 +201,10 @@ std::string run_digest(const config& cfg, const std::string& import_path) {
 
 // Started as one rank of several (torchrun, launch, Slurm, mpirun): the
 // environment and the placement are checked before anything is built.
-rank_env rank_environment(const config& cfg, const args& a) {
+rank_env rank_environment(const config& cfg) {
   rank_env env = read_rank_env();
   if (!env.multi_process()) return env;
   check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
-  (void)a;  // --verify-against-clean: rank 0 trains the fault-free twin in its own process, once the run is done
   return env;
 }
 
@@ -244,13 +244,8 @@ void print_samples(const config& cfg, const named_params& weights, int64_t count
 // which. Returns the directory to resume from ("" to start over).
 std::string resume_after_torchrun_restart(const config& cfg, const rank_env& env, bool speaks) {
   const auto& cc = cfg.checkpoint;
-  bool any = false;
   std::error_code ec;
-  if (cc.every > 0 && std::filesystem::is_directory(cc.dir, ec))
-    for (const auto& f : std::filesystem::directory_iterator(cc.dir, ec)) {
-      const std::string name = f.path().filename().string();
-      any = any || (name.rfind("step_", 0) == 0 && f.path().extension() == ".pt");
-    }
+  const bool any = cc.every > 0 && std::filesystem::is_directory(cc.dir, ec) && !checkpoint_files(cc.dir).empty();
   if (speaks)
     std::printf("torchrun restart %d (TORCHELASTIC_RESTART_COUNT): every worker was restarted, so no peer's memory "
                 "is left to heal from; %s\n",
@@ -283,7 +278,7 @@ int cmd_train(int argc, char** argv) {
       throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
   }
   check_async_stream(cfg);
-  const rank_env env = rank_environment(cfg, a);
+  const rank_env env = rank_environment(cfg);
   // Rank 0 speaks for a multi-process run; the others stay quiet.
   const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;

@@ -64,16 +64,6 @@ int64_t step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
-/// The step_*.pt files in `dir` with their steps, newest first.
-std::vector<std::pair<int64_t, std::string>> checkpoint_files(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (int64_t s = step_of(e.path().filename().string()); s >= 0) files.emplace_back(s, e.path().string());
-  if (ec) throw std::runtime_error(dir + ": cannot read the checkpoint directory: " + ec.message());
-  std::sort(files.rbegin(), files.rend());
-  return files;
-}
 
 /// A one-element int64 entry's value.
 int64_t scalar_of(const std::string& path, const std::string& name, const at::Tensor& t) {
@@ -84,6 +74,16 @@ int64_t scalar_of(const std::string& path, const std::string& name, const at::Te
 }
 
 }  // namespace
+
+std::vector<std::pair<int64_t, std::string>> checkpoint_files(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (int64_t s = step_of(e.path().filename().string()); s >= 0) files.emplace_back(s, e.path().string());
+  if (ec) throw std::runtime_error(dir + ": cannot read the checkpoint directory: " + ec.message());
+  std::sort(files.rbegin(), files.rend());
+  return files;
+}
 
 std::string save_checkpoint(const std::string& dir, const checkpoint& c) {
   std::error_code ec;

@@ -48,6 +48,11 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t step,
 /// each file tried and why it failed.
 checkpoint load_latest_checkpoint(const std::string& dir, std::vector<std::string>* problems = nullptr);
 
+/// The step_NNNNNNNN.pt files in `dir` with their steps, newest first
+/// (whether they load is not checked). Throws std::runtime_error when the
+/// directory cannot be read.
+std::vector<std::pair<int64_t, std::string>> checkpoint_files(const std::string& dir);
+
 /// Loads one checkpoint file; throws std::runtime_error naming the file.
 checkpoint load_checkpoint(const std::string& path);
 
