@@ -102,6 +102,11 @@ public:
   /// through without a flush, each stage steps its own weights every M
   /// backwards, and forwards use the version before the last.
   virtual bool flushes() const { return true; }
+  /// OVERLAP_F_B (DualPipeV): true when the op next(v) returns opens an
+  /// overlapped action: an F fired together with the op the policy returns
+  /// right after it, a B of the other chunk. next() returns such an F only
+  /// once that B is ready too, so the two start as one.
+  virtual bool overlaps_next(const stage_view&) const { return false; }
 };
 
 using policy_factory = std::function<std::unique_ptr<policy>(const policy_options&)>;

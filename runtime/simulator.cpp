@@ -39,8 +39,13 @@ cost_model parse_cost(const std::string& text) {
       c.w = v;
     else if (name == "comm")
       c.comm = v;
-    else
-      throw std::invalid_argument("--cost: unknown cost " + quoted_input(name) + " (F, B, W, comm)");
+    else if (name == "overlap") {
+      if (v != 0 && v != 1)
+        throw std::invalid_argument("--cost: \"overlap\" is 0 (F and B of an overlapped pair run one after the other) or 1 (at once), got " +
+                                    quoted_input(value));
+      c.overlap = v == 1;
+    } else
+      throw std::invalid_argument("--cost: unknown cost " + quoted_input(name) + " (F, B, W, comm, overlap)");
   }
   return c;
 }
@@ -69,7 +74,7 @@ struct sim_stage {
   ready_board board;
   double measured[3] = {0.0, 0.0, 0.0};  // mean duration per op kind so far
   int measured_n[3] = {0, 0, 0};
-  bool busy = false;
+  int running = 0;  // ops under way: two during an overlapped F and B
 };
 
 enum class ev_kind : uint8_t { arrive_f, arrive_b, op_end };
@@ -182,36 +187,57 @@ private:
     return r < static_cast<int>(cost_.stage_factor.size()) ? cost_.stage_factor[r] : 1.0;
   }
 
-  // Stage r, if idle, fires what its policy chooses.
+  // Stage r, if idle, fires what its policy chooses: one op, or an
+  // overlapped F and B (priced at once where the device can, else in turn).
   void decide(int r) {
     auto& s = st_[r];
-    if (s.busy) return;
-    auto op = pol_.next(s.board.view(r, static_cast<int>(st_.size()), s.measured));
+    if (s.running > 0) return;
+    const int stages = static_cast<int>(st_.size());
+    auto view = s.board.view(r, stages, s.measured);
+    auto op = pol_.next(view);
     if (!op) return;
-    if (!s.board.ready(*op))
-      throw std::logic_error("policy " + pol_.name() + " chose " + to_string(*op) + " on stage " +
+    const bool pair = pol_.overlaps_next(view);
+    const double first = fire(r, *op, now_);
+    if (!pair) {
+      res_.busy[r] += first;
+      return;
+    }
+    auto second = pol_.next(s.board.view(r, stages, s.measured));
+    if (!second || op->kind != op_kind::F || second->kind != op_kind::B)
+      throw std::logic_error("policy " + pol_.name() + " overlapped " + to_string(*op) + " on stage " +
+                             std::to_string(r) + " with " + (second ? to_string(*second) : std::string("nothing")) +
+                             ", not a ready B");
+    const double then = fire(r, *second, cost_.overlap ? now_ : now_ + first);
+    res_.busy[r] += cost_.overlap ? std::max(first, then) : first + then;
+  }
+
+  // Fires `op` on stage r at time `at`; returns its duration.
+  double fire(int r, const op_id& op, double at) {
+    auto& s = st_[r];
+    if (!s.board.ready(op))
+      throw std::logic_error("policy " + pol_.name() + " chose " + to_string(op) + " on stage " +
                              std::to_string(r) + ", which is not ready");
     const double full_b = split_ ? cost_.b : cost_.b + cost_.w;
-    double d = (op->kind == op_kind::F ? cost_.f : op->kind == op_kind::B ? full_b : cost_.w) * factor(r);
-    const int kind = static_cast<int>(op->kind);
+    double d = (op.kind == op_kind::F ? cost_.f : op.kind == op_kind::B ? full_b : cost_.w) * factor(r);
+    const int kind = static_cast<int>(op.kind);
     s.measured[kind] = (s.measured[kind] * s.measured_n[kind] + d) / (s.measured_n[kind] + 1);
     ++s.measured_n[kind];
-    s.board.fire(*op);
+    s.board.fire(op);
     // Activations live until the op that consumes them last: B, or W.
-    if (op->kind == op_kind::F)
+    if (op.kind == op_kind::F)
       res_.peak_stash[r] =
           std::max(res_.peak_stash[r], s.board.fwd_done() - (split_ ? s.board.w_done() : s.board.bwd_done()));
-    s.busy = true;
-    res_.timeline[r].push_back({*op, now_, now_ + d});
-    res_.busy[r] += d;
-    q_.push({now_ + d, seq_++, ev_kind::op_end, r, *op});
+    ++s.running;
+    res_.timeline[r].push_back({op, at, at + d});
+    q_.push({at + d, seq_++, ev_kind::op_end, r, op});
+    return d;
   }
 
   void handle(const event& e) {
     auto& s = st_[e.stage];
     if (e.kind == ev_kind::arrive_f) return (void)s.board.arrive(op_kind::F, e.op.chunk, e.op.mb);
     if (e.kind == ev_kind::arrive_b) return (void)s.board.arrive(op_kind::B, e.op.chunk, e.op.mb);
-    s.busy = false;
+    --s.running;
     res_.makespan = std::max(res_.makespan, e.time);
     const int k = plc_.virtual_stage(e.stage, e.op.chunk);
     if (e.op.kind == op_kind::F) {

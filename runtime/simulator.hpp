@@ -22,6 +22,10 @@ struct cost_model {
   double b = 1.0;     ///< backward, input-gradient part
   double w = 0.0;     ///< backward, weight-gradient part
   double comm = 0.0;  ///< latency of an activation or gradient hop
+  /// The device runs an overlapped F and B (OVERLAP_F_B) at once, as two
+  /// CUDA streams can: the pair takes max(F, B). Otherwise (a CPU, the
+  /// lock-step device) one runs after the other: F + B.
+  bool overlap = false;
   /// Multiplies every op of stage r (uneven stages); empty = all 1.
   std::vector<double> stage_factor;
   /// Extra latency of one message: the input of `op` (F: an activation, B:

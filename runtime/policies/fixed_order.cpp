@@ -1,16 +1,46 @@
 #include "runtime/policies/fixed_order.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace actorpipe {
 
-fixed_order_policy::fixed_order_policy(std::vector<std::vector<op_id>> order, placement_kind placement)
-    : order_(std::move(order)), placement_(placement) {
+fixed_order_policy::fixed_order_policy(std::vector<std::vector<op_id>> order, placement_kind placement,
+                                       std::vector<std::vector<char>> overlap)
+    : order_(std::move(order)), placement_(placement), overlap_(std::move(overlap)) {
   for (const auto& rank : order_)
     for (const auto& op : rank) {
       if (op.kind == op_kind::W) split_ = true;
       chunks_ = std::max(chunks_, op.chunk + 1);
     }
+  if (overlap_.size() > order_.size()) throw std::invalid_argument("fixed order: overlap flags for more ranks than ops");
+  for (size_t r = 0; r < overlap_.size(); ++r) {
+    if (overlap_[r].size() > order_[r].size())
+      throw std::invalid_argument("fixed order: rank " + std::to_string(r) + " has more overlap flags than ops");
+    for (size_t i = 0; i < overlap_[r].size(); ++i)
+      if (overlap_[r][i] && (i + 1 >= order_[r].size() || order_[r][i].kind != op_kind::F ||
+                             order_[r][i + 1].kind != op_kind::B))
+        throw std::invalid_argument("fixed order: rank " + std::to_string(r) + " op " + std::to_string(i) + " (" +
+                                    to_string(order_[r][i]) +
+                                    ") is marked overlapped but is not an F followed by a B");
+  }
+}
+
+namespace {
+
+bool ready_in(const stage_view& v, const op_id& op) {
+  const auto* ready = op.kind == op_kind::F   ? v.fwd_ready
+                      : op.kind == op_kind::B ? v.bwd_ready
+                                              : v.w_ready;
+  return op.chunk < v.chunks && ready && ready[op.chunk].contains(op.mb);
+}
+
+}  // namespace
+
+bool fixed_order_policy::overlaps_next(const stage_view& v) const {
+  if (v.rank >= static_cast<int>(overlap_.size())) return false;
+  const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
+  return pos < overlap_[v.rank].size() && overlap_[v.rank][pos];
 }
 
 std::optional<op_id> fixed_order_policy::next(const stage_view& v) const {
@@ -19,10 +49,9 @@ std::optional<op_id> fixed_order_policy::next(const stage_view& v) const {
   const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
   if (pos >= mine.size()) return std::nullopt;
   const auto& op = mine[pos];
-  const auto* ready = op.kind == op_kind::F   ? v.fwd_ready
-                      : op.kind == op_kind::B ? v.bwd_ready
-                                              : v.w_ready;
-  if (op.chunk >= v.chunks || !ready[op.chunk].contains(op.mb)) return std::nullopt;
+  if (!ready_in(v, op)) return std::nullopt;
+  // An overlapped F waits for its B: the two start as one action.
+  if (overlaps_next(v) && !ready_in(v, mine[pos + 1])) return std::nullopt;
   return op;
 }
 
