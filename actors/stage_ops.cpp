@@ -167,8 +167,12 @@ void schedule_tick(stage_ptr self) { self->state.clock->poke(); }
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
   if (s.step < 0 || step_done(s)) return false;
-  auto op = s.pol->next(s.board.view(s.setup.rank, s.setup.stages, s.measured));
+  const auto view = s.board.view(s.setup.rank, s.setup.stages, s.measured);
+  auto op = s.pol->next(view);
   if (!op) return false;
+  // An overlapped F and B is one action: on a CPU one runs after the
+  // other, with nothing in between.
+  s.pair_open = s.pol->overlaps_next(view);
   if (auto what = s.faults.throw_in(s.step, *op)) throw std::runtime_error(*what);
   // One clock read: the trace's start is the instant the op's padding and
   // the sim device's time count from (two reads drift apart under load).
@@ -251,7 +255,7 @@ void on_recheck(stage_ptr self, int64_t fired_then, int64_t step) {
 void on_tick(stage_ptr self) {
   self->state.clock->ticked();
   while (fire_one(self))
-    if (!self->mailbox().empty()) {
+    if (!self->state.pair_open && !self->mailbox().empty()) {
       schedule_tick(self);
       return;
     }

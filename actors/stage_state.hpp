@@ -85,6 +85,9 @@ struct stage_state {
   std::vector<activation_msg> ahead_fwd;
   std::vector<gradient_msg> ahead_bwd;
   fault_plan faults;  // from setup.faults: what to inject where
+  /// The op just fired opened an overlapped F and B (OVERLAP_F_B): its B
+  /// fires next, before any message is looked at.
+  bool pair_open = false;
   bool padded = false;  // the op being fired was padded before it sent (pad runs once per op)
   finite_watch finite;  // which op first produced a NaN or an infinity
   at::Tensor nothing;  // null and sim devices: every activation and gradient

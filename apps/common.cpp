@@ -172,6 +172,10 @@ void set_schedule(config& cfg, std::string name) {
   if (t.microbatches_at_least_stages && p.microbatches < p.stages)
     throw usage_error("--schedule " + name + " needs at least as many microbatches as stages (" +
                       std::to_string(p.stages) + "); pipeline.microbatches is " + std::to_string(p.microbatches));
+  if (t.shape_error)
+    if (const std::string why = t.shape_error(p.stages, p.microbatches); !why.empty())
+      throw usage_error("--schedule " + name + ": " + why + " (pipeline.stages " + std::to_string(p.stages) +
+                        ", pipeline.microbatches " + std::to_string(p.microbatches) + ")");
   if (t.takes_max_inflight) return;  // any chunk count; the config's stays
   if (p.max_inflight != 0) p.max_inflight = 0;  // only a schedule that takes it keeps it
   if (!t.any_chunks()) {

@@ -149,6 +149,8 @@ std::vector<std::vector<op_id>> canonical_order(const std::string& schedule, int
     throw std::invalid_argument("no canonical order for schedule '" + schedule + "'");
   if (t->microbatches_in_stage_groups && microbatches % stages != 0)
     throw std::invalid_argument(t->name + " needs microbatches to be a multiple of stages");
+  if (t->shape_error)
+    if (const std::string why = t->shape_error(stages, microbatches); !why.empty()) throw std::invalid_argument(why);
   std::vector<std::vector<op_id>> order;
   for (int r = 0; r < stages; ++r) order.push_back(t->canonical(stages, r, microbatches, chunks));
   return order;
@@ -166,3 +168,101 @@ std::string analytic_formula(const std::string& name) {
 }
 
 }  // namespace actorpipe
+
+namespace actorpipe::canonical {
+
+std::string dualpipev_shape_error(int s, int m) {
+  if (s < 2 || s % 2 != 0)
+    return "DualPipeV needs an even number of stages (ranks), at least 2; got " + std::to_string(s);
+  if (m < 2 * s)
+    return "DualPipeV needs at least 2 x stages (" + std::to_string(2 * s) + ") microbatches; got " + std::to_string(m);
+  return "";
+}
+
+// The reference's eight phases (DeepSeek's dualpipev.py, step()), as a
+// rank's program. Chunk p's forwards and backwards each take its next
+// microbatch; W slots take the oldest deferred weight gradient.
+stage_program dualpipev_program(int s, int rank, int m) {
+  if (auto why = dualpipev_shape_error(s, m); !why.empty()) throw std::invalid_argument(why);
+  if (rank < 0 || rank >= s) throw std::invalid_argument("dualpipev: rank out of range");
+  stage_program p;
+  int f[2] = {0, 0}, b[2] = {0, 0};
+  std::vector<op_id> deferred;  // zero-bubble backwards' W, oldest first
+  size_t next_w = 0;
+  auto push = [&](op_id op, bool overlap = false) {
+    p.ops.push_back(op);
+    p.overlap.push_back(overlap ? 1 : 0);
+  };
+  auto forward = [&](int c, bool overlap = false) { push({op_kind::F, f[c]++, c}, overlap); };
+  // A full backward is B and at once its W; a zero-bubble one defers W.
+  auto backward = [&](int c, bool zero_bubble) {
+    const int mb = b[c]++;
+    push({op_kind::B, mb, c});
+    if (zero_bubble)
+      deferred.push_back({op_kind::W, mb, c});
+    else
+      push({op_kind::W, mb, c});
+  };
+  auto weight = [&] {
+    if (next_w >= deferred.size()) throw std::logic_error("dualpipev: a W slot with no deferred weight gradient");
+    push(deferred[next_w++]);
+  };
+  auto overlapped = [&](int fc, int bc) {  // F of chunk fc with a full B of chunk bc
+    forward(fc, true);
+    backward(bc, false);
+  };
+  const bool last_rank = rank == s - 1;
+  // 1: forwards of chunk 0 down the V.
+  for (int i = 0; i < 2 * (s - rank - 1); ++i) forward(0);
+  // 2: chunk 0 and chunk 1 in turn.
+  for (int i = 0; i < rank + 1; ++i) {
+    forward(0);
+    forward(1);
+  }
+  // 3: zero-bubble backward of chunk 1, its W, a forward of chunk 1.
+  for (int i = 0; i < s - rank - 1; ++i) {
+    backward(1, true);
+    weight();
+    forward(1);
+  }
+  // 4, the main phase: F0 with B1 overlapped, then F1 with B0. The last
+  // rank does not overlap its first pair (the reference's choice, to cut
+  // the bubble further).
+  for (int i = 0; i < m - 2 * s + rank + 1; ++i) {
+    if (i == 0 && last_rank) {
+      forward(0);
+      backward(1, false);
+    } else {
+      overlapped(0, 1);
+    }
+    overlapped(1, 0);
+  }
+  // 5: B1, then F1 with B0.
+  for (int i = 0; i < s - rank - 1; ++i) {
+    backward(1, false);
+    overlapped(1, 0);
+  }
+  // 6: B1 and B0 in turn; from the middle on, their W are deferred (odd
+  // ranks switch before B1, even ranks before B0).
+  bool zero_bubble = false;
+  for (int i = 0; i < rank + 1; ++i) {
+    if (i == (rank + 1) / 2 && rank % 2 == 1) zero_bubble = true;
+    backward(1, zero_bubble);
+    if (i == (rank + 1) / 2 && rank % 2 == 0) zero_bubble = true;
+    backward(0, zero_bubble);
+  }
+  // 7: a deferred W, then a zero-bubble B0.
+  for (int i = 0; i < s - rank - 1; ++i) {
+    weight();
+    backward(0, true);
+  }
+  // 8: the W still deferred.
+  for (int i = 0; i < rank + 1; ++i) weight();
+  if (next_w != deferred.size() || f[0] != m || f[1] != m || b[0] != m || b[1] != m)
+    throw std::logic_error("dualpipev: the program does not run every op once");
+  return p;
+}
+
+std::vector<op_id> dualpipev_stage(int s, int rank, int m) { return dualpipev_program(s, rank, m).ops; }
+
+}  // namespace actorpipe::canonical

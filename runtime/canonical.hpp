@@ -17,6 +17,22 @@ std::vector<op_id> one_f_one_b_stage(int s, int rank, int m);
 std::vector<op_id> zb_h1_stage(int s, int rank, int m);
 std::vector<op_id> interleaved_stage(int s, int rank, int m, int v);
 std::vector<op_id> zb_v_stage(int s, int rank, int m);
+
+/// A rank's ops with the OVERLAP_F_B pairs marked: overlap[i] set means
+/// ops[i] (an F) and ops[i + 1] (a B) fire as one action.
+struct stage_program {
+  std::vector<op_id> ops;
+  std::vector<char> overlap;
+};
+/// DeepSeek's DualPipeV (the cut-in-half DualPipe) on S ranks (S even,
+/// M >= 2S): chunk 0 goes down the V, chunk 1 comes back. Its eight
+/// phases, from the reference step(); a full backward is written as the
+/// input gradient (B) and at once its W, a zero-bubble one defers the W to
+/// a FIFO that the W slots drain. Throws std::invalid_argument otherwise.
+stage_program dualpipev_program(int s, int rank, int m);
+std::vector<op_id> dualpipev_stage(int s, int rank, int m);
+/// "" when DualPipeV runs S ranks and M microbatches, else why not.
+std::string dualpipev_shape_error(int s, int m);
 }  // namespace canonical
 
 /// Per-stage order of one step; `chunks` is the interleaved schedule's v.

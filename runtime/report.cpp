@@ -85,26 +85,32 @@ std::string format_bubble_table(const std::vector<std::pair<int, int>>& cases) {
   // different denominators.
   const int v = 2;
   std::vector<std::vector<std::string>> rows = {
-      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "zb-h1", "zb-v", "gpipe idle/useful",
-       "1f1b idle/useful", "interleaved v=2 idle/useful", "zb-h1 idle/useful", "zb-v idle/useful"}};
+      {"S", "M", "naive", "gpipe", "1f1b", "interleaved v=2", "zb-h1", "zb-v", "dualpipev",
+       "gpipe idle/useful", "1f1b idle/useful", "interleaved v=2 idle/useful", "zb-h1 idle/useful", "zb-v idle/useful",
+       "dualpipev idle/useful"}};
   for (auto [s, m] : cases) {
     const double idle = s - 1;
     const bool zb_v = m >= 2 * s - 1;  // the paper's order has a closed form from there
+    const bool dpv = s % 2 == 0 && m >= 2 * s;  // DualPipeV's shape: even ranks, M >= 2S
     rows.push_back({std::to_string(s), std::to_string(m),
                     fmt("%.3f", analytic_bubble("naive", s, m)),
                     fmt("%.3f", analytic_bubble("gpipe", s, m)),
                     fmt("%.3f", analytic_bubble("1f1b", s, m)),
                     fmt("%.3f", idle / (v * m + idle)), fmt("%.3f", analytic_bubble("zb-h1", s, m)),
                     zb_v ? fmt("%.3f", analytic_bubble("zb-v", s, m)) : std::string("-"),
+                    dpv ? fmt("%.3f", analytic_bubble("dualpipev", s, m)) : std::string("-"),
                     fmt("%.3f", idle / m), fmt("%.3f", idle / m), fmt("%.3f", idle / (v * m)),
-                    fmt("%.3f", idle / (3.0 * m)), zb_v ? fmt("%.3f", idle / (6.0 * m)) : std::string("-")});
+                    fmt("%.3f", idle / (3.0 * m)), zb_v ? fmt("%.3f", idle / (6.0 * m)) : std::string("-"),
+                    dpv ? fmt("%.3f", idle / (6.0 * m)) : std::string("-")});
   }
   return box(rows) +
-         "columns naive..zb-v: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1), (S-1)/(3M+S-1),\n"
+         "columns naive..dualpipev: idle / total step time = (S-1)/(M+S-1), (S-1)/(vM+S-1), (S-1)/(3M+S-1),\n"
          "(S-1)/(6M+S-1)\n"
          "columns 'idle/useful': idle / useful time = (S-1)/M, (S-1)/(vM), (S-1)/(3M), (S-1)/(6M), the\n"
          "notebook's 1F1B and interleaved convention. Equal F and B costs (zb-h1: F = B = W, 1F1B's\n"
-         "backward being B + W; zb-v: F = I = W per chunk, '-' where M < 2S-1); naive runs one microbatch.\n";
+         "backward being B + W; zb-v: F = I = W per chunk, '-' where M < 2S-1; dualpipev: DeepSeek's\n"
+         "(S-1)(F&B+B-3W) with F = B = W per chunk and the overlapped F&B run in turn, F&B = F+B+W, '-'\n"
+         "unless S is even and M >= 2S); naive runs one microbatch.\n";
 }
 
 std::string chrome_trace_json(const train_result& run, const std::string& config_path) {

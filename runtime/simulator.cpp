@@ -289,6 +289,9 @@ sim_result simulate(const std::string& schedule, int stages, int microbatches, c
   if (t && t->microbatches_in_stage_groups && microbatches % stages != 0)
     throw std::invalid_argument("simulate: " + t->name + " needs microbatches (" + std::to_string(microbatches) +
                                 ") to be a multiple of stages (" + std::to_string(stages) + ")");
+  if (t && t->shape_error)
+    if (const std::string why = t->shape_error(stages, microbatches); !why.empty())
+      throw std::invalid_argument("simulate: " + why);
   auto pol = make_policy(schedule, policy_options{chunks, max_inflight});
   if (!pol) throw std::invalid_argument("simulate: unknown schedule " + quoted_input(schedule));
   return simulate(*pol, stages, microbatches, cost);

@@ -29,6 +29,7 @@ void microbatches_fit_the_batch(const reader& r);
 void microbatches_fill_two_weight_versions(const reader& r);
 void stream_fits_an_int(const reader& r);
 void microbatches_in_stage_groups(const reader& r);
+void schedule_shape_fits(const reader& r);
 void replica_shares_split_into_microbatches(const reader& r);
 
 // device_checks.cpp: devices, threads and recomputation vs the final stage

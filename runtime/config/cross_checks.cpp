@@ -25,6 +25,7 @@ const std::vector<cross_check>& cross_checks() {
       {"microbatches_fill_two_weight_versions", microbatches_fill_two_weight_versions},
       {"stream_fits_an_int", stream_fits_an_int},
       {"microbatches_in_stage_groups", microbatches_in_stage_groups},
+      {"schedule_shape_fits", schedule_shape_fits},
       {"replica_shares_split_into_microbatches", replica_shares_split_into_microbatches},
       {"replicas_need_a_flush", replicas_need_a_flush},
       {"clipping_needs_a_flush", clipping_needs_a_flush},

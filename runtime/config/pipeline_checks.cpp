@@ -115,6 +115,18 @@ void microbatches_in_stage_groups(const reader& r) {
                                             " is not a multiple");
 }
 
+// A schedule's own limits on the shape (DualPipeV: even stages, M >= 2S).
+void schedule_shape_fits(const reader& r) {
+  const auto& p = r.cfg().pipeline;
+  const schedule_traits& sched = schedule_of(r);
+  if (sched.one_microbatch || !sched.shape_error) return;
+  const std::string why = sched.shape_error(p.stages, p.microbatches);
+  if (why.empty()) return;
+  // The stage count is wrong when the schedule would refuse any M for it.
+  const bool stages_wrong = !sched.shape_error(p.stages, INT_MAX / 2).empty();
+  r.fail_key(stages_wrong ? "pipeline.stages" : "pipeline.microbatches", why);
+}
+
 void replica_shares_split_into_microbatches(const reader& r) {
   const auto& p = r.cfg().pipeline;
   const int64_t batch = r.cfg().train.batch_size;

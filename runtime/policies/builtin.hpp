@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "runtime/canonical.hpp"
 #include "runtime/policy.hpp"
 
 namespace actorpipe {
@@ -66,6 +67,26 @@ private:
   std::shared_ptr<const std::vector<std::vector<op_id>>> program(int stages, int microbatches) const;
   mutable std::mutex mu_;
   mutable std::shared_ptr<const std::vector<std::vector<op_id>>> program_;
+  mutable int stages_ = 0, microbatches_ = 0;
+};
+
+/// DeepSeek's DualPipeV: two chunks per rank in a V, as zb-v, fired in the
+/// reference's order (canonical::dualpipev_program), where the main phase
+/// runs the forward of one chunk overlapped with the backward of the other
+/// (OVERLAP_F_B). S even, M >= 2S.
+class dualpipev_policy : public policy {
+public:
+  std::string name() const override { return "dualpipev"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+  bool overlaps_next(const stage_view& v) const override;
+  int chunks() const override { return 2; }
+  placement_kind placement() const override { return placement_kind::v_shape; }
+  bool splits_backward() const override { return true; }
+
+private:
+  std::shared_ptr<const std::vector<canonical::stage_program>> programs(int stages, int microbatches) const;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const std::vector<canonical::stage_program>> programs_;
   mutable int stages_ = 0, microbatches_ = 0;
 };
 

@@ -68,6 +68,21 @@ std::vector<schedule_traits> build() {
   zbv.formula = "(S-1)/(6M+S-1), F = I = W per chunk, M >= 2S-1";
   r.push_back(zbv);
 
+  auto dpv = one_chunk("dualpipev", [](const policy_options&) { return std::make_unique<dualpipev_policy>(); });
+  dpv.display = "dualpipev (DeepSeek's DualPipeV)";
+  dpv.fixed_chunks = dpv.default_chunks = 2;
+  dpv.chunks_why = "one down the V, one back";
+  dpv.shape_error = canonical::dualpipev_shape_error;
+  dpv.canonical = [](int s, int rank, int m, int) { return canonical::dualpipev_stage(s, rank, m); };
+  // DeepSeek's bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2S chunks, here
+  // with F = B = W per chunk on a device that runs the overlapped pair in
+  // turn (F&B = F + B + W): each rank idles S - 1 of 6M + S - 1.
+  dpv.bubble = [](int s, int m, int) {
+    return canonical::dualpipev_shape_error(s, m).empty() ? idle_share(s, 6.0 * m) : std::nan("");
+  };
+  dpv.formula = "(S-1)(F&B+B-3W) idle: (S-1)/(6M+S-1) with F = B = W, F&B = F+B+W";
+  r.push_back(dpv);
+
   auto async = one_chunk("async", [](const policy_options&) { return std::make_unique<async_policy>(); });
   async.display = "async (PipeDream-2BW)";
   async.microbatches_at_least_stages = true;

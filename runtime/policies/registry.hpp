@@ -23,6 +23,9 @@ struct schedule_traits {
   bool one_microbatch = false;          ///< runs the whole batch as one microbatch (naive)
   bool microbatches_in_stage_groups = false;  ///< M a multiple of S (Megatron's interleaved)
   bool microbatches_at_least_stages = false;  ///< M >= S (two weight versions suffice)
+  /// Further limits on stages and microbatches (DualPipeV's even ranks
+  /// and M >= 2S): "" when the shape runs, else why not. Null: none.
+  std::string (*shape_error)(int stages, int microbatches) = nullptr;
   bool takes_max_inflight = false;      ///< pipeline.max_inflight bounds its open microbatches
   bool trains = true;        ///< the config may pick it (false: simulate only)
   bool flushes = true;       ///< false: no step boundary (no checkpoint, dp, clipping)

@@ -11,6 +11,7 @@
 
 #include "messages/ops.hpp"
 #include "runtime/config.hpp"
+#include "runtime/policies/registry.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/plain_module.hpp"
@@ -60,7 +61,8 @@ inline config small_config(const std::string& schedule, int stages, int microbat
   c.pipeline.stages = stages;
   c.pipeline.schedule = schedule;
   c.pipeline.microbatches = schedule == "naive" ? 1 : microbatches;
-  c.pipeline.virtual_stages = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+  const schedule_traits* traits = find_schedule(schedule);  // its own chunk count (2 for the V)
+  c.pipeline.virtual_stages = traits ? std::max(traits->default_chunks, 1) : 1;
   c.pipeline.devices.assign(stages, "cpu");
   c.pipeline.intra_op_threads = 1;
   return c;

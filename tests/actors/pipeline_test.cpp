@@ -78,8 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
                       case_t{"interleaved", 2, 4}, case_t{"interleaved", 4, 8}, case_t{"zb-h1", 1, 1},
                       case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8}, case_t{"zb-h1", 4, 3},
                       case_t{"zb-v", 1, 1}, case_t{"zb-v", 2, 4}, case_t{"zb-v", 4, 8},
-                      case_t{"zb-v", 4, 3}, case_t{"greedy", 2, 4}, case_t{"greedy", 4, 8},
-                      case_t{"greedy", 4, 3}),
+                      case_t{"zb-v", 4, 3}, case_t{"dualpipev", 2, 4}, case_t{"dualpipev", 4, 8},
+                      case_t{"greedy", 2, 4}, case_t{"greedy", 4, 8}, case_t{"greedy", 4, 3}),
     case_name);
 
 TEST(Schedules, GpipeAndOneFOneBGiveBitwiseIdenticalWeights) {
@@ -138,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(
                       case_t{"1f1b", 4, 3}, case_t{"interleaved", 2, 4},
                       case_t{"interleaved", 4, 8}, case_t{"zb-h1", 2, 4}, case_t{"zb-h1", 4, 8},
                       case_t{"zb-h1", 4, 3}, case_t{"zb-v", 2, 4}, case_t{"zb-v", 4, 8},
-                      case_t{"zb-v", 4, 3}),
+                      case_t{"zb-v", 4, 3}, case_t{"dualpipev", 2, 4}, case_t{"dualpipev", 4, 8},
+                      case_t{"dualpipev", 4, 16}),
     case_name);
 
 TEST(Schedules, ZeroBubbleH1GivesWeightsBitwiseIdenticalToOneFOneB) {
@@ -177,6 +178,18 @@ TEST(Schedules, ZeroBubbleVGivesWeightsBitwiseIdenticalToOneFOneB) {
   auto f = run_training(small_config("1f1b", 4, 8, true));
   auto z = run_training(small_config("zb-v", 4, 8, true));
   EXPECT_TRUE(bitwise_equal(f.weights, z.weights));
+}
+
+// DualPipeV: the V of zb-v, the reference's order with its overlapped F and
+// B pairs, and W split off or not per backward; the sums still go in 1F1B's
+// order, dropout masks included.
+TEST(Schedules, DualPipeVGivesWeightsBitwiseIdenticalToOneFOneB) {
+  auto f = run_training(small_config("1f1b", 4, 8, true));
+  auto d = run_training(small_config("dualpipev", 4, 8, true));
+  EXPECT_TRUE(bitwise_equal(f.weights, d.weights));
+  auto d2 = run_training(small_config("dualpipev", 2, 4, true));
+  auto f2 = run_training(small_config("1f1b", 2, 4, true));
+  EXPECT_TRUE(bitwise_equal(f2.weights, d2.weights));
 }
 
 // Rank 0 holds the first and the last virtual stage (the V), and computes

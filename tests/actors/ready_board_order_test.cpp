@@ -80,7 +80,8 @@ TEST_P(SameBoard, StagesAndSimulatorFireTheSameOrderUnderDelayedAndDuplicatedMes
 INSTANTIATE_TEST_SUITE_P(Schedules, SameBoard,
                          ::testing::Values(order_case{"gpipe", 4, 8, 3}, order_case{"1f1b", 4, 8, 5},
                                            order_case{"interleaved", 2, 4, 11}, order_case{"zb-h1", 3, 6, 2},
-                                           order_case{"zb-v", 2, 4, 9}, order_case{"greedy", 4, 8, 1, 2, true}),
+                                           order_case{"zb-v", 2, 4, 9}, order_case{"dualpipev", 2, 4, 6},
+                                           order_case{"greedy", 4, 8, 1, 2, true}),
                          [](const auto& info) {
                            std::string n = info.param.schedule;
                            for (auto& ch : n)

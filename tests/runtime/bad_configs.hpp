@@ -180,7 +180,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy, async)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, async)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -428,6 +428,40 @@ pipeline:
   microbatches: 3
 )yaml",
        "{FILE}:13:17: pipeline.microbatches: interleaved runs microbatches in groups of pipeline.stages (2); 3 is not a multiple"},
+      {"DualPipeVOddStages",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 12
+pipeline:
+  stages: 3
+  schedule: dualpipev
+  microbatches: 6
+)yaml",
+       "{FILE}:13:11: pipeline.stages: DualPipeV needs an even number of stages (ranks), at least 2; got 3"},
+      {"DualPipeVTooFewMicrobatches",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 12
+pipeline:
+  stages: 2
+  schedule: dualpipev
+  microbatches: 3
+)yaml",
+       "{FILE}:13:17: pipeline.microbatches: DualPipeV needs at least 2 x stages (4) microbatches; got 3"},
       {"VirtualStagesExceedLayers",
        R"yaml(model:
   layers:
@@ -450,7 +484,7 @@ pipeline:
   schedule: 1f1b
   virtual_stages: 2
 )yaml",
-       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved, zb-v and greedy schedules run several chunks per stage, not 1f1b"},
+       "{FILE}:8:19: pipeline.virtual_stages: only the interleaved, zb-v, dualpipev and greedy schedules run several chunks per stage, not 1f1b"},
       {"ZbVWithThreeChunks",
        R"yaml(model:
   layers:
@@ -777,7 +811,7 @@ supervision:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, greedy, async)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, async)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:

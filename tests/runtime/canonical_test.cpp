@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -148,6 +150,81 @@ TEST(CanonicalOrder, ZbVForTwoStagesAndFourMicrobatchesByHand) {
   EXPECT_EQ(to_string(order[0]),
             "F0 F1 F2 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F3 B0 W0 F2.1 B2.1 W2.1 B1 W1 F3.1 B3.1 W3.1 B2 "
             "W2 B3 W3");
+}
+
+// -- DualPipeV --------------------------------------------------------------
+
+#ifndef ACTORPIPE_TEST_DATA
+#define ACTORPIPE_TEST_DATA "tests/data"
+#endif
+
+// The reference file's form: an overlapped pair is "F<mb>+B<mb>.<c>".
+std::string program_text(const canonical::stage_program& p) {
+  std::string out;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    out += (out.empty() ? "" : " ") + to_string(p.ops[i]);
+    if (p.overlap[i]) out += "+" + to_string(p.ops[++i]);
+  }
+  return out;
+}
+
+// tests/data/dualpipev_reference_orders.txt is traced from a mock of
+// DeepSeek's dualpipev.py (tests/reference/dualpipev_reference_order.py):
+// its calls, its microbatch counters and its FIFO of deferred W.
+TEST(DualPipeVCanonical, EqualsTheOrderTracedFromDeepSeeksReference) {
+  const std::string path = std::string(ACTORPIPE_TEST_DATA) + "/dualpipev_reference_orders.txt";
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << "missing " << path;
+  std::string line;
+  std::vector<std::pair<int, int>> seen;
+  int lines = 0;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    int s = 0, m = 0, r = 0;
+    char colon = 0;
+    in >> s >> m >> r >> colon;
+    ASSERT_EQ(colon, ':') << line;
+    std::string want;
+    std::getline(in >> std::ws, want);
+    EXPECT_EQ(program_text(canonical::dualpipev_program(s, r, m)), want) << "S=" << s << " M=" << m << " rank " << r;
+    if (seen.empty() || seen.back() != std::make_pair(s, m)) seen.emplace_back(s, m);
+    ++lines;
+  }
+  // The three shapes are there, every rank of each.
+  for (auto shape : std::vector<std::pair<int, int>>{{4, 8}, {4, 10}, {8, 16}})
+    EXPECT_NE(std::find(seen.begin(), seen.end(), shape), seen.end()) << shape.first << "," << shape.second;
+  EXPECT_EQ(lines, 4 + 4 + 8 + 2 + 2);
+}
+
+TEST(DualPipeVCanonical, EveryRankRunsEveryOpOnceWithWeightGradientsInMicrobatchOrder) {
+  for (auto [s, m] : std::vector<std::pair<int, int>>{{2, 4}, {4, 8}, {4, 10}, {6, 12}, {8, 16}, {8, 40}}) {
+    auto order = canonical_order("dualpipev", s, m);
+    for (int r = 0; r < s; ++r) {
+      ASSERT_EQ(order[r].size(), static_cast<size_t>(6 * m)) << s << " " << m << " " << r;
+      // W per chunk in ascending microbatches: the weight gradients add up
+      // in 1F1B's order, so the weights can match it bit for bit.
+      int next_w[2] = {0, 0}, next_b[2] = {0, 0};
+      for (const auto& op : order[r]) {
+        if (op.kind == op_kind::W) EXPECT_EQ(op.mb, next_w[op.chunk]++);
+        if (op.kind == op_kind::B) EXPECT_EQ(op.mb, next_b[op.chunk]++);
+      }
+      const auto prog = canonical::dualpipev_program(s, r, m);
+      for (size_t i = 0; i < prog.ops.size(); ++i)
+        if (prog.overlap[i]) {
+          EXPECT_EQ(prog.ops[i].kind, op_kind::F);
+          EXPECT_EQ(prog.ops[i + 1].kind, op_kind::B);
+          EXPECT_NE(prog.ops[i].chunk, prog.ops[i + 1].chunk);
+        }
+    }
+  }
+}
+
+TEST(DualPipeVCanonical, RefusesOddRanksAndTooFewMicrobatches) {
+  EXPECT_THROW(canonical_order("dualpipev", 3, 8), std::invalid_argument);
+  EXPECT_THROW(canonical_order("dualpipev", 4, 7), std::invalid_argument);
+  EXPECT_THROW(canonical_order("dualpipev", 1, 8), std::invalid_argument);
+  EXPECT_NO_THROW(canonical_order("dualpipev", 4, 8));
 }
 
 TEST(CanonicalOrder, UnknownScheduleThrows) {

@@ -269,7 +269,7 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 }
 
 TEST(LoadConfig, KnownSchedules) {
-  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "greedy", "async"}));
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "greedy", "async"}));
 }
 
 TEST(LoadConfig, EveryTableFieldLoads) {

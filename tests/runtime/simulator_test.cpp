@@ -360,6 +360,107 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SimulatedZeroBubbleV,
                                            zb_shape{1, 2, 1.0}, zb_shape{4, 8, 2.0}, zb_shape{8, 32, 2.0},
                                            zb_shape{4, 1, 2.0}));
 
+// -- DualPipeV ----------------------------------------------------------------
+
+TEST(SimulatedDualPipeV, OrderEqualsTheReferenceProgramAtAnyCost) {
+  for (auto [s, m] : std::vector<std::pair<int, int>>{{2, 4}, {4, 8}, {4, 10}, {8, 16}, {6, 20}})
+    for (double w : {0.0, 1.0}) {
+      cost_model c;
+      c.w = w;
+      auto r = simulate("dualpipev", s, m, c);
+      ASSERT_FALSE(r.deadlock) << r.diagnosis;
+      EXPECT_EQ(r.order(), canonical_order("dualpipev", s, m)) << "S=" << s << " M=" << m << " W=" << w;
+      EXPECT_EQ(r.placement, placement_kind::v_shape);
+      EXPECT_EQ(r.chunks, 2);
+    }
+}
+
+// DeepSeek's (PP/2 - 1)(F&B + B - 3W) with PP = 2S chunks: each rank idles
+// (S-1)(F&B + B - 3W). On a device that runs the pair in turn F&B is F + B
+// (+ W when B is split off), so with F = B = W = 1 the idle is S - 1 of
+// 6M + S - 1, and with W = 0 it is 3(S - 1).
+TEST(SimulatedDualPipeV, IdleMatchesDeepSeeksFormula) {
+  for (auto [s, m] : std::vector<std::pair<int, int>>{{2, 4}, {2, 6}, {4, 8}, {4, 10}, {6, 12}, {8, 16}, {8, 32}}) {
+    for (double w : {1.0, 0.0}) {
+      cost_model c;
+      c.f = c.b = 1.0;
+      c.w = w;
+      auto r = simulate("dualpipev", s, m, c);
+      ASSERT_FALSE(r.deadlock);
+      const double fb = c.f + c.b + c.w;  // F&B in turn
+      const double idle = (s - 1) * (fb + c.b - 3 * c.w);
+      const double work = 2.0 * m * (c.f + c.b + c.w);
+      for (int rank = 0; rank < s; ++rank) {
+        EXPECT_DOUBLE_EQ(r.busy[rank], work) << "S=" << s << " M=" << m << " rank " << rank;
+        EXPECT_DOUBLE_EQ(r.makespan - r.busy[rank], idle) << "S=" << s << " M=" << m << " W=" << w;
+      }
+      if (w == 1.0) {
+        EXPECT_NEAR(r.bubble(), analytic_bubble("dualpipev", s, m), 1e-12);
+        // Below 1F1B's on the same model (2S stages of half a rank each).
+        EXPECT_LT(r.bubble(), analytic_bubble("1f1b", 2 * s, m));
+      }
+    }
+  }
+}
+
+// Where the device overlaps the pair (two CUDA streams) it costs max(F, B):
+// the same order, shorter, and the pair's two ops share their start.
+TEST(SimulatedDualPipeV, AnOverlappingDeviceRunsEachPairAtOnce) {
+  cost_model serial;
+  serial.w = 1.0;
+  cost_model overlap = serial;
+  overlap.overlap = true;
+  auto a = simulate("dualpipev", 4, 16, serial);
+  auto b = simulate("dualpipev", 4, 16, overlap);
+  ASSERT_FALSE(b.deadlock) << b.diagnosis;
+  EXPECT_EQ(a.order(), b.order());
+  EXPECT_LT(b.makespan, a.makespan);
+  int pairs = 0;
+  const auto prog = canonical::dualpipev_program(4, 1, 16);
+  for (size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.overlap[i]) {
+      ++pairs;
+      EXPECT_DOUBLE_EQ(b.timeline[1][i].start, b.timeline[1][i + 1].start) << i;
+      EXPECT_DOUBLE_EQ(a.timeline[1][i].end, a.timeline[1][i + 1].start) << i;
+    }
+  EXPECT_GT(pairs, 0);
+  // Each pair saves min(F, B) = 1 on rank 1's busy time.
+  EXPECT_DOUBLE_EQ(a.busy[1] - b.busy[1], pairs);
+}
+
+TEST(SimulatedDualPipeV, RefusesShapesTheReferenceRefuses) {
+  EXPECT_THROW(simulate("dualpipev", 3, 8), std::invalid_argument);
+  EXPECT_THROW(simulate("dualpipev", 4, 7), std::invalid_argument);
+}
+
+// An imported order with OVERLAP_F_B pairs replays through the fixed-order
+// policy: the same order and makespan as the policy's own.
+TEST(SimulatedDualPipeV, FixedOrderWithOverlapFlagsReplaysIt) {
+  cost_model c;
+  c.w = 1.0;
+  c.overlap = true;
+  const int s = 4, m = 8;
+  std::vector<std::vector<op_id>> order;
+  std::vector<std::vector<char>> overlap;
+  for (int r = 0; r < s; ++r) {
+    auto p = canonical::dualpipev_program(s, r, m);
+    order.push_back(p.ops);
+    overlap.push_back(p.overlap);
+  }
+  auto own = simulate("dualpipev", s, m, c);
+  auto replay = simulate(fixed_order_policy(order, placement_kind::v_shape, overlap), s, m, c);
+  ASSERT_FALSE(replay.deadlock) << replay.diagnosis;
+  EXPECT_EQ(replay.order(), own.order());
+  EXPECT_DOUBLE_EQ(replay.makespan, own.makespan);
+  // Without the flags the pairs run in turn: longer.
+  auto unflagged = simulate(fixed_order_policy(order, placement_kind::v_shape), s, m, c);
+  EXPECT_GT(unflagged.makespan, own.makespan);
+  // A flag on an op that is not an F followed by a B is refused.
+  overlap[0].assign(order[0].size(), 0);
+  overlap[0].back() = 1;
+  EXPECT_THROW(fixed_order_policy(order, placement_kind::v_shape, overlap), std::invalid_argument);
+}
+
 TEST(SimulatedZeroBubbleVIdle, IsStagesMinusOneChunkOpsPerStageWhenFIAndWCostTheSame) {
   cost_model c;
   c.w = 1.0;
