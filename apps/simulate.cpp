@@ -44,7 +44,10 @@ const command_spec simulate_spec = {
      {"--max-inflight", "N",
       "greedy: microbatches a stage may hold open\n"
       "(default S - rank + (V - 1) S)"},
-     {"--cost", "LIST", "op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0)"},
+     {"--cost", "LIST",
+      "op costs, e.g. F=1,B=2,W=1,comm=0.05 (default all 1, comm 0);\n"
+      "overlap=1: the device runs an overlapped F and B (dualpipev's\n"
+      "OVERLAP_F_B) at once, as two CUDA streams can (default 0: in turn)"},
      {"--stage-factors", "L", "per-stage cost multipliers, e.g. 1,1,2,1 (uneven stages)"},
      {"--fit", "TRACE",
       "op costs fitted from a measured run (train --trace): each\n"
