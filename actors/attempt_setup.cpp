@@ -61,7 +61,7 @@ std::shared_ptr<const policy> policy_for(const config& cfg, const train_options&
   const int chunks = cfg.pipeline.virtual_stages;
   std::shared_ptr<const policy> pol;
   if (!opts.fixed_order.empty())
-    pol = std::make_shared<fixed_order_policy>(opts.fixed_order, opts.fixed_placement);
+    pol = std::make_shared<fixed_order_policy>(opts.fixed_order, opts.fixed_placement, opts.fixed_overlap);
   else
     pol = make_policy(cfg.pipeline.schedule, policy_options{chunks, cfg.pipeline.max_inflight});
   if (!pol) throw std::invalid_argument("unknown schedule " + cfg.pipeline.schedule);

@@ -21,6 +21,9 @@ struct train_options {
   /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
   std::vector<std::vector<op_id>> fixed_order;
   placement_kind fixed_placement = placement_kind::round_robin;
+  /// fixed_overlap[r][i] set: op i of rank r (an F) and the B after it
+  /// run as one overlapped action (torch's OVERLAP_F_B). Empty: none.
+  std::vector<std::vector<char>> fixed_overlap;
   /// Data parallel: compare the replicas' weight checksums after every step
   /// and fail the run on the first difference.
   bool verify_replicas = false;

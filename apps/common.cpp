@@ -248,7 +248,7 @@ void print_plan(const config& cfg) {
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order, placement_kind fixed_placement,
                        bool verify_replicas, const std::string& resume, const rank_env& ranks,
-                       const std::string& digest) {
+                       const std::string& digest, std::vector<std::vector<char>> fixed_overlap) {
   train_options opts;
   opts.ranks = ranks;
   opts.config_digest = digest;
@@ -257,6 +257,7 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
   opts.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   opts.fixed_order = std::move(fixed_order);
   opts.fixed_placement = fixed_placement;
+  opts.fixed_overlap = std::move(fixed_overlap);
   if (log_every > 0) {
     // A terminal gets one live bar (redrawn at most 10 times a second);
     // a pipe or file gets plain lines every log_every steps.

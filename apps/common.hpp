@@ -84,7 +84,8 @@ void print_plan(const config& cfg);
 train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
                        std::vector<std::vector<op_id>> fixed_order = {},
                        placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false,
-                       const std::string& resume = {}, const rank_env& ranks = {}, const std::string& digest = {});
+                       const std::string& resume = {}, const rank_env& ranks = {}, const std::string& digest = {},
+                       std::vector<std::vector<char>> fixed_overlap = {});
 
 /// The whole file, or a usage_error.
 std::string read_file(const std::string& path);

@@ -54,7 +54,16 @@ const command_spec simulate_spec = {
       "stage's median F, B and W in ms; its stages must match"},
      {"--svg", "PATH", "write the timeline as SVG"},
      {"--export", "PATH", "write the emergent order as PyTorch pipelining CSV"},
-     {"--import", "PATH", "run the order in a CSV file instead of a schedule"}},
+     {"--export-format", "FORM",
+      "compute (default): F, I or B, W and (F;B)OVERLAP_F_B\n"
+      "for overlapped pairs (torch's compute_only); comms:\n"
+      "those, REDUCE_GRAD and SEND_F/RECV_F/SEND_B/RECV_B\n"
+      "where torch's _add_send_recv puts them (compute_comms)"},
+     {"--import", "PATH",
+      "run the order in a CSV file instead of a schedule: torch's\n"
+      "compute_only or compute_comms (SEND/RECV, UNSHARD/RESHARD\n"
+      "are checked and ignored with a note; REDUCE_GRAD is the\n"
+      "rank's allreduce; OVERLAP_F_B an overlapped pair)"}},
     "exit codes: 0 done, 2 bad arguments, 3 the schedule deadlocks (the op grid\n"
     "is printed with the stuck stages marked)\n",
     22};
@@ -199,17 +208,19 @@ cost_model fitted(args& a, int stages) {
   return fit.cost;
 }
 
-/// --import PATH: the order in the file instead of a schedule.
+/// --import PATH: the order in the file instead of a schedule; what the
+/// import did with torch's other actions goes to stderr, once per kind.
 sim_result simulate_imported(const std::string& path, const sim_setup& s, const cost_model& cost) {
-  std::vector<std::vector<op_id>> order;
-  placement_kind placement = placement_kind::round_robin;
+  imported_schedule imported;
   try {
-    order = parse_schedule_csv(read_file(path), s.stages, s.microbatches, path, &placement);
+    imported = read_schedule_csv(read_file(path), s.stages, s.microbatches, path);
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
+  for (const auto& n : imported.notices) std::fprintf(stderr, "note: %s\n", n.message.c_str());
   try {
-    return simulate(fixed_order_policy(std::move(order), placement), s.stages, s.microbatches, cost);
+    return simulate(fixed_order_policy(std::move(imported.order), imported.placement, std::move(imported.overlap)),
+                    s.stages, s.microbatches, cost);
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
@@ -245,6 +256,15 @@ int cmd_simulate(int argc, char** argv) {
   }
   if (a.positional.size() > 1) throw usage_error("simulate takes at most one CONFIG (see --help)");
   check_outputs(a, {"--svg", "--export"});
+  schedule_csv_options csv;
+  if (a.has("--export-format")) {
+    if (!a.has("--export")) throw usage_error("--export-format is for --export");
+    try {
+      csv.format = parse_schedule_csv_format(a.options["--export-format"]);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string("--export-format: ") + e.what());
+    }
+  }
   const sim_setup s = read_setup(a);
   cost_model cost = read_cost(a, s.stages);
   if (a.has("--fit")) cost = fitted(a, s.stages);
@@ -269,9 +289,21 @@ int cmd_simulate(int argc, char** argv) {
   std::printf("simulated %zu ops in %.3f s\n", ops, wall);
   output_writer writer(a);
   writer.write("--svg", [&] { return simulation_svg(r); }, "timeline");
-  writer.write("--export", [&] { return to_schedule_csv(r.order(), s.stages, r.split_backward, r.placement); },
-               "order");
-  return writer.ok() ? exit_ok : exit_failed;
+  bool exported = true;
+  if (a.has("--export")) {
+    csv.split_backward = r.split_backward;
+    csv.placement = r.placement;
+    csv.overlap = r.overlapped;
+    std::string text;
+    try {
+      text = to_schedule_csv(r.order(), s.stages, csv);
+    } catch (const std::invalid_argument& e) {  // an order torch's lowering cannot place
+      std::fprintf(stderr, "--export: %s\n", e.what());
+      exported = false;
+    }
+    if (exported) writer.write("--export", [&] { return text; }, "order");
+  }
+  return writer.ok() && exported ? exit_ok : exit_failed;
 }
 
 }  // namespace actorpipe::app

@@ -42,7 +42,8 @@ const command_spec train_spec = {
      {"--trace", "PATH", "write a Chrome-trace JSON of every op (open in Perfetto)"},
      {"--import", "PATH",
       "run the per-rank op order in a CSV file (as `simulate --export`\n"
-      "writes it) instead of the schedule; a deadlocking order exits 3"},
+      "writes it, or torch's compute_only / compute_comms _dump_csv)\n"
+      "instead of the schedule; a deadlocking order exits 3"},
      {"--log-every", "N", "print a progress line every N steps (default 1)"},
      {"--quiet", "", "no per-step lines, only the final table"},
      {"--resume", "DIR",
@@ -111,16 +112,20 @@ void print_fault_report(const train_result& r, bool lockstep) {
                   speeds[i]);
 }
 
-/// --import: the order in the CSV file, checked against the config and
-/// dry-run on the simulator. False (the op grid printed) if it deadlocks.
-bool import_order(const std::string& path, config& cfg, std::vector<std::vector<op_id>>& order,
-                  placement_kind& placement) {
+/// --import: the order in the CSV file (torch's compute_only or
+/// compute_comms), checked against the config and dry-run on the simulator.
+/// What the import did with torch's other actions goes to stderr, once per
+/// kind (`speaks`: rank 0 of a multi-process run). False (the op grid
+/// printed) if it deadlocks.
+bool import_order(const std::string& path, config& cfg, imported_schedule& imported, bool speaks) {
   try {
-    order = parse_schedule_csv(read_file(path), cfg.pipeline.stages, cfg.pipeline.microbatches, path, &placement);
+    imported = read_schedule_csv(read_file(path), cfg.pipeline.stages, cfg.pipeline.microbatches, path);
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
-  fixed_order_policy fixed(order, placement);
+  if (speaks)
+    for (const auto& n : imported.notices) std::fprintf(stderr, "note: %s\n", n.message.c_str());
+  fixed_order_policy fixed(imported.order, imported.placement, imported.overlap);
   if (fixed.chunks() != cfg.pipeline.virtual_stages)
     throw usage_error(path + " runs " + std::to_string(fixed.chunks()) +
                       " chunks per stage; the config has pipeline.virtual_stages " +
@@ -283,9 +288,8 @@ int cmd_train(int argc, char** argv) {
   const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
   if (a.has("--quiet")) log_every = 0;
-  std::vector<std::vector<op_id>> order;
-  placement_kind placement = placement_kind::round_robin;
-  if (a.has("--import") && !import_order(a.options["--import"], cfg, order, placement)) return exit_stuck;
+  imported_schedule imported;
+  if (a.has("--import") && !import_order(a.options["--import"], cfg, imported, speaks)) return exit_stuck;
   if (speaks) print_plan(cfg);
   if (speaks && env.multi_process())
     std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks; master %s:%d\n",
@@ -300,8 +304,8 @@ int cmd_train(int argc, char** argv) {
     resume = resume_after_torchrun_restart(cfg, env, speaks);
   }
   const std::string digest = env.multi_process() ? run_digest(cfg, a.has("--import") ? a.options["--import"] : "") : "";
-  auto out = train_one(cfg, speaks ? log_every : 0, cfg.train.steps, std::move(order), placement,
-                       a.has("--verify-replicas"), resume, env, digest);
+  auto out = train_one(cfg, speaks ? log_every : 0, cfg.train.steps, std::move(imported.order), imported.placement,
+                       a.has("--verify-replicas"), resume, env, digest, std::move(imported.overlap));
   if (!speaks) return exit_ok;
   print_placement(out.result);
   for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());

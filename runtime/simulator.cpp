@@ -140,6 +140,7 @@ public:
     res_.placement = pol.placement();
     res_.split_backward = split_;
     res_.timeline.assign(stages, {});
+    res_.overlapped.assign(stages, {});
     res_.busy.assign(stages, 0.0);
     res_.peak_stash.assign(stages, 0);
     for (auto& s : st_) s.board.reset(m_, pol.chunks(), split_);
@@ -198,6 +199,7 @@ private:
     if (!op) return;
     const bool pair = pol_.overlaps_next(view);
     const double first = fire(r, *op, now_);
+    if (pair) res_.overlapped[r].back() = 1;
     if (!pair) {
       res_.busy[r] += first;
       return;
@@ -229,6 +231,7 @@ private:
           std::max(res_.peak_stash[r], s.board.fwd_done() - (split_ ? s.board.w_done() : s.board.bwd_done()));
     ++s.running;
     res_.timeline[r].push_back({op, at, at + d});
+    res_.overlapped[r].push_back(0);
     q_.push({at + d, seq_++, ev_kind::op_end, r, op});
     return d;
   }

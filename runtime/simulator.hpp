@@ -55,6 +55,9 @@ struct sim_result {
   std::string schedule;
   double makespan = 0.0;
   std::vector<std::vector<sim_op>> timeline;  ///< per stage, in firing order
+  /// Per stage, parallel to timeline: 1 on the F of an overlapped F and B
+  /// (OVERLAP_F_B), which the next op of the stage is.
+  std::vector<std::vector<char>> overlapped;
   std::vector<double> busy;                   ///< per stage
   std::vector<int> peak_stash;                ///< most microbatch-chunks in flight per stage
   int chunks = 1;                             ///< virtual stages per stage

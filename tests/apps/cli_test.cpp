@@ -240,6 +240,33 @@ TEST(CliSimulate, PrintsBubbleAndWritesSvgAndCsv) {
   EXPECT_NE(replay.out.find("makespan 22.000"), std::string::npos) << replay.out;
 }
 
+// torch's compute_comms form: imported with one note per action kind it
+// does not run as an op, exported again (--export-format comms) with the
+// sends and receives, and that reads back to the same makespan.
+TEST(CliSimulate, TorchCommsCsvImportsWithOneNotePerKindAndExportsAgain) {
+  const fs::path dir = test_dir();
+  const std::string fixture = std::string(ACTORPIPE_TEST_DATA) + "/schedule_csv/dualpipev_comms.csv";
+  auto csv = (dir / "comms.csv").string();
+  auto r = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--import", fixture, "--export", csv,
+                      "--export-format", "comms"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  for (const std::string kind : {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"}) {
+    const auto at = r.err.find(" " + kind + " actions");
+    EXPECT_NE(at, std::string::npos) << kind << "\n" << r.err;
+    EXPECT_EQ(r.err.find(" " + kind + " actions", at + 1), std::string::npos) << kind << "\n" << r.err;
+  }
+  const auto text = slurp(csv);
+  EXPECT_NE(text.find(")OVERLAP_F_B,"), std::string::npos) << text;
+  EXPECT_NE(text.find("0SEND_F0"), std::string::npos) << text;
+  auto replay = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--import", csv});
+  ASSERT_EQ(replay.code, 0) << describe(replay);
+  auto makespan = [](const std::string& out) { return out.substr(out.find("makespan"), 16); };
+  EXPECT_EQ(makespan(replay.out), makespan(r.out));
+  EXPECT_EQ(replay.err.find("UNSHARD"), std::string::npos) << "actorpipe writes no FSDP actions";
+  auto bad = actorpipe({"simulate", "--export", csv, "--export-format", "all"});
+  EXPECT_EQ(bad.code, 2) << describe(bad);
+}
+
 TEST(CliSimulate, DeadlockingOrderExitsThreeWithTheOpGrid) {
   const fs::path dir = test_dir();
   // Rank 0 insists on B0 before F0: nothing can ever unblock it.

@@ -165,7 +165,10 @@ TEST(ScheduleCsv, BadCellsNameRowAndColumn) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"), "s.csv:2:2: '1X0': expected {stage}{F|B|I|W}{microbatch}, e.g. 0F3");
+  EXPECT_EQ(err("0F0,0B0\n1F0,1X0\n"),
+            "s.csv:2:2: '1X0': expected {stage}{action}{microbatch}, e.g. 0F3, with action F, B, I, W, SEND_F, "
+            "RECV_F, SEND_B or RECV_B; {stage}UNSHARD, {stage}RESHARD or {stage}REDUCE_GRAD; or "
+            "(0F3;1B2)OVERLAP_F_B");
   EXPECT_EQ(err("0F0,0B0\n0F0,1B0\n"), "s.csv:2:1: '0F0': stage 0 does not live on rank 1");
   EXPECT_EQ(err("0F0\n1F0,1B0\n"), "s.csv:1: rank 0 never runs 0B0");
   EXPECT_EQ(err("0F0,0B0,0F0\n1F0,1B0\n"), "s.csv:1:3: '0F0': appears twice in the row");
@@ -546,12 +549,20 @@ TEST(GreedyPolicy, TwoChunksComeCloseToInterleaved) {
   }
 }
 
-TEST(ScheduleCsvSplit, MixingFullAndSplitBackwardsIsAnError) {
+// torch writes a full backward B inside a split schedule (DualPipeV does):
+// it is the I of that microbatch and stage, then at once its W. A W of its
+// own for the same op is then one too many.
+TEST(ScheduleCsvSplit, AFullBackwardInASplitScheduleIsItsIThenItsW) {
+  auto imported = read_schedule_csv("0F0,0B0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
+  EXPECT_TRUE(imported.split_backward);
+  const std::vector<op_id> fbw{{op_kind::F, 0, 0}, {op_kind::B, 0, 0}, {op_kind::W, 0, 0}};
+  EXPECT_EQ(imported.order[0], fbw);
+  EXPECT_EQ(imported.order[1], fbw);
   try {
-    parse_schedule_csv("0F0,0B0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
+    parse_schedule_csv("0F0,0B0,0W0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "s.csv:2:2: '1I0': mixes full backwards (B) with split ones (I and W)");
+    EXPECT_EQ(std::string(e.what()), "s.csv:1:3: '0W0': appears twice in the row");
   }
 }
 
