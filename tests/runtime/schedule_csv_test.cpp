@@ -247,6 +247,27 @@ TEST(TorchScheduleCsvDualPipeV, OverlappedPairsImportAsFlaggedFThenB) {
       << "alone or in a compound";
 }
 
+// torch's DualPipeV order (the fixture) is the one the dualpipev policy
+// fires: the same ops, the same overlapped pairs, the same simulated step.
+TEST(TorchScheduleCsvDualPipeV, IsTheOrderTheDualPipeVPolicyFires) {
+  for (const char* name : {"dualpipev.csv", "dualpipev_comms.csv"}) {
+    auto imp = import(name);
+    ASSERT_EQ(imp.order.size(), static_cast<size_t>(S));
+    for (int r = 0; r < S; ++r) {
+      const auto own = canonical::dualpipev_program(S, r, M);
+      EXPECT_EQ(to_string(imp.order[r]), to_string(own.ops)) << name << " rank " << r;
+      EXPECT_EQ(imp.overlap[r], own.overlap) << name << " rank " << r;
+    }
+    cost_model c;
+    c.w = 1.0;
+    c.overlap = true;
+    auto replay = simulate(fixed_order_policy(imp.order, imp.placement, imp.overlap), S, M, c);
+    auto policy = simulate("dualpipev", S, M, c);
+    EXPECT_EQ(replay.order(), policy.order()) << name;
+    EXPECT_DOUBLE_EQ(replay.makespan, policy.makespan) << name;
+  }
+}
+
 TEST(TorchScheduleCsvDualPipeV, RunsToTheEndOnBothDevices) {
   auto imp = import("dualpipev.csv");
   for (bool overlap : {false, true}) {
