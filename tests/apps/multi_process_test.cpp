@@ -57,7 +57,7 @@ std::string describe(const child_result& r) {
 // from the seed, per microbatch: a rank that drew them differently would
 // show in the weights).
 std::string config_text(int stages, int microbatches, const std::string& schedule, int dp = 1) {
-  const int chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+  const int chunks = schedule == "interleaved" || schedule == "zb-v" || schedule == "dualpipev" ? 2 : 1;
   std::string text =
       "model:\n"
       "  layers:\n"
@@ -143,6 +143,8 @@ std::vector<case_t> cases() {
   std::vector<case_t> out;
   for (const char* s : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
     for (auto [stages, mbs] : {std::pair{2, 4}, std::pair{3, 6}, std::pair{4, 8}}) out.push_back({s, stages, mbs});
+  // DualPipeV: even stages only; its overlapped pairs span two chunks of a rank.
+  for (auto [stages, mbs] : {std::pair{2, 4}, std::pair{4, 8}}) out.push_back({"dualpipev", stages, mbs});
   return out;
 }
 
