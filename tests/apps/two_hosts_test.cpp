@@ -319,6 +319,120 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
               one.wall_s);
 }
 
+// -- partitions ------------------------------------------------------------------
+
+/// Waits until `path` holds `text`, at most `timeout_s`; false if it never did.
+bool wait_for_text(const fs::path& path, const std::string& text, double timeout_s) {
+  const auto begin = clock_type::now();
+  while (std::chrono::duration<double>(clock_type::now() - begin).count() < timeout_s) {
+    if (testing_util::slurp_file(path).find(text) != std::string::npos) return true;
+    usleep(20000);
+  }
+  return false;
+}
+
+std::string with_steps(std::string text, int steps) {
+  text.replace(text.find("steps: 5"), 8, "steps: " + std::to_string(steps));
+  return text;
+}
+
+// The veth link between the two hosts goes down for 1.5 s, well inside the
+// 6 s heartbeat timeout: TCP carries both the actors' connection and Gloo's
+// over the gap, nothing restarts, and rank 0 saves the bytes of one process.
+TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns;
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  const int steps = 100;
+  rank_group group;
+  const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 6}\n";
+  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
+  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  std::map<std::string, std::string> env{{"WORLD_SIZE", "2"},
+                                         {"LOCAL_RANK", "0"},
+                                         {"LOCAL_WORLD_SIZE", "1"},
+                                         {"MASTER_ADDR", ns.net + ".1"},
+                                         {"MASTER_PORT", std::to_string(port)}};
+  env["RANK"] = "0";
+  group.start(ns.a, dir_a, env, {"train", cfg_a, "--save", (dir_a / "w.pt").string()});
+  env["RANK"] = "1";
+  group.start(ns.b, dir_b, env, {"train", cfg_b, "--quiet"});
+
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("rank 0");
+  ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
+  const auto cut = clock_type::now();
+  usleep(1500000);
+  ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "up"}), "");
+  // The run was still going when the link came back.
+  const std::string at_restore = testing_util::slurp_file(dir_a / "out.txt");
+  EXPECT_EQ(at_restore.find("step   100/"), std::string::npos) << "the run ended before the link came back";
+
+  const bool in_time = group.wait_all(120);
+  const auto& r0 = group.ranks()[0];
+  const auto& r1 = group.ranks()[1];
+  ASSERT_TRUE(in_time) << r0.report("rank 0") << r1.report("rank 1");
+  ASSERT_EQ(r0.code, 0) << r0.report("rank 0") << r1.report("rank 1");
+  ASSERT_EQ(r1.code, 0) << r0.report("rank 0") << r1.report("rank 1");
+  EXPECT_EQ(r0.out().find("heal:"), std::string::npos) << r0.report("rank 0");
+  EXPECT_EQ(r0.err().find("restart"), std::string::npos) << r0.report("rank 0");
+
+  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  fs::create_directories(dir_one / "tmp");
+  const auto one = testing_util::run_child(
+      ACTORPIPE_BIN, {"train", cfg_one, "--quiet", "--save", (dir_one / "one.pt").string()}, limits(120));
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  EXPECT_TRUE(testing_util::slurp_file(dir_a / "w.pt") == testing_util::slurp_file(dir_one / "one.pt"))
+      << "rank 0's file differs from the one-process run's";
+  std::printf("[ two hosts ] link down 1.5 s at %.2f s into rank 0's run; both ended in %.2f s and %.2f s, bitwise\n",
+              std::chrono::duration<double>(cut - r0.started).count(), r0.wall_s, r1.wall_s);
+}
+
+// The link goes down for good. Past the 2 s heartbeat timeout rank 0 takes
+// rank 1 for dead and, with no launcher to start it again, ends the run
+// naming it; rank 1, cut off from rank 0, stops by itself instead of
+// waiting on forever as a second brain.
+TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns;
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  rank_group group;
+  const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2}\n";
+  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB";
+  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), 100000));
+  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), 100000));
+  std::map<std::string, std::string> env{{"WORLD_SIZE", "2"},
+                                         {"LOCAL_RANK", "0"},
+                                         {"LOCAL_WORLD_SIZE", "1"},
+                                         {"MASTER_ADDR", ns.net + ".1"},
+                                         {"MASTER_PORT", std::to_string(port)}};
+  env["RANK"] = "0";
+  group.start(ns.a, dir_a, env, {"train", cfg_a});
+  env["RANK"] = "1";
+  group.start(ns.b, dir_b, env, {"train", cfg_b, "--quiet"});
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step     5/", 60)) << group.ranks()[0].report("rank 0");
+  ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
+  const auto cut = clock_type::now();
+
+  const bool in_time = group.wait_all(60);
+  const auto& r0 = group.ranks()[0];
+  const auto& r1 = group.ranks()[1];
+  ASSERT_TRUE(in_time) << "a side still ran 60 s after the cut\n" << r0.report("rank 0") << r1.report("rank 1");
+  const double r0_after = std::chrono::duration<double>(r0.started - cut).count() + r0.wall_s;
+  const double r1_after = std::chrono::duration<double>(r1.started - cut).count() + r1.wall_s;
+  EXPECT_NE(r0.code, 0) << r0.report("rank 0");
+  EXPECT_NE(r1.code, 0) << r1.report("rank 1");
+  EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.report("rank 0");
+  EXPECT_NE(r1.err().find("rank 0"), std::string::npos) << r1.report("rank 1");
+  std::printf("[ two hosts ] link down for good: rank 0 stopped %.2f s after the cut (exit %d), rank 1 %.2f s (exit %d)\n"
+              "  rank 0: %s  rank 1: %s",
+              r0_after, r0.code, r1_after, r1.code, r0.err().c_str(), r1.err().c_str());
+}
+
 TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns;
