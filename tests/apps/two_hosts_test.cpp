@@ -426,6 +426,10 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
   const double r1_after = std::chrono::duration<double>(r1.started - cut).count() + r1.wall_s;
   EXPECT_NE(r0.code, 0) << r0.report("rank 0");
   EXPECT_NE(r1.code, 0) << r1.report("rank 1");
+  // Each side within the heartbeat timeout and its bounded 5 s teardown,
+  // with room for a loaded machine; not the test's 60 s limit.
+  EXPECT_LT(r0_after, 20.0) << r0.report("rank 0");
+  EXPECT_LT(r1_after, 20.0) << r1.report("rank 1");
   EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.report("rank 0");
   EXPECT_NE(r1.err().find("rank 0"), std::string::npos) << r1.report("rank 1");
   std::printf("[ two hosts ] link down for good: rank 0 stopped %.2f s after the cut (exit %d), rank 1 %.2f s (exit %d)\n"
