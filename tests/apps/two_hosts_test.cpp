@@ -259,6 +259,13 @@ pipeline:
   if (!(ns).why.empty()) GTEST_SKIP() << "cannot create a network namespace: " << (ns).why; \
   ASSERT_TRUE((ns).ok) << "namespace setup failed: " << (ns).setup_error
 
+/// torchrun's variables for `rank` of two, one process per host, with rank
+/// 0's store at `master`:`port`.
+std::map<std::string, std::string> rank_env(int rank, const std::string& master, int port) {
+  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},   {"LOCAL_RANK", "0"},
+          {"LOCAL_WORLD_SIZE", "1"},      {"MASTER_ADDR", master}, {"MASTER_PORT", std::to_string(port)}};
+}
+
 TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns;
@@ -275,14 +282,7 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", pp2_config());
   const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", pp2_config());
   const std::string master = ns.net + ".1";
-  const std::map<std::string, std::string> common{{"WORLD_SIZE", "2"},
-                                                  {"LOCAL_RANK", "0"},
-                                                  {"LOCAL_WORLD_SIZE", "1"},
-                                                  {"MASTER_ADDR", master},
-                                                  {"MASTER_PORT", std::to_string(port)}};
-  auto env_a = common, env_b = common;
-  env_a["RANK"] = "0";
-  env_b["RANK"] = "1";
+  const auto env_a = rank_env(0, master, port), env_b = rank_env(1, master, port);
   const std::vector<std::string> args{"--steps", std::to_string(kSteps), "--quiet"};
 
   rank_group group;
@@ -351,15 +351,8 @@ TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
   const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
   const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), steps));
   const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), steps));
-  std::map<std::string, std::string> env{{"WORLD_SIZE", "2"},
-                                         {"LOCAL_RANK", "0"},
-                                         {"LOCAL_WORLD_SIZE", "1"},
-                                         {"MASTER_ADDR", ns.net + ".1"},
-                                         {"MASTER_PORT", std::to_string(port)}};
-  env["RANK"] = "0";
-  group.start(ns.a, dir_a, env, {"train", cfg_a, "--save", (dir_a / "w.pt").string()});
-  env["RANK"] = "1";
-  group.start(ns.b, dir_b, env, {"train", cfg_b, "--quiet"});
+  group.start(ns.a, dir_a, rank_env(0, ns.net + ".1", port), {"train", cfg_a, "--save", (dir_a / "w.pt").string()});
+  group.start(ns.b, dir_b, rank_env(1, ns.net + ".1", port), {"train", cfg_b, "--quiet"});
 
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("rank 0");
   ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
@@ -405,15 +398,8 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
   const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB";
   const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), 100000));
   const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), 100000));
-  std::map<std::string, std::string> env{{"WORLD_SIZE", "2"},
-                                         {"LOCAL_RANK", "0"},
-                                         {"LOCAL_WORLD_SIZE", "1"},
-                                         {"MASTER_ADDR", ns.net + ".1"},
-                                         {"MASTER_PORT", std::to_string(port)}};
-  env["RANK"] = "0";
-  group.start(ns.a, dir_a, env, {"train", cfg_a});
-  env["RANK"] = "1";
-  group.start(ns.b, dir_b, env, {"train", cfg_b, "--quiet"});
+  group.start(ns.a, dir_a, rank_env(0, ns.net + ".1", port), {"train", cfg_a});
+  group.start(ns.b, dir_b, rank_env(1, ns.net + ".1", port), {"train", cfg_b, "--quiet"});
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step     5/", 60)) << group.ranks()[0].report("rank 0");
   ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
   const auto cut = clock_type::now();
@@ -450,13 +436,7 @@ TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const std::string nobody = ns.net + ".9";  // on B's subnet, but no one answers for it
 
   rank_group group;
-  auto& r1 = group.start(ns.b, dir_b,
-                         {{"RANK", "1"},
-                          {"WORLD_SIZE", "2"},
-                          {"LOCAL_RANK", "0"},
-                          {"LOCAL_WORLD_SIZE", "1"},
-                          {"MASTER_ADDR", nobody},
-                          {"MASTER_PORT", std::to_string(port)}},
+  auto& r1 = group.start(ns.b, dir_b, rank_env(1, nobody, port),
                          {"train", cfg, "--steps", std::to_string(kSteps), "--quiet"});
   const bool in_time = group.wait_all(30);
   ASSERT_TRUE(in_time) << "still running after 30 s\n" << r1.report("rank 1");
