@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """actorpipe side by side with torch's own pipelines: bench/peers.sh's body.
 
-    bench/peers.sh [--rounds 3] [--steps 12] [--warmup 2] [--microbatches 8,32]
+    bench/peers.sh [--rounds 3] [--steps 12] [--warmup 2] [--microbatches 8,32] [--baseline BINARY]
                    [--build build] [--python /usr/bin/python3] [--only REGEX]
 
 One model, init, data, batch and thread budget for every peer: the seed MLP
@@ -139,6 +139,9 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
     ap.add_argument("--only", default="", help="run only the peers whose name matches this regex")
+    ap.add_argument("--baseline", default="", metavar="BINARY",
+                    help="another actorpipe binary (an older build, say) whose train and launch rows run in the "
+                         "same rounds, marked [baseline]")
     a = ap.parse_args()
     try:
         ms = [int(m) for m in a.microbatches.split(",")]
@@ -153,6 +156,9 @@ def main():
     for b, target in ((actorpipe, "actorpipe"), (plain_bin, "peers_plain_bench")):
         if not os.access(b, os.X_OK):
             sys.exit(f"peers: {b} is missing: cmake --build {a.build} --target {target}")
+    if a.baseline and not os.access(a.baseline, os.X_OK):
+        sys.exit(f"peers: --baseline {a.baseline}: not an executable")
+    binaries = [(actorpipe, "")] + ([(os.path.abspath(a.baseline), " [baseline]")] if a.baseline else [])
     if not probe(a.python, "torch"):
         sys.exit(f"peers: {a.python} cannot import torch (set --python or PYTHON)")
     torch_py = os.path.join(HERE, "peers_torch.py")
@@ -191,15 +197,16 @@ def main():
             if has_pipe:
                 peers.append((m, "torch Pipe", f"2 partitions, {m} chunks, checkpoint never, 2 threads",
                               lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m)] + steps, log)))
-            for sched in ("gpipe", "1f1b"):
-                peers.append((m, f"actorpipe {sched}", "train, 2 stages, 1 thread each",
-                              lambda m, s=sched: run_actorpipe(
-                                  [actorpipe, "train", configs[m], "--schedule", s] + steps, res, log)))
-            for sched in ("gpipe", "1f1b"):
-                peers.append((m, f"launch {sched}", "launch --nprocs 2, a stage per process, 1 thread each",
-                              lambda m, s=sched: run_actorpipe(
-                                  [actorpipe, "launch", "--nprocs", "2", configs[m], "--schedule", s] + steps, res,
-                                  log)))
+            for binary, mark in binaries:
+                for sched in ("gpipe", "1f1b"):
+                    peers.append((m, f"actorpipe {sched}{mark}", "train, 2 stages, 1 thread each",
+                                  lambda m, s=sched, b=binary: run_actorpipe(
+                                      [b, "train", configs[m], "--schedule", s] + steps, res, log)))
+            for binary, mark in binaries:
+                for sched in ("gpipe", "1f1b"):
+                    peers.append((m, f"launch {sched}{mark}", "launch --nprocs 2, a stage per process, 1 thread each",
+                                  lambda m, s=sched, b=binary: run_actorpipe(
+                                      [b, "launch", "--nprocs", "2", configs[m], "--schedule", s] + steps, res, log)))
             if has_pipelining:
                 for sched in ("gpipe", "1f1b"):
                     peers.append((m, f"pipelining {sched}", "torch.distributed.pipelining, 2 Gloo ranks, 1 thread each",
@@ -221,7 +228,7 @@ def main():
                 samples.setdefault(key, []).extend(kept)
                 for k, v in extra.items():
                     extras.setdefault(key, {}).setdefault(k, []).extend(v[a.warmup:])
-                print(f"  round {r + 1}/{a.rounds}  {name:<18} M={m or 'whole':<5} median "
+                print(f"  round {r + 1}/{a.rounds}  {name:<29} M={m or 'whole':<5} median "
                       f"{statistics.median(kept):8.1f} ms  (load {load()})", file=log, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -258,9 +265,15 @@ def main():
             vs_pipe = f"{pipe / v:.3f}" if pipe else "n/a"
             vs_py = f"{py / v:.3f}" if py else "n/a"
             print(f"| {name}{'' if pm else ''} | {setup} | {v:.1f} | {vs_pipe} | {vs_py} | {busy} |")
-        g, o = med.get((m, "actorpipe gpipe")), med.get((m, "actorpipe 1f1b"))
-        if g and o:
-            print(f"\nactorpipe 1f1b / gpipe speed at M = {m}: {g / o:.3f} (above 1: 1f1b faster)")
+        for _, mark in binaries:
+            g, o = med.get((m, f"actorpipe gpipe{mark}")), med.get((m, f"actorpipe 1f1b{mark}"))
+            if g and o:
+                print(f"\nactorpipe{mark} 1f1b speed / gpipe's at M = {m}: {g / o:.3f} (above 1: 1f1b faster)")
+        for sched in ("gpipe", "1f1b") if a.baseline else ():
+            for kind in ("actorpipe", "launch"):
+                old, new = med.get((m, f"{kind} {sched} [baseline]")), med.get((m, f"{kind} {sched}"))
+                if old and new:
+                    print(f"{kind} {sched} at M = {m}: this build is {old / new:.3f} x the baseline's speed")
     if not has_pipelining:
         print(f"\ntorch.distributed.pipelining: not in torch {version}; its ScheduleGPipe / Schedule1F1B rows "
               f"were not run")
