@@ -15,7 +15,9 @@ data.kind: tensors for actorpipe), two cores' worth of intra-op threads:
   libtorch plain, M   the same with M microbatches (gradient accumulation)
   torch Pipe          torch.distributed.pipeline.sync.Pipe (torch 1.x), 2
                       partitions (actorpipe's cut), M chunks, checkpoint never,
-                      2 threads
+                      2 threads; and again with Pipe's default checkpointing
+                      (except_last: every chunk's forward but the last's runs
+                      again in the backward)
   actorpipe gpipe/1f1b  `actorpipe train`, 2 stages, M microbatches, 1 thread a stage
   launch gpipe/1f1b   `actorpipe launch --nprocs 2`: a stage per process, 1 thread each
   pipelining gpipe/1f1b  torch >= 2.4 only: torch.distributed.pipelining on 2
@@ -23,7 +25,8 @@ data.kind: tensors for actorpipe), two cores' worth of intra-op threads:
 
 Each round runs every peer once, in turn, so they share the machine's
 noise; the first --warmup steps of each run are dropped and the table gives
-the median over the remaining steps of all rounds. "vs Pipe" is Pipe's
+the median over the remaining steps of all rounds, and the best round (the
+lowest of the rounds' medians: other programs' load only ever slows a run). "vs Pipe" is Pipe's
 median step / the peer's: above 1 the peer is faster. The load average is
 printed at the start and the end. Python 3 standard library only here.
 """
@@ -197,6 +200,9 @@ def main():
             if has_pipe:
                 peers.append((m, "torch Pipe", f"2 partitions, {m} chunks, checkpoint never, 2 threads",
                               lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m)] + steps, log)))
+                peers.append((m, "torch Pipe, its default", f"the same with checkpoint except_last (recomputes)",
+                              lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m),
+                                                  "--checkpoint", "except_last"] + steps, log)))
             for binary, mark in binaries:
                 for sched in ("gpipe", "1f1b"):
                     peers.append((m, f"actorpipe {sched}{mark}", "train, 2 stages, 1 thread each",
@@ -215,6 +221,7 @@ def main():
         if a.only:
             peers = [p for p in peers if re.search(a.only, p[1])]
         samples = {}
+        rounds_of = {}
         extras = {}
         for r in range(a.rounds):
             for m, name, _, fn in peers:
@@ -226,6 +233,7 @@ def main():
                 times, extra = got
                 kept = times[a.warmup:]
                 samples.setdefault(key, []).extend(kept)
+                rounds_of.setdefault(key, []).append(statistics.median(kept))
                 for k, v in extra.items():
                     extras.setdefault(key, {}).setdefault(k, []).extend(v[a.warmup:])
                 print(f"  round {r + 1}/{a.rounds}  {name:<29} M={m or 'whole':<5} median "
@@ -235,26 +243,29 @@ def main():
 
     load_end = load()
     med = {k: statistics.median(v) for k, v in samples.items() if v}
+    best = {k: min(v) for k, v in rounds_of.items() if v}
     print(f"bash bench/peers.sh --rounds {a.rounds} --steps {a.steps} --warmup {a.warmup}: torch {version}, "
           f"{os.cpu_count()} cores, load average {load_start} at the start, {load_end} at the end, "
           f"{time.time() - started:.0f} s")
     print()
-    print("median ms per step over the steps after warm-up of every round; vs Pipe = Pipe's ms / the row's ms "
-          "(above 1: faster than Pipe); vs python = the python plain loop's ms / the row's ms")
+    print("ms/step: the median over the steps after warm-up of every round; best round: the lowest of the rounds' "
+          "medians (other load only slows a run down, so this is the figure least touched by it); vs Pipe = "
+          "Pipe's (checkpoint never) ms / the row's ms, from the medians and (in brackets) the best rounds (above 1: "
+          "faster than Pipe); vs python = the same against the python plain loop")
     for m in ms:
-        pipe = med.get((m, "torch Pipe"))
-        py = med.get((None, "python plain"))
+        pipe, pipe_b = med.get((m, "torch Pipe")), best.get((m, "torch Pipe"))
+        py, py_b = med.get((None, "python plain")), best.get((None, "python plain"))
         print()
         print(f"M = {m} (microbatches of {256 // m} rows)")
         print()
-        print("| peer | set-up | ms/step | vs Pipe | vs python plain | stage busy ms (0 / 1) |")
-        print("| --- | --- | ---: | ---: | ---: | --- |")
+        print("| peer | set-up | ms/step | best round | vs Pipe | vs python plain | stage busy ms (0 / 1) |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
         for pm, name, setup, _ in peers:
             if pm not in (None, m):
                 continue
             key = (pm, name)
             if key not in med:
-                print(f"| {name} | {setup} | failed | | | |")
+                print(f"| {name} | {setup} | failed | | | | |")
                 continue
             v = med[key]
             busy = ""
@@ -262,18 +273,23 @@ def main():
                 b = extras[key]["busy"]
                 busy = " / ".join(f"{statistics.median([s[i] for s in b if i < len(s)]):.0f}" for i in range(len(b[0])))
                 busy += f"; boundary {statistics.median(extras[key]['boundary']):.0f}"
-            vs_pipe = f"{pipe / v:.3f}" if pipe else "n/a"
-            vs_py = f"{py / v:.3f}" if py else "n/a"
-            print(f"| {name}{'' if pm else ''} | {setup} | {v:.1f} | {vs_pipe} | {vs_py} | {busy} |")
+            vb = best[key]
+            vs_pipe = f"{pipe / v:.3f} ({pipe_b / vb:.3f})" if pipe else "n/a"
+            vs_py = f"{py / v:.3f} ({py_b / vb:.3f})" if py else "n/a"
+            print(f"| {name} | {setup} | {v:.1f} | {vb:.1f} | {vs_pipe} | {vs_py} | {busy} |")
         for _, mark in binaries:
             g, o = med.get((m, f"actorpipe gpipe{mark}")), med.get((m, f"actorpipe 1f1b{mark}"))
             if g and o:
-                print(f"\nactorpipe{mark} 1f1b speed / gpipe's at M = {m}: {g / o:.3f} (above 1: 1f1b faster)")
+                gb, ob = best[(m, f"actorpipe gpipe{mark}")], best[(m, f"actorpipe 1f1b{mark}")]
+                print(f"\nactorpipe{mark} 1f1b speed / gpipe's at M = {m}: {g / o:.3f} ({gb / ob:.3f} best rounds; "
+                      f"above 1: 1f1b faster)")
         for sched in ("gpipe", "1f1b") if a.baseline else ():
             for kind in ("actorpipe", "launch"):
                 old, new = med.get((m, f"{kind} {sched} [baseline]")), med.get((m, f"{kind} {sched}"))
                 if old and new:
-                    print(f"{kind} {sched} at M = {m}: this build is {old / new:.3f} x the baseline's speed")
+                    ob, nb = best[(m, f"{kind} {sched} [baseline]")], best[(m, f"{kind} {sched}")]
+                    print(f"{kind} {sched} at M = {m}: this build is {old / new:.3f} x the baseline's speed "
+                          f"({ob / nb:.3f} best rounds)")
     if not has_pipelining:
         print(f"\ntorch.distributed.pipelining: not in torch {version}; its ScheduleGPipe / Schedule1F1B rows "
               f"were not run")

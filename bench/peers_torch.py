@@ -16,8 +16,10 @@ line {"step_ms": [...]} with every step's wall time (warm-up included):
               (default 2);
   pipe        torch.distributed.pipeline.sync.Pipe (torch 1.x), 2 partitions
               (layers 0-7 and 8-14, where actorpipe's balanced partition cuts),
-              M chunks, checkpoint="never" (actorpipe keeps activations too), T
-              intra-op threads (default 2). On the CPU every partition shares
+              M chunks, checkpoint="never" (actorpipe keeps activations too;
+              --checkpoint except_last is Pipe's default, which recomputes every
+              chunk's forward but the last's), T intra-op threads (default 2).
+              On the CPU every partition shares
               one worker thread, and the backward runs on the calling thread;
   pipelining  torch.distributed.pipelining (torch >= 2.4) ScheduleGPipe or
               Schedule1F1B on 2 Gloo ranks started by torch.multiprocessing, a
@@ -120,7 +122,7 @@ def pipe(a):
     net, x, y = load(a.dir)
     layers = list(net.children())
     model = nn.Sequential(nn.Sequential(*layers[:CUT]), nn.Sequential(*layers[CUT:]))
-    p = Pipe(model, chunks=a.chunks, checkpoint="never")
+    p = Pipe(model, chunks=a.chunks, checkpoint=a.checkpoint)
     p.train()
     opt = torch.optim.Adam(p.parameters(), lr=LR)
     times = []
@@ -131,7 +133,8 @@ def pipe(a):
         F.cross_entropy(p(xb).local_value(), yb).backward()
         opt.step()
         times.append(time.perf_counter() - t)
-    emit(times, threads=torch.get_num_threads(), partitions=len(p.partitions), chunks=a.chunks)
+    emit(times, threads=torch.get_num_threads(), partitions=len(p.partitions), chunks=a.chunks,
+         checkpoint=a.checkpoint)
     rpc.shutdown()
 
 
@@ -200,6 +203,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
+    ap.add_argument("--checkpoint", choices=["never", "except_last", "always"], default="never",
+                    help="pipe: Pipe's activation checkpointing (torch's default is except_last)")
     a = ap.parse_args()
     if a.steps < 1 or a.chunks < 1 or a.samples < BATCH or (a.threads is not None and a.threads < 1):
         ap.error("--steps, --chunks and --threads must be positive and --samples at least 256")
