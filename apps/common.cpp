@@ -298,6 +298,18 @@ std::string read_file(const std::string& path) {
   return os.str();
 }
 
+imported_schedule read_import(const std::string& path, int stages, int microbatches, bool speaks) {
+  imported_schedule imported;
+  try {
+    imported = read_schedule_csv(read_file(path), stages, microbatches, path);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  if (speaks)
+    for (const auto& n : imported.notices) std::fprintf(stderr, "note: %s\n", n.message.c_str());
+  return imported;
+}
+
 void check_outputs(const args& a, const std::vector<std::string>& flags) {
   for (const auto& flag : flags) {
     auto it = a.options.find(flag);

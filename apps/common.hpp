@@ -15,6 +15,7 @@
 #include "messages/errors.hpp"
 #include "runtime/config.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/schedule_csv.hpp"
 
 namespace actorpipe::app {
 
@@ -89,6 +90,11 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
 
 /// The whole file, or a usage_error.
 std::string read_file(const std::string& path);
+
+/// --import PATH: the schedule CSV for `stages` and `microbatches`, or a
+/// usage_error naming the cell. With `speaks`, what the import did with
+/// torch's other actions goes to stderr, once per kind.
+imported_schedule read_import(const std::string& path, int stages, int microbatches, bool speaks = true);
 
 /// Before any work: every output path given can be written (its directory
 /// exists and takes files; it is not a directory, a device or a FIFO).

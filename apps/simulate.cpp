@@ -211,13 +211,7 @@ cost_model fitted(args& a, int stages) {
 /// --import PATH: the order in the file instead of a schedule; what the
 /// import did with torch's other actions goes to stderr, once per kind.
 sim_result simulate_imported(const std::string& path, const sim_setup& s, const cost_model& cost) {
-  imported_schedule imported;
-  try {
-    imported = read_schedule_csv(read_file(path), s.stages, s.microbatches, path);
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
-  }
-  for (const auto& n : imported.notices) std::fprintf(stderr, "note: %s\n", n.message.c_str());
+  imported_schedule imported = read_import(path, s.stages, s.microbatches);
   try {
     return simulate(fixed_order_policy(std::move(imported.order), imported.placement, std::move(imported.overlap)),
                     s.stages, s.microbatches, cost);

@@ -118,13 +118,7 @@ void print_fault_report(const train_result& r, bool lockstep) {
 /// kind (`speaks`: rank 0 of a multi-process run). False (the op grid
 /// printed) if it deadlocks.
 bool import_order(const std::string& path, config& cfg, imported_schedule& imported, bool speaks) {
-  try {
-    imported = read_schedule_csv(read_file(path), cfg.pipeline.stages, cfg.pipeline.microbatches, path);
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
-  }
-  if (speaks)
-    for (const auto& n : imported.notices) std::fprintf(stderr, "note: %s\n", n.message.c_str());
+  imported = read_import(path, cfg.pipeline.stages, cfg.pipeline.microbatches, speaks);
   fixed_order_policy fixed(imported.order, imported.placement, imported.overlap);
   if (fixed.chunks() != cfg.pipeline.virtual_stages)
     throw usage_error(path + " runs " + std::to_string(fixed.chunks()) +

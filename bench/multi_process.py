@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from bench_runs import results_complete, run_until_results
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name, source config, steps, warm-up steps, devices override
@@ -40,15 +42,6 @@ NPROCS = [2, 4]
 EXIT_GRACE_S = 5
 RUN_TIMEOUT_S = 90  # a worker can also hang before rank 0 writes its results
 STATS = {"hung": 0}
-
-
-def results_complete(path):
-    try:
-        with open(path) as f:
-            json.load(f)
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def derive(src, out_path, devices):
@@ -77,43 +70,18 @@ def run_once(binary, nprocs, config, steps, results):
     else:
         cmd = [binary, "launch", "--nprocs", str(nprocs), config]
     cmd += ["--steps", str(steps), "--quiet", "--results", results]
-    if os.path.exists(results):
-        os.remove(results)
-    # A worker may hang on its way out after rank 0 has written the results
-    # (seen: rank 1 waiting in ~actor_system for a detached actor). Then the
-    # launcher is stopped (SIGTERM, which it forwards; it SIGKILLs after 5 s)
-    # EXIT_GRACE_S after the results appeared, the run's steps are kept and
-    # the hang is counted.
-    log = open(results + ".log", "w")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + RUN_TIMEOUT_S
-    seen = None
-    hung = False
-    while p.poll() is None:
-        time.sleep(0.2)
-        if seen is None and results_complete(results):
-            seen = time.time()
-        if (seen is not None and time.time() - seen > EXIT_GRACE_S) or time.time() > deadline:
-            hung = True
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            break
-    log.close()
-    with open(results + ".log") as f:
-        out = f.read()
-    if hung and seen is None:
+    # A worker may hang on its way out after rank 0 wrote the results: it
+    # is stopped EXIT_GRACE_S later, the steps are kept, the hang counted.
+    code, seen, hung, out = run_until_results(cmd, results, RUN_TIMEOUT_S, EXIT_GRACE_S, poll_s=0.2)
+    if hung and not seen:
         print(f"  ! {' '.join(cmd[1:4])}: no results after {RUN_TIMEOUT_S} s; stopped", file=sys.stderr)
     elif hung:
         STATS["hung"] += 1
         print(f"  ! {' '.join(cmd[1:4])}: still running {EXIT_GRACE_S} s after rank 0 wrote its results; "
               f"stopped", file=sys.stderr)
-    if (p.returncode != 0 and not hung) or not results_complete(results):
+    if (code != 0 and not hung) or not results_complete(results):
         tail = "\n".join(out.splitlines()[-5:])
-        print(f"  ! {' '.join(cmd[1:])}: exit {p.returncode}\n{tail}", file=sys.stderr)
+        print(f"  ! {' '.join(cmd[1:])}: exit {code}\n{tail}", file=sys.stderr)
         return None
     with open(results) as f:
         doc = json.load(f)

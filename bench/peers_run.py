@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+from bench_runs import results_complete, run_until_results
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUN_TIMEOUT_S = 300
@@ -81,43 +83,19 @@ def run_json(cmd, log):
     return doc["step_ms"], {}
 
 
-def results_complete(path):
-    try:
-        with open(path) as f:
-            json.load(f)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def run_actorpipe(cmd, results, log):
     """`actorpipe train|launch ... --results R`: step times (ms) and stage figures.
 
     A launched worker may hang on its way out after rank 0 wrote the results
     (bench/multi_process.py saw it): then the launcher is stopped
     EXIT_GRACE_S later and the run's steps are kept."""
-    if os.path.exists(results):
-        os.remove(results)
-    with open(results + ".log", "w") as out:
-        p = subprocess.Popen(cmd + ["--quiet", "--results", results], stdout=out, stderr=subprocess.STDOUT)
-        deadline, seen = time.time() + RUN_TIMEOUT_S, None
-        while p.poll() is None:
-            time.sleep(0.1)
-            if seen is None and results_complete(results):
-                seen = time.time()
-            if (seen is not None and time.time() - seen > EXIT_GRACE_S) or time.time() > deadline:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-                print(f"  ! {' '.join(cmd[:3])}: stopped {'after its results' if seen else 'with no results'}",
-                      file=log)
-                break
-    if not results_complete(results) or (p.returncode not in (0, None) and seen is None):
-        tail = "\n".join(open(results + ".log").read().strip().splitlines()[-4:])
-        print(f"  ! {' '.join(cmd)}: exit {p.returncode}\n{tail}", file=log)
+    code, seen, stopped, out = run_until_results(cmd + ["--quiet", "--results", results], results, RUN_TIMEOUT_S,
+                                                 EXIT_GRACE_S)
+    if stopped:
+        print(f"  ! {' '.join(cmd[:3])}: stopped {'after its results' if seen else 'with no results'}", file=log)
+    if not results_complete(results) or (code not in (0, None) and not seen):
+        tail = "\n".join(out.strip().splitlines()[-4:])
+        print(f"  ! {' '.join(cmd)}: exit {code}\n{tail}", file=log)
         return None
     doc = json.load(open(results))
     steps = doc["steps"]

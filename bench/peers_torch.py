@@ -85,20 +85,25 @@ def prepare(a):
     torch.save({"x": x, "y": y}, os.path.join(a.dir, "data.pt"))
 
 
+def timed_steps(params, forward, x, y, steps):
+    """Adam steps of `forward` (a batch to logits), each step's seconds."""
+    opt = torch.optim.Adam(params, lr=LR)
+    times = []
+    for step in range(steps):
+        xb, yb = batch(x, y, step)
+        t = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(forward(xb), yb).backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def plain(a):
     torch.set_num_threads(a.threads)
     net, x, y = load(a.dir)
     net.train()
-    opt = torch.optim.Adam(net.parameters(), lr=LR)
-    times = []
-    for step in range(a.steps):
-        xb, yb = batch(x, y, step)
-        t = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(net(xb), yb).backward()
-        opt.step()
-        times.append(time.perf_counter() - t)
-    emit(times, threads=torch.get_num_threads())
+    emit(timed_steps(net.parameters(), net, x, y, a.steps), threads=torch.get_num_threads())
 
 
 def free_port():
@@ -124,15 +129,7 @@ def pipe(a):
     model = nn.Sequential(nn.Sequential(*layers[:CUT]), nn.Sequential(*layers[CUT:]))
     p = Pipe(model, chunks=a.chunks, checkpoint=a.checkpoint)
     p.train()
-    opt = torch.optim.Adam(p.parameters(), lr=LR)
-    times = []
-    for step in range(a.steps):
-        xb, yb = batch(x, y, step)
-        t = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(p(xb).local_value(), yb).backward()
-        opt.step()
-        times.append(time.perf_counter() - t)
+    times = timed_steps(p.parameters(), lambda xb: p(xb).local_value(), x, y, a.steps)
     emit(times, threads=torch.get_num_threads(), partitions=len(p.partitions), chunks=a.chunks,
          checkpoint=a.checkpoint)
     rpc.shutdown()

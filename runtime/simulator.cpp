@@ -199,11 +199,11 @@ private:
     if (!op) return;
     const bool pair = pol_.overlaps_next(view);
     const double first = fire(r, *op, now_);
-    if (pair) res_.overlapped[r].back() = 1;
     if (!pair) {
       res_.busy[r] += first;
       return;
     }
+    res_.overlapped[r].back() = 1;
     auto second = pol_.next(s.board.view(r, stages, s.measured));
     if (!second || op->kind != op_kind::F || second->kind != op_kind::B)
       throw std::logic_error("policy " + pol_.name() + " overlapped " + to_string(*op) + " on stage " +

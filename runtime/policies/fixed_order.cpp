@@ -35,24 +35,31 @@ bool ready_in(const stage_view& v, const op_id& op) {
   return op.chunk < v.chunks && ready && ready[op.chunk].contains(op.mb);
 }
 
+size_t position(const stage_view& v) { return static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done); }
+
 }  // namespace
 
+bool program_overlaps(const stage_view& v, const std::vector<char>& overlap) {
+  const size_t pos = position(v);
+  return pos < overlap.size() && overlap[pos];
+}
+
+std::optional<op_id> program_next(const stage_view& v, const std::vector<op_id>& ops,
+                                  const std::vector<char>* overlap) {
+  const size_t pos = position(v);
+  if (pos >= ops.size() || !ready_in(v, ops[pos])) return std::nullopt;
+  // An overlapped F waits for its B: the two start as one action.
+  if (overlap && program_overlaps(v, *overlap) && !ready_in(v, ops[pos + 1])) return std::nullopt;
+  return ops[pos];
+}
+
 bool fixed_order_policy::overlaps_next(const stage_view& v) const {
-  if (v.rank >= static_cast<int>(overlap_.size())) return false;
-  const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
-  return pos < overlap_[v.rank].size() && overlap_[v.rank][pos];
+  return v.rank < static_cast<int>(overlap_.size()) && program_overlaps(v, overlap_[v.rank]);
 }
 
 std::optional<op_id> fixed_order_policy::next(const stage_view& v) const {
   if (v.rank >= static_cast<int>(order_.size())) return std::nullopt;
-  const auto& mine = order_[v.rank];
-  const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
-  if (pos >= mine.size()) return std::nullopt;
-  const auto& op = mine[pos];
-  if (!ready_in(v, op)) return std::nullopt;
-  // An overlapped F waits for its B: the two start as one action.
-  if (overlaps_next(v) && !ready_in(v, mine[pos + 1])) return std::nullopt;
-  return op;
+  return program_next(v, order_[v.rank], v.rank < static_cast<int>(overlap_.size()) ? &overlap_[v.rank] : nullptr);
 }
 
 }  // namespace actorpipe

@@ -7,6 +7,15 @@
 
 namespace actorpipe {
 
+/// A rank's program, fired op by op: its next op (the one after the ops
+/// already fired) once it is ready; an op that `overlap` flags waits for
+/// the B it pairs with too. nullopt: wait. Shared by the fixed order, zb-v
+/// and dualpipev.
+std::optional<op_id> program_next(const stage_view& v, const std::vector<op_id>& ops,
+                                  const std::vector<char>* overlap = nullptr);
+/// Whether the program's next op opens an overlapped F and B.
+bool program_overlaps(const stage_view& v, const std::vector<char>& overlap);
+
 class fixed_order_policy : public policy {
 public:
   /// Chunks are the most any rank's ops name; `placement` maps them to

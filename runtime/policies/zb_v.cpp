@@ -4,6 +4,7 @@
 // built once per (S, M) and shared by every stage.
 #include "runtime/canonical.hpp"
 #include "runtime/policies/builtin.hpp"
+#include "runtime/policies/fixed_order.hpp"
 
 namespace actorpipe {
 
@@ -21,14 +22,8 @@ std::shared_ptr<const std::vector<std::vector<op_id>>> zb_v_policy::program(int 
 }
 
 std::optional<op_id> zb_v_policy::next(const stage_view& v) const {
-  auto prog = program(v.stages, v.microbatches);
-  const auto& mine = (*prog)[v.rank];
-  const size_t pos = static_cast<size_t>(v.fwd_done + v.bwd_done + v.w_done);
-  if (pos >= mine.size()) return std::nullopt;
-  const op_id op = mine[pos];
-  const mb_set* ready = op.kind == op_kind::F ? v.fwd_ready : op.kind == op_kind::B ? v.bwd_ready : v.w_ready;
-  if (!ready[op.chunk].contains(op.mb)) return std::nullopt;
-  return op;
+  const auto prog = program(v.stages, v.microbatches);
+  return program_next(v, (*prog)[v.rank]);
 }
 
 }  // namespace actorpipe
