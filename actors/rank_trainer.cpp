@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -42,14 +43,17 @@ using std::chrono::milliseconds;
 
 struct directory_state {
   caf::actor waiter;  // told when rank 0 says stop or heal
+  std::shared_ptr<boundary_memory> boundary;  // this process's (null: no healing)
   // Rank 0: what the other ranks registered, by generation and rank: their
   // directory, then their stages.
   std::map<uint32_t, std::map<int, std::vector<caf::actor>>> registered;
   static inline const char* name = "rank_directory";
 };
 
-caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor waiter) {
+caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor waiter,
+                        std::shared_ptr<boundary_memory> boundary) {
   self->state.waiter = std::move(waiter);
+  self->state.boundary = std::move(boundary);
   return {
       // Rank 0: rank q registers its directory and stages of generation g.
       [=](stages_atom, int32_t rank, uint32_t g, caf::actor dir, std::vector<caf::actor> stages) {
@@ -67,6 +71,10 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
       },
       [=](stop_atom, int32_t code) { self->send(self->state.waiter, stop_atom::value, code); },
       [=](heal_atom, uint32_t g) { self->send(self->state.waiter, heal_atom::value, g); },
+      // Rank 0, healing: after which steps this process holds slot `slot`.
+      [=](held_atom, int32_t slot) {
+        return self->state.boundary ? self->state.boundary->steps(slot) : std::vector<int64_t>{};
+      },
   };
 }
 
@@ -192,13 +200,23 @@ std::string gen_prefix(const rank_env& env, uint32_t g) {
   return g == 0 ? env.store_prefix : env.store_prefix + "/gen_" + std::to_string(g);
 }
 
-// Which rank holds a live copy of slot (d, r) for a process started again:
-// the same stage of the first other replica whose rank was not replaced
-// (-1: none).
-int donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) {
+// Where a live copy of slot (d, r) is for a process started again: the
+// rank, and the slot under which its boundary memory holds the copy.
+struct donor {
+  int rank = -1;  // -1: none
+  int index = -1;
+};
+
+// The same stage of the first other replica whose rank was not replaced
+// (its own slot); at dp = 1, the keeper's process, unless it was replaced
+// too (the slot's own copy there).
+donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) {
   for (int e = 0; e < places.dp(); ++e)
-    if (e != d && !hp.was_replaced(places.owner(e, r))) return places.owner(e, r);
-  return -1;
+    if (e != d && !hp.was_replaced(places.owner(e, r))) return {places.owner(e, r), e * places.pp() + r};
+  if (places.dp() == 1)
+    if (const int k = places.keeper(d, r); k >= 0 && !hp.was_replaced(places.owner(d, k)))
+      return {places.owner(d, k), d * places.pp() + r};
+  return {};
 }
 
 // The generation this process starts in: 0, or ACTORPIPE_GENERATION when
@@ -373,10 +391,37 @@ void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
   stages.clear();
 }
 
+// After which steps a rank's process holds a boundary copy of a slot.
+using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
+
+// The boundary, `upto` (the last step done) or the one before, from which
+// every slot of the next generation can start from memory: a survivor's
+// own copy, a lost slot's donor's copy (nullopt: some slot has neither).
+// No older one: copies still on their way (at most up to the step after
+// `upto`) land after this choice, and with three kept per slot they never
+// push out the one before `upto`.
+std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
+                                              const held_steps& held) {
+  std::map<int64_t, int> holders;
+  int slots = 0;
+  for (int q = 0; q < places.world(); ++q)
+    for (const auto& slot : places.owned(q)) {
+      donor from{q, slot.replica * places.pp() + slot.stage};
+      if (hp.was_replaced(q)) from = donor_of(places, hp, slot.replica, slot.stage);
+      if (from.rank < 0) return std::nullopt;
+      ++slots;
+      for (int64_t step : held(from.rank, from.index))
+        if (step <= upto && step >= upto - 1) ++holders[step];
+    }
+  for (auto it = holders.rbegin(); it != holders.rend(); ++it)
+    if (it->second == slots) return it->first;
+  return std::nullopt;
+}
+
 // Rank 0, after generation g failed with `f`: decide whether and how to
 // heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
-                                     const heal_plan& now) {
+                                     const heal_plan& now, const held_steps& held) {
   if (!dead.empty()) {
     std::string ranks;
     for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
@@ -388,11 +433,18 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
-  // A lost stage heals from a replica's memory; when no replica of it
-  // survives, everything goes back to the newest checkpoint.
-  for (int q : dead)
-    for (const auto& slot : cx.places.owned(q))
-      if (donor_of(cx.places, hp, slot.replica, slot.stage) < 0) hp.from_disk = true;
+  // A lost stage heals from a replica's memory or, at dp = 1, from its
+  // keeper's; every stage rolls back to the newest boundary that all of
+  // them hold (the keeper's copy of the last step may still be on its
+  // way). When there is none, everything goes back to the newest
+  // checkpoint.
+  if (!dead.empty()) {
+    const auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
+    if (common)
+      hp.resume_after = *common;
+    else
+      hp.from_disk = true;
+  }
   if (hp.from_disk) {
     const auto& cc = cx.cfg.checkpoint;
     int64_t newest = -1;
@@ -505,13 +557,9 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   if (g > 0 && !hp.from_disk)
     for (int q : hp.replaced)
       for (const auto& slot : cx.places.owned(q)) {
-        if (donor_of(cx.places, hp, slot.replica, slot.stage) != env.rank) continue;
-        const int mine = [&] {
-          for (const auto& s : cx.places.owned(env.rank))
-            if (s.stage == slot.stage) return s.replica * cx.plan.stages + s.stage;
-          return -1;
-        }();
-        auto snap = cx.boundary->at(mine, hp.resume_after);
+        const donor from = donor_of(cx.places, hp, slot.replica, slot.stage);
+        if (from.rank != env.rank) continue;
+        auto snap = cx.boundary->at(from.index, hp.resume_after);
         if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
         store->set(prefix + "/actorpipe/state/slot_" + std::to_string(slot.replica * cx.plan.stages + slot.stage),
                    send_snapshot(*channel, *snap, q));
@@ -552,6 +600,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     st.channel = channel;
     st.boundary = cx.boundary;
     st.resumed_after = g > 0 ? hp.resume_after : rp.ckpt.step;
+    if (cx.boundary && cx.plan.dp == 1) st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
   // However this returns, this generation's stages are gone.
@@ -663,8 +712,18 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     std::sort(dead.begin(), dead.end());
   }
   for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
+  // What a surviving process holds: rank 0's own memory, the others' asked
+  // through their directories (nothing from a rank that does not answer).
+  const held_steps held = [&](int q, int slot) {
+    if (q == 0) return cx.boundary ? cx.boundary->steps(slot) : std::vector<int64_t>{};
+    std::vector<int64_t> steps;
+    self->request(dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)), held_atom::value,
+                  int32_t{slot})
+        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
+    return steps;
+  };
   if (failure.code != run_errc::none && restartable(failure.code)) {
-    if (auto next = decide_heal(cx, g, failure, dead, hp)) {
+    if (auto next = decide_heal(cx, g, failure, dead, hp, held)) {
       const run_failure& failed = failure;  // naming the processes that went
       while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
       const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
@@ -678,7 +737,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         if (!next->from_disk)
           for (const auto& slot : cx.places.owned(q))
             how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
-                   " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage)) + "'s memory";
+                   " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
+                   "'s memory";
       }
       cx.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
       store->set(heal_key(env, next->generation), next->encode());
@@ -727,7 +787,9 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   rt.sys = std::make_unique<caf::actor_system>(rt.sc);
   caf::actor_system& sys = *rt.sys;
   caf::scoped_actor self{sys};
-  auto dir = sys.spawn(directory, caf::actor{self});
+  const bool supervised = cfg.supervision.max_restarts > 0;
+  auto boundary = supervised ? std::make_shared<boundary_memory>() : nullptr;
+  auto dir = sys.spawn(directory, caf::actor{self}, boundary);
   struct dir_stopper {
     caf::scoped_actor& self;
     caf::actor dir;
@@ -739,8 +801,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   rank_context cx{cfg, opts, env, where_of(env), timeout,
                   rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size), std::move(plan), host, self, dir,
                   *published, find_resume(opts, nullptr), nullptr, {}, {}, {}, 0.0, clock_type::now()};
-  const bool supervised = cfg.supervision.max_restarts > 0;
-  if (supervised) cx.boundary = std::make_shared<boundary_memory>();
+  cx.boundary = boundary;
   heal_plan hp;
   hp.generation = start_generation();
   if (env.rank == 0 && supervised) tell_launcher("heal");

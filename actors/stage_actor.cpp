@@ -5,6 +5,8 @@
 
 #include "actors/stage_state.hpp"
 #include "runtime/optimizer_state.hpp"
+#include "runtime/transport/p2p_group.hpp"  // transfer_error
+#include "runtime/transport/state_transfer.hpp"
 
 namespace actorpipe {
 
@@ -20,7 +22,8 @@ using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(const stage_state& st);
-void keep_boundary(const stage_state& st, int64_t step);
+std::string keep_boundary(stage_ptr self, int64_t step);
+int slot_of(const stage_state& st) { return st.setup.replica * st.setup.stages + st.setup.rank; }
 
 /// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
@@ -58,8 +61,9 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     }
   });
   return {
-      [=](wire_atom, std::vector<caf::actor> ranks, caf::actor driver) {
+      [=](wire_atom, std::vector<caf::actor> ranks, caf::actor driver) -> caf::result<void> {
         auto& st = self->state;
+        if (st.setup.keeper_stage >= 0) st.keeper = ranks.at(static_cast<size_t>(st.setup.keeper_stage));
         // Runs on this stage's own thread: the intra-op pool size is per thread.
         if (!st.setup.shared_thread) at::set_num_threads(std::max(1, st.setup.intra_op_threads));
         // A paced op should end on time: the default 50 us timer slack would
@@ -94,8 +98,17 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
           st.clock = make_ticking_clock(self);
         st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
-        keep_boundary(st, st.setup.resumed_after);
+        const int64_t start = st.setup.resumed_after;
+        std::string described = keep_boundary(self, start);
         self->become(running(self));
+        if (described.empty()) return caf::unit;
+        // The keeper holds the start before the first step runs, so a
+        // stage lost at once heals from memory too.
+        auto wired = self->make_response_promise();
+        self->request(st.keeper, caf::infinite, keep_atom::value, int32_t{slot_of(st)}, start, std::move(described))
+            .then([wired]() mutable { wired.deliver(caf::unit); },
+                  [wired](caf::error& e) mutable { wired.deliver(std::move(e)); });
+        return wired;
       },
   };
 }
@@ -114,10 +127,50 @@ stage_snapshot snapshot_of(const stage_state& st) {
   return snap;
 }
 
-// Healing: the state after `step` into the process's boundary memory.
-void keep_boundary(const stage_state& st, int64_t step) {
-  if (!st.setup.boundary) return;
-  st.setup.boundary->keep(st.setup.replica * st.setup.stages + st.setup.rank, step, snapshot_of(st));
+// Healing: the state after `step` into the process's boundary memory and,
+// with a keeper, its tensors posted to the keeper's process; the line that
+// describes them, for the keep message (empty: no keeper).
+std::string keep_boundary(stage_ptr self, int64_t step) {
+  const auto& st = self->state;
+  if (!st.setup.boundary) return {};
+  stage_snapshot snap = snapshot_of(st);
+  std::string described;
+  if (st.keeper && st.setup.channel)
+    described = send_snapshot(*st.setup.channel, snap,
+                              st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
+  st.setup.boundary->keep(slot_of(st), step, std::move(snap));
+  return described;
+}
+
+// As a keeper: receives the copy of `slot` after `step` in the background
+// into this process's boundary memory. A request (the copy at wiring) is
+// answered once the copy is in; a plain message is not answered.
+caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const std::string& described) {
+  auto& st = self->state;
+  auto memory = st.setup.boundary;
+  if (!memory || !st.setup.channel)
+    return caf::make_error(caf::sec::runtime_error, "stage " + std::to_string(st.setup.rank) +
+                                                        " keeps no copies (no boundary memory or channel)");
+  auto answer = self->make_response_promise();
+  const bool asked = !answer.async();
+  const uint64_t id = st.copies_asked++;
+  if (asked) st.owed_copies[id] = answer;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  try {
+    receive_snapshot_async(
+        *st.setup.channel, described,
+        [memory, slot, step, asked, me, id](stage_snapshot s) {
+          memory->keep(slot, step, std::move(s));
+          if (asked) caf::anon_send(me, kept_atom::value, id, std::string());
+        },
+        [asked, me, id](const std::string& why) {
+          if (asked) caf::anon_send(me, kept_atom::value, id, why.empty() ? std::string("failed") : why);
+        });
+  } catch (const transfer_error& e) {
+    st.owed_copies.erase(id);
+    return caf::make_error(caf::sec::runtime_error, std::string("keeping a boundary copy: ") + e.what());
+  }
+  return answer;
 }
 
 caf::behavior running(stage_ptr self) {
@@ -155,8 +208,23 @@ caf::behavior running(stage_ptr self) {
         // The apply closes step m.step: the next one begins here, so no
         // message of it is taken before the update (whatever the order of
         // arrival between this stage's senders).
-        keep_boundary(self->state, m.step);
+        if (auto described = keep_boundary(self, m.step); !described.empty())
+          self->send(self->state.keeper, keep_atom::value, int32_t{slot_of(self->state)}, m.step,
+                     std::move(described));
         if (m.step >= self->state.step) next_step(self, m.step);
+      },
+      [=](keep_atom, int32_t slot, int64_t step, const std::string& described) {
+        return hold_copy(self, slot, step, described);
+      },
+      [=](kept_atom, uint64_t id, const std::string& failed) {
+        auto& owed = self->state.owed_copies;
+        auto it = owed.find(id);
+        if (it == owed.end()) return;
+        if (failed.empty())
+          it->second.deliver(caf::unit);
+        else
+          it->second.deliver(caf::make_error(caf::sec::runtime_error, "a boundary copy did not arrive: " + failed));
+        owed.erase(it);
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },

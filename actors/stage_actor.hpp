@@ -115,6 +115,11 @@ struct stage_setup {
   /// once wired and after each apply (null: none kept).
   std::shared_ptr<boundary_memory> boundary;
   int64_t resumed_after = -1;
+  /// Healing at dp = 1: the stage of this replica (in another process)
+  /// that keeps a copy of this stage's boundary state: sent after every
+  /// step in the background, and once when wired, before the wire is
+  /// answered (-1: none).
+  int keeper_stage = -1;
 };
 
 /// Stage actors alive in this process, over every run (a restart's old

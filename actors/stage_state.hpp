@@ -51,6 +51,12 @@ struct stage_state {
   placement plc;                  // chunk <-> virtual stage
   std::unique_ptr<stage_link> link;  // sends to the other stages
   caf::actor driver;
+  // Healing at dp = 1: the stage whose process keeps a copy of this one's
+  // boundary state (null: none); as a keeper, the answers owed to copies
+  // asked with a request, by number.
+  caf::actor keeper;
+  std::map<uint64_t, caf::response_promise> owed_copies;
+  uint64_t copies_asked = 0;
 
   int64_t step = -1;
   // Ready sets, in-order promotion, duplicate detection and the policy's

@@ -2,7 +2,7 @@
 """Recovery time: healing one killed process from a peer's memory, against
 restarting every rank from the newest checkpoint (TorchElastic's model).
 
-    python3 bench/heal_bench.py [--build build] [--rounds 3]
+    python3 bench/heal_bench.py [--build build] [--rounds 3] [--part all|recovery|cost]
 
 The seed MLP (configs/seed_mlp.yaml) at dp 2 x pp 2 under
 `actorpipe launch --nprocs 4`, 8 steps, a checkpoint after every step. A
@@ -23,11 +23,13 @@ step's own time (as printed): what the failure cost beyond the lost step.
 Rounds alternate the two; the table gives medians, and heal's split as its
 `heal:` line prints it.
 
-The cost to a run with no faults: the same config, 24 steps, no fault and
-no checkpoints, with supervision.max_restarts 0 and 2 (each stage copies its
-weights and optimizer state to memory after every step), alternating; the
-median step time over steps 4.. of every round (from --results), and the
-ratio.
+The cost to a run with no faults (--part cost): the same config, 24 steps,
+no fault and no checkpoints, with supervision.max_restarts 0 and 2 (each
+stage copies its weights and optimizer state to memory after every step),
+at dp 2 x pp 2 and at dp 1 x pp 2 under `launch --nprocs 2`, where stage 1
+also sends its copy to rank 0's process (its keeper) in the background;
+alternating; the median step time over steps 4.. of every round (from
+--results), and the ratios.
 
 Python 3 standard library only.
 """
@@ -46,18 +48,18 @@ STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
 HEAL = re.compile(r"(\d+) ms to decide, (\d+) ms to the rendezvous.*?, (\d+) ms for the channel and groups, (\d+) ms")
 
 
-def config(dir_, restarts, fault=True):
+def config(dir_, restarts, fault=True, dp=2):
     text = open(os.path.join(ROOT, "configs/seed_mlp.yaml")).read()
     text = re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  steps: \d+", r"\1  steps: 8", text)
     text = re.sub(r"(?ms)^pipeline:.*?(?=^\S|\Z)", "", text)
     text = re.sub(r"(?ms)^(supervision|checkpoint|parallel|faults):.*?(?=^\S|\Z)", "", text)
-    text += ("parallel: {dp: 2, allreduce: gloo}\n"
+    text += (f"parallel: {{dp: {dp}, allreduce: gloo}}\n"
              "pipeline: {stages: 2, schedule: 1f1b, microbatches: 4, devices: auto, intra_op_threads: 1}\n"
              f"supervision: {{max_restarts: {restarts}, heartbeat_timeout_s: 2}}\n"
              f"checkpoint: {{every: 1, dir: {dir_}/ckpt}}\n")
     if fault:
         text += "faults:\n  inject:\n    - {kind: kill_process, replica: 1, stage: 1, step: 4, after_op: B3}\n"
-    path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}.yaml")
+    path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}_dp{dp}.yaml")
     open(path, "w").write(text)
     return path
 
@@ -107,13 +109,14 @@ def restart_round(exe, cfg, resumed_cfg, dir_):
     return stop_ms + start_ms, [stop_ms, start_ms]
 
 
-def overhead_round(exe, dir_, restarts):
-    cfg = config(dir_, restarts, fault=False)
+def overhead_round(exe, dir_, restarts, dp):
+    cfg = config(dir_, restarts, fault=False, dp=dp)
     text = open(cfg).read().replace("steps: 8", "steps: 24")
     text = re.sub(r"checkpoint: .*\n", "", text)
     open(cfg, "w").write(text)
     out = os.path.join(dir_, "results.json")
-    r = subprocess.run([exe, "launch", "--nprocs", "4", cfg, "--quiet", "--results", out], capture_output=True, text=True)
+    r = subprocess.run([exe, "launch", "--nprocs", str(2 * dp), cfg, "--quiet", "--results", out],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(r.stdout + r.stderr)
     runs = json.load(open(out))
@@ -125,9 +128,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--part", choices=("all", "recovery", "cost"), default="all",
+                    help="recovery time, the cost to a run with no faults, or both")
     a = ap.parse_args()
     exe = os.path.join(a.build, "actorpipe")
+    if a.part in ("all", "recovery"):
+        recovery(exe, a.rounds)
+    if a.part in ("all", "cost"):
+        cost(exe, a.rounds)
+
+
+def recovery(exe, rounds):
     heal, heal_split, full, full_split = [], [], [], []
+    a = argparse.Namespace(rounds=rounds)
     with tempfile.TemporaryDirectory() as d:
         for r in range(a.rounds):
             for kind in ("heal", "restart"):
@@ -151,17 +164,27 @@ def main():
     print(f"| restart every rank from the newest checkpoint | {med(full):.0f} ms | stop every worker {fs[0]:.0f}, "
           f"start four and resume {fs[1]:.0f} ms |")
     print(f"\nfull restart / heal: {med(full) / med(heal):.1f}x")
+
+
+def cost(exe, rounds):
+    """Step time with and without supervision, dp 2 x pp 2 (each stage keeps
+    a copy in its own process's memory) and dp 1 x pp 2 (and stage 1 sends
+    its copy to rank 0, its keeper, in the background), rounds alternating
+    over all four runs."""
+    med = statistics.median
     with tempfile.TemporaryDirectory() as d:
-        steps = {0: [], 2: []}
-        for r in range(a.rounds):
-            for restarts in (0, 2):
-                steps[restarts] += overhead_round(exe, d, restarts)
-    off, on = med(steps[0]), med(steps[2])
-    print(f"\n| supervision.max_restarts | median step ({a.rounds} rounds, steps 4..24) |")
-    print("| --- | --- |")
-    print(f"| 0 (no boundary copies) | {off:.1f} ms |")
-    print(f"| 2 (a copy of every stage after every step) | {on:.1f} ms |")
-    print(f"\nwith / without: {on / off:.3f}")
+        steps = {(dp, restarts): [] for dp in (2, 1) for restarts in (0, 2)}
+        for r in range(rounds):
+            for dp, restarts in steps:
+                steps[(dp, restarts)] += overhead_round(exe, d, restarts, dp)
+                print(f"round {r + 1} dp {dp} max_restarts {restarts}: "
+                      f"{med(steps[(dp, restarts)][-21:]):.1f} ms", file=sys.stderr)
+    print(f"\n| mesh | supervision.max_restarts 0 | 2 | with / without |")
+    print("| --- | --- | --- | --- |")
+    for dp, what in ((2, "dp 2 x pp 2 (a copy in each stage's own process)"),
+                     (1, "dp 1 x pp 2 (and stage 1's copy sent to rank 0)")):
+        off, on = med(steps[(dp, 0)]), med(steps[(dp, 2)])
+        print(f"| {what} | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
 
 
 if __name__ == "__main__":

@@ -44,5 +44,14 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 /// Multi-process healing: rank 0 -> every surviving rank's directory: start
 /// generation g (the plan is in the store).
 using heal_atom = caf::atom_constant<caf::atom("heal")>;
+/// Healing at dp = 1: a stage -> its keeper (a stage in another process):
+/// a copy of its boundary state after a step is on the way over the tensor
+/// channel (asked with a request at wiring, answered once it is in); the
+/// keeper -> itself: that copy arrived or failed.
+using keep_atom = caf::atom_constant<caf::atom("keep")>;
+using kept_atom = caf::atom_constant<caf::atom("kept")>;
+/// Healing: rank 0 -> a rank's directory: the steps after which its
+/// process holds a boundary copy of a slot.
+using held_atom = caf::atom_constant<caf::atom("held")>;
 
 }  // namespace actorpipe

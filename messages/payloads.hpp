@@ -251,6 +251,7 @@ inline void add_payload_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<named_params>("named_params");
   cfg.add_message_type<stage_snapshot>("stage_snapshot");
   cfg.add_message_type<stage_status>("stage_status");
+  cfg.add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
 }
 
 }  // namespace actorpipe

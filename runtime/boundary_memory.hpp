@@ -3,9 +3,13 @@
 // stage leaves a copy of its weights and optimizer state here after every
 // optimizer step (and once before the first), and a new generation of the
 // same slots starts from the copy at the boundary the supervisor rolls
-// back to. The two newest boundaries per slot are kept: when a run fails
-// during an apply, some stages hold the step it was applying and the
-// others the one before, which is where every one rolls back to.
+// back to. At dp = 1 a process also holds here the copies that the stages
+// it keeps for (their slots, not its own) sent after each step.
+//
+// The three newest boundaries per slot are kept: when a run fails during
+// an apply, some stages hold the step it was applying and the others the
+// one before; and a keeper's copy of the newest may still be on its way,
+// so every slot must still hold the one before that.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -23,7 +27,7 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     auto& steps = by_slot_[slot];
     steps[step] = std::move(s);
-    while (steps.size() > 2) steps.erase(steps.begin());
+    while (steps.size() > 3) steps.erase(steps.begin());
   }
 
   /// The copy of `slot` after `step`, if kept.

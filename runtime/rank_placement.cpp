@@ -49,6 +49,14 @@ pipeline_neighbours rank_placement::neighbours(int replica, int stage) const {
   return n;
 }
 
+int rank_placement::keeper(int replica, int stage) const {
+  check_slot(replica, stage);
+  const int mine = owner(replica, stage);
+  for (int k = stage - 1; k >= 0; --k)
+    if (owner(replica, k) != mine) return k;
+  return -1;
+}
+
 std::vector<int> rank_placement::stage_group(int stage) const {
   check_slot(0, stage);
   std::vector<int> ranks;

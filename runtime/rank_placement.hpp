@@ -64,6 +64,13 @@ class rank_placement {
   /// holds several replicas of the stage appears once (it sums them
   /// in-process first).
   std::vector<int> stage_group(int stage) const;
+  /// The stage of the same replica whose process keeps a copy of
+  /// (replica, stage)'s boundary state, for healing a process when no
+  /// other replica holds the stage (dp = 1): the nearest earlier stage that
+  /// runs in another process. -1 when every earlier stage runs in the same
+  /// one (stage 0's process: rank 0, where the supervisor lives and whose
+  /// death ends the run).
+  int keeper(int replica, int stage) const;
 
  private:
   void check_slot(int replica, int stage) const;

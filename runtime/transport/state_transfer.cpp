@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <future>
+#include <mutex>
 #include <sstream>
 
 #include "runtime/transport/p2p_group.hpp"
@@ -31,28 +33,58 @@ remote_tensor read_description(std::istream& is) {
   return d;
 }
 
-// The receives of one snapshot: started together, waited for together.
-class receiver {
-public:
-  explicit receiver(tensor_channel& ch) : ch_(ch) {}
-  /// Starts receiving `d`; `where` gets it in wait().
-  void fetch(const remote_tensor& d, at::Tensor* where) {
-    auto slot = std::make_shared<std::promise<at::Tensor>>();
-    pending_.push_back(slot->get_future());
-    targets_.push_back(where);
-    ch_.fetch(
-        d, [slot](at::Tensor t) { slot->set_value(std::move(t)); },
-        [slot](const std::string& why) { slot->set_exception(std::make_exception_ptr(transfer_error(why))); });
-  }
-  void wait() {
-    for (size_t i = 0; i < pending_.size(); ++i) *targets_[i] = pending_[i].get();
-  }
+// One snapshot on its way in: the tensors land in `snap` (whose vectors
+// are sized before the first receive starts, so the targets stay put);
+// the last receive to end calls back, once.
+struct arrival {
+  stage_snapshot snap;
+  std::shared_ptr<optimizer_state_copy> opt = std::make_shared<optimizer_state_copy>();
+  std::vector<std::pair<remote_tensor, at::Tensor*>> wanted;
+  std::atomic<size_t> left{0};
+  std::mutex mutex;
+  std::string failure;  // the first
+  std::function<void(stage_snapshot)> done;
+  std::function<void(const std::string&)> failed;
 
-private:
-  tensor_channel& ch_;
-  std::vector<std::future<at::Tensor>> pending_;
-  std::vector<at::Tensor*> targets_;
+  void one_ended() {
+    if (left.fetch_sub(1) != 1) return;
+    if (!failure.empty()) return failed(failure);
+    snap.optimizer = std::move(opt);
+    done(std::move(snap));
+  }
 };
+
+// Reads send_snapshot's line into `a` (its targets), before any receive.
+void parse(const std::string& described, arrival& a) {
+  std::istringstream is(described);
+  std::string version;
+  size_t weights = 0;
+  auto bad = [&] {
+    return transfer_error("a state transfer's description does not parse: '" + described.substr(0, 80) + "'");
+  };
+  if (!(is >> version >> a.snap.rank >> weights) || version != "v1" || weights > 100000) throw bad();
+  a.snap.weights.resize(weights);
+  for (auto& [name, t] : a.snap.weights) {
+    if (!(is >> name)) throw bad();
+    a.wanted.emplace_back(read_description(is), &t);
+  }
+  auto& opt = *a.opt;
+  size_t params = 0;
+  if (!(is >> params) || params > 100000) throw bad();
+  opt.names.resize(params);
+  opt.steps.resize(params);
+  opt.tensors.resize(params);
+  for (size_t i = 0; i < params; ++i) {
+    size_t fields = 0;
+    if (!(is >> opt.names[i] >> opt.steps[i] >> fields) || fields > 8) throw bad();
+    opt.tensors[i].resize(fields);
+    for (auto& t : opt.tensors[i]) {
+      std::string mark;
+      if (!(is >> mark) || (mark != "-" && mark != "+")) throw bad();
+      if (mark == "+") a.wanted.emplace_back(read_description(is), &t);
+    }
+  }
+}
 
 }  // namespace
 
@@ -81,41 +113,42 @@ std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int 
   return os.str();
 }
 
+void receive_snapshot_async(tensor_channel& channel, const std::string& described,
+                            std::function<void(stage_snapshot)> done,
+                            std::function<void(const std::string&)> failed) {
+  auto a = std::make_shared<arrival>();
+  parse(described, *a);
+  a->done = std::move(done);
+  a->failed = std::move(failed);
+  // One more than the receives: the last one to end cannot be a receive
+  // that ends before the others have started.
+  a->left = a->wanted.size() + 1;
+  for (auto& [d, where] : a->wanted) {
+    at::Tensor* target = where;
+    channel.fetch(
+        d,
+        [a, target](at::Tensor t) {
+          *target = std::move(t);
+          a->one_ended();
+        },
+        [a](const std::string& why) {
+          {
+            std::lock_guard<std::mutex> lock(a->mutex);
+            if (a->failure.empty()) a->failure = why;
+          }
+          a->one_ended();
+        });
+  }
+  a->one_ended();
+}
+
 stage_snapshot receive_snapshot(tensor_channel& channel, const std::string& described) {
-  std::istringstream is(described);
-  std::string version;
-  stage_snapshot s;
-  size_t weights = 0;
-  if (!(is >> version >> s.rank >> weights) || version != "v1" || weights > 100000)
-    throw transfer_error("a state transfer's description does not parse: '" + described.substr(0, 80) + "'");
-  receiver r(channel);
-  s.weights.resize(weights);
-  for (auto& [name, t] : s.weights) {
-    if (!(is >> name)) throw transfer_error("a state transfer's description does not parse");
-    r.fetch(read_description(is), &t);
-  }
-  auto opt = std::make_shared<optimizer_state_copy>();
-  size_t params = 0;
-  if (!(is >> params) || params > 100000) throw transfer_error("a state transfer's description does not parse");
-  opt->names.resize(params);
-  opt->steps.resize(params);
-  opt->tensors.resize(params);
-  for (size_t i = 0; i < params; ++i) {
-    size_t fields = 0;
-    if (!(is >> opt->names[i] >> opt->steps[i] >> fields) || fields > 8)
-      throw transfer_error("a state transfer's description does not parse");
-    opt->tensors[i].resize(fields);
-    for (auto& t : opt->tensors[i]) {
-      std::string mark;
-      if (!(is >> mark) || (mark != "-" && mark != "+"))
-        throw transfer_error("a state transfer's description does not parse");
-      if (mark == "-") continue;
-      r.fetch(read_description(is), &t);
-    }
-  }
-  r.wait();
-  s.optimizer = std::move(opt);
-  return s;
+  auto got = std::make_shared<std::promise<stage_snapshot>>();
+  auto arrived = got->get_future();
+  receive_snapshot_async(
+      channel, described, [got](stage_snapshot s) { got->set_value(std::move(s)); },
+      [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+  return arrived.get();
 }
 
 }  // namespace actorpipe

@@ -3,8 +3,10 @@
 // that was started again, so that it heals from a live peer's memory. The
 // tensors go over the tensor channel (Gloo send/recv), never through CAF;
 // what describes them (names, the optimizer's structure, each transfer's
-// tag, dtype and shape) is one line of text the caller passes on through
-// the store.
+// tag, dtype and shape) is one line of text the caller passes on: through
+// the store to a process started again, or in a CAF message with the
+// background copy a stage leaves with its keeper after every step.
+#include <functional>
 #include <string>
 
 #include "messages/payloads.hpp"
@@ -20,5 +22,14 @@ std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int 
 /// until every tensor is in. Throws transfer_error for a peer gone, a
 /// timeout, or a line that does not parse.
 stage_snapshot receive_snapshot(tensor_channel& channel, const std::string& described);
+
+/// Starts receiving what `described` describes, and returns at once; once
+/// every tensor is in, `done` is called with the snapshot, or `failed` with
+/// the first receive's reason, on one of the channel's receiving threads.
+/// A line that does not parse throws transfer_error here, before any
+/// receive starts.
+void receive_snapshot_async(tensor_channel& channel, const std::string& described,
+                            std::function<void(stage_snapshot)> done,
+                            std::function<void(const std::string&)> failed);
 
 }  // namespace actorpipe

@@ -553,7 +553,8 @@ class HealAKilledProcess : public ::testing::TestWithParam<healing_case> {};
 // A kill_process fault at a seeded stage (of any rank but 0), step and op:
 // rank 0's supervisor has launch start that rank again, every rank rolls back to the last step
 // boundary (the replacement gets its stage from another replica's memory;
-// with no replica, every stage from the newest checkpoint), re-runs the
+// with no replica, from its keeper's: the process of the stage before,
+// which holds a copy sent after every step), re-runs the
 // step, and the run ends on the clean run's bytes after one restart. One
 // seed kills a stage right after its last backward, while its replica
 // peers wait for it in their allreduce.
@@ -588,7 +589,10 @@ TEST_P(HealAKilledProcess, TenSeedsEndBitwiseOnTheCleanRunAfterOneRestart) {
     EXPECT_NE(r.err.find("started worker rank " + std::to_string(replica * c.stages + stage) + " again"),
               std::string::npos)
         << what << describe(r);
-    EXPECT_NE(r.err.find(c.dp > 1 ? "'s memory" : "every stage from the"), std::string::npos) << what << describe(r);
+    // From memory, never from disk: at dp 1 from the keeper, rank - 1.
+    const int donor = c.dp > 1 ? (rank + c.stages) % (c.stages * c.dp) : rank - 1;
+    EXPECT_NE(r.err.find("from rank " + std::to_string(donor) + "'s memory"), std::string::npos) << what << describe(r);
+    EXPECT_EQ(r.err.find("every stage from the"), std::string::npos) << what << describe(r);
     // The same fault seed and config: the same trace line across processes.
     if (seed == 1) {
       first_trace = lines_with(r.out, "trace: ");

@@ -91,6 +91,21 @@ TEST(RankPlacement, EverythingOnOneRank_1x3_World1) {
   EXPECT_EQ(rank_placement(4, 1, 2).stage_group(0), (std::vector<int>{0, 1}));
 }
 
+// The keeper of a stage's boundary copy (dp = 1 healing), by hand: the
+// nearest earlier stage in another process, none for rank 0's stages.
+TEST(RankPlacement, TheKeeperIsTheNearestEarlierStageInAnotherProcess) {
+  const rank_placement one_each(1, 3, 3);
+  EXPECT_EQ(one_each.keeper(0, 0), -1);
+  EXPECT_EQ(one_each.keeper(0, 1), 0);
+  EXPECT_EQ(one_each.keeper(0, 2), 1);
+  const rank_placement two_each(1, 4, 2);  // rank 0: stages 0-1, rank 1: 2-3
+  EXPECT_EQ(two_each.keeper(0, 1), -1);
+  EXPECT_EQ(two_each.keeper(0, 2), 1);
+  EXPECT_EQ(two_each.keeper(0, 3), 1);
+  EXPECT_EQ(rank_placement(1, 3, 1).keeper(0, 2), -1);  // one process: nothing to heal
+  EXPECT_EQ(rank_placement(2, 2, 4).keeper(1, 1), 0);   // replica 1's own stage 0
+}
+
 TEST(RankPlacement, WorldMustDivideActors) {
   const std::string line = "WORLD_SIZE 3 does not divide parallel.dp 2 x pipeline stages 4";
   try {
@@ -142,6 +157,16 @@ TEST(RankPlacement, EveryShapeDealsEqualConsecutiveBlocks) {
             const auto n = p.neighbours(r, s);
             EXPECT_EQ(n.prev, s > 0 ? p.owner(r, s - 1) : -1);
             EXPECT_EQ(n.next, s + 1 < pp ? p.owner(r, s + 1) : -1);
+            // The keeper is earlier, in another process, and every stage
+            // between them shares this one's; none only where all earlier do.
+            const int k = p.keeper(r, s);
+            if (k < 0) {
+              for (int e = 0; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+            } else {
+              EXPECT_LT(k, s);
+              EXPECT_NE(p.owner(r, k), p.owner(r, s));
+              for (int e = k + 1; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+            }
           }
         }
       }
