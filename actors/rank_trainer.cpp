@@ -22,6 +22,7 @@
 #include "runtime/boundary_memory.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/collectives.hpp"
+#include "runtime/heal_plan.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rank_placement.hpp"
 #include "runtime/text.hpp"
@@ -164,59 +165,11 @@ std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_place
 
 // -- healing ----------------------------------------------------------------------
 
-// What rank 0's supervisor decided for the next generation, in the store
-// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
-// reads it.
-struct heal_plan {
-  uint32_t generation = 0;
-  int64_t resume_after = -1;    // every slot restarts from the boundary after this step
-  bool from_disk = false;       // from the newest checkpoint (no live copy of a lost stage)
-  int64_t fired_through = -1;   // the faults that end a stage, up to this step, have fired
-  std::vector<int> replaced;    // ranks started again
-
-  std::string encode() const {
-    std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
-                    (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
-    for (int r : replaced) s += " " + std::to_string(r);
-    return s;
-  }
-  static heal_plan decode(const std::string& text) {
-    heal_plan p;
-    std::istringstream is(text);
-    std::string from;
-    if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through))
-      throw rendezvous_error("a heal plan in the store does not parse: '" + text + "'");
-    p.from_disk = from == "disk";
-    for (int r; is >> r;) p.replaced.push_back(r);
-    return p;
-  }
-  bool was_replaced(int rank) const { return std::find(replaced.begin(), replaced.end(), rank) != replaced.end(); }
-};
-
 std::string heal_key(const rank_env& env, uint32_t g) {
   return env.store_prefix + "/actorpipe/heal/gen_" + std::to_string(g);
 }
 std::string gen_prefix(const rank_env& env, uint32_t g) {
   return g == 0 ? env.store_prefix : env.store_prefix + "/gen_" + std::to_string(g);
-}
-
-// Where a live copy of slot (d, r) is for a process started again: the
-// rank, and the slot under which its boundary memory holds the copy.
-struct donor {
-  int rank = -1;  // -1: none
-  int index = -1;
-};
-
-// The same stage of the first other replica whose rank was not replaced
-// (its own slot); at dp = 1, the keeper's process, unless it was replaced
-// too (the slot's own copy there).
-donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) {
-  for (int e = 0; e < places.dp(); ++e)
-    if (e != d && !hp.was_replaced(places.owner(e, r))) return {places.owner(e, r), e * places.pp() + r};
-  if (places.dp() == 1)
-    if (const int k = places.keeper(d, r); k >= 0 && !hp.was_replaced(places.owner(d, k)))
-      return {places.owner(d, k), d * places.pp() + r};
-  return {};
 }
 
 // The generation this process starts in: 0, or ACTORPIPE_GENERATION when
@@ -389,33 +342,6 @@ void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
         caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
             [&] { waiting = false; });
   stages.clear();
-}
-
-// After which steps a rank's process holds a boundary copy of a slot.
-using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
-
-// The boundary, `upto` (the last step done) or the one before, from which
-// every slot of the next generation can start from memory: a survivor's
-// own copy, a lost slot's donor's copy (nullopt: some slot has neither).
-// No older one: copies still on their way (at most up to the step after
-// `upto`) land after this choice, and with three kept per slot they never
-// push out the one before `upto`.
-std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
-                                              const held_steps& held) {
-  std::map<int64_t, int> holders;
-  int slots = 0;
-  for (int q = 0; q < places.world(); ++q)
-    for (const auto& slot : places.owned(q)) {
-      donor from{q, slot.replica * places.pp() + slot.stage};
-      if (hp.was_replaced(q)) from = donor_of(places, hp, slot.replica, slot.stage);
-      if (from.rank < 0) return std::nullopt;
-      ++slots;
-      for (int64_t step : held(from.rank, from.index))
-        if (step <= upto && step >= upto - 1) ++holders[step];
-    }
-  for (auto it = holders.rbegin(); it != holders.rend(); ++it)
-    if (it->second == slots) return it->first;
-  return std::nullopt;
 }
 
 // Rank 0, after generation g failed with `f`: decide whether and how to

@@ -1,0 +1,58 @@
+#pragma once
+// Healing a multi-process run: what rank 0's supervisor decides for the
+// next generation (the plan every process reads from the store), where a
+// lost stage's live copy is, and which step boundary every stage rolls back
+// to. Pure decisions over the rank placement; the actors and the transfers
+// are in actors/rank_trainer.cpp.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/rank_placement.hpp"
+
+namespace actorpipe {
+
+/// What rank 0's supervisor decided for the next generation, in the store
+/// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
+/// reads it.
+struct heal_plan {
+  uint32_t generation = 0;
+  int64_t resume_after = -1;    ///< every slot restarts from the boundary after this step
+  bool from_disk = false;       ///< from the newest checkpoint (no live copy of a lost stage)
+  int64_t fired_through = -1;   ///< the faults that end a stage, up to this step, have fired
+  std::vector<int> replaced;    ///< ranks started again
+
+  /// One line of text, and back; decode throws rendezvous_error for a line
+  /// that does not parse.
+  std::string encode() const;
+  static heal_plan decode(const std::string& text);
+  bool was_replaced(int rank) const;
+};
+
+/// Where a live copy of slot (d, r) is for a process started again: the
+/// rank, and the slot under which its boundary memory holds the copy.
+struct donor {
+  int rank = -1;  ///< -1: none
+  int index = -1;
+};
+
+/// The same stage of the first other replica whose rank was not replaced
+/// (its own slot); at dp = 1, the keeper's process (rank_placement::keeper),
+/// unless it was replaced too (the slot's own copy there).
+donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r);
+
+/// After which steps a rank's process holds a boundary copy of a slot.
+using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
+
+/// The boundary, `upto` (the last step done) or the one before, from which
+/// every slot of the next generation can start from memory: a survivor's
+/// own copy, a lost slot's donor's copy (nullopt: some slot has neither).
+/// No older one: copies still on their way (at most up to the step after
+/// `upto`) land after this choice, and with three kept per slot
+/// (boundary_memory) they never push out the one before `upto`.
+std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
+                                              const held_steps& held);
+
+}  // namespace actorpipe
