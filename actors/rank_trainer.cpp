@@ -432,23 +432,27 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   const config cfg = without_fired(cx.cfg, hp.fired_through);
 
   // Every rank joins the tensor channel, whether or not its own stages
-  // send across processes: forming the Gloo group takes all of them.
-  std::shared_ptr<tensor_channel> channel;
-  {
+  // send across processes: forming the Gloo group takes all of them. At
+  // dp = 1 with healing, a second one carries the boundary copies.
+  auto join_channel = [&](const std::string& name) {
     p2p_options po;
     po.rank = env.rank;
     po.world_size = env.world_size;
     po.store = store;
-    po.store_prefix = prefix + "/actorpipe/p2p";
+    po.store_prefix = prefix + "/actorpipe/" + name;
     po.hostname = cx.host;
     po.timeout = cx.timeout;
     try {
-      channel = std::make_shared<tensor_channel>(p2p_group::connect(po));
+      auto made = std::make_shared<tensor_channel>(p2p_group::connect(po));
+      rt.channels.push_back(made);
+      return made;
     } catch (const transfer_error& e) {
       throw rendezvous_error(e.what());
     }
-  }
-  rt.channels.push_back(channel);
+  };
+  std::shared_ptr<tensor_channel> channel = join_channel("p2p");
+  const bool keeps_copies = cx.boundary && cx.plan.dp == 1 && env.world_size > 1;
+  std::shared_ptr<tensor_channel> copies = keeps_copies ? join_channel("copies") : nullptr;
   std::map<int, std::shared_ptr<allreduce_group>> groups, ties;
   try {
     groups = join_replica_groups(cx.places, env.rank, store, prefix, cx.host, cx.timeout);
@@ -526,7 +530,10 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     st.channel = channel;
     st.boundary = cx.boundary;
     st.resumed_after = g > 0 ? hp.resume_after : rp.ckpt.step;
-    if (cx.boundary && cx.plan.dp == 1) st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
+    if (copies) {
+      st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
+      st.copy_channel = copies;
+    }
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
   // However this returns, this generation's stages are gone.

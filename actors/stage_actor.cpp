@@ -135,8 +135,8 @@ std::string keep_boundary(stage_ptr self, int64_t step) {
   if (!st.setup.boundary) return {};
   stage_snapshot snap = snapshot_of(st);
   std::string described;
-  if (st.keeper && st.setup.channel)
-    described = send_snapshot(*st.setup.channel, snap,
+  if (st.keeper && st.setup.copy_channel)
+    described = send_snapshot(*st.setup.copy_channel, snap,
                               st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
   st.setup.boundary->keep(slot_of(st), step, std::move(snap));
   return described;
@@ -148,9 +148,9 @@ std::string keep_boundary(stage_ptr self, int64_t step) {
 caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const std::string& described) {
   auto& st = self->state;
   auto memory = st.setup.boundary;
-  if (!memory || !st.setup.channel)
+  if (!memory || !st.setup.copy_channel)
     return caf::make_error(caf::sec::runtime_error, "stage " + std::to_string(st.setup.rank) +
-                                                        " keeps no copies (no boundary memory or channel)");
+                                                        " keeps no copies (no boundary memory or copy channel)");
   auto answer = self->make_response_promise();
   const bool asked = !answer.async();
   const uint64_t id = st.copies_asked++;
@@ -158,7 +158,7 @@ caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const st
   caf::actor me = caf::actor_cast<caf::actor>(self);
   try {
     receive_snapshot_async(
-        *st.setup.channel, described,
+        *st.setup.copy_channel, described,
         [memory, slot, step, asked, me, id](stage_snapshot s) {
           memory->keep(slot, step, std::move(s));
           if (asked) caf::anon_send(me, kept_atom::value, id, std::string());

@@ -118,8 +118,11 @@ struct stage_setup {
   /// Healing at dp = 1: the stage of this replica (in another process)
   /// that keeps a copy of this stage's boundary state: sent after every
   /// step in the background, and once when wired, before the wire is
-  /// answered (-1: none).
+  /// answered (-1: none). The copies travel on `copy_channel`, a channel
+  /// of their own, so that they never hold up an activation or a gradient
+  /// queued behind them.
   int keeper_stage = -1;
+  std::shared_ptr<tensor_channel> copy_channel;
 };
 
 /// Stage actors alive in this process, over every run (a restart's old
