@@ -365,7 +365,15 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // way). When there is none, everything goes back to the newest
   // checkpoint.
   if (!dead.empty()) {
-    const auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
+    auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
+    // A keeper's copy of the last step may be moments from arriving: ask
+    // again for a quarter of a second before rolling back one step further
+    // (a copy that its dying sender had not sent in full never arrives).
+    for (const auto until = clock_type::now() + milliseconds(250);
+         (!common || *common < hp.resume_after) && clock_type::now() < until;) {
+      std::this_thread::sleep_for(milliseconds(50));
+      common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
+    }
     if (common)
       hp.resume_after = *common;
     else
