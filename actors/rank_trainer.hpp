@@ -20,9 +20,24 @@
 //   rank k > 0:  wait for stop(code) (exit with it) or for rank 0's node to
 //                go down (exit 1, naming it)
 //
-// A worker process that dies ends the run: its stages' proxies go down on
-// rank 0, the driver fails the run naming the stage (exit 1), and rank 0
-// stops the others. Nothing restarts across processes yet.
+// Without supervision.max_restarts, a worker process that dies ends the
+// run: its stages' proxies go down on rank 0, the driver fails the run
+// naming the stage (exit 1), and rank 0 stops the others.
+//
+// With it, rank 0 heals the run in generations. Every stage keeps a copy
+// of its weights and optimizer state at each step boundary in its process's
+// boundary memory; at dp = 1 it also sends that copy, on a channel of its
+// own, to its keeper (rank_placement::keeper). When a process dies, rank 0
+// asks every surviving process which boundaries it holds, picks the newest
+// that all slots can start from (runtime/heal_plan.hpp), writes the plan to
+// the store, has the launcher start the dead rank again, and tells the
+// survivors to start the next generation. There, a lost stage's donor (a
+// replica's process, or its keeper's) sends the copy over the new
+// generation's tensor channel, and every other stage starts from its own.
+//
+//   rank 0:  run fails -> who is dead -> held boundaries -> plan -> respawn
+//            -> heal(g) to the survivors -> next generation
+//   others:  heal(g) -> next generation (a donor sends first)
 #include "actors/trainer.hpp"
 
 namespace actorpipe {
