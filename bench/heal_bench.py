@@ -140,9 +140,8 @@ def main():
 
 def recovery(exe, rounds):
     heal, heal_split, full, full_split = [], [], [], []
-    a = argparse.Namespace(rounds=rounds)
     with tempfile.TemporaryDirectory() as d:
-        for r in range(a.rounds):
+        for r in range(rounds):
             for kind in ("heal", "restart"):
                 subprocess.run(["rm", "-rf", os.path.join(d, "ckpt")])
                 if kind == "heal":
@@ -157,7 +156,7 @@ def recovery(exe, rounds):
     med = statistics.median
     hs = [med(x) for x in zip(*heal_split)]
     fs = [med(x) for x in zip(*full_split)]
-    print(f"| model | recovery (median of {a.rounds}) | split |")
+    print(f"| model | recovery (median of {rounds}) | split |")
     print("| --- | --- | --- |")
     print(f"| heal one process from a peer's memory | {med(heal):.0f} ms | detect and decide {hs[0]:.0f}, "
           f"new process to rendezvous {hs[1]:.0f}, channel and groups {hs[2]:.0f}, state and stages {hs[3]:.0f} ms |")
