@@ -19,7 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include <future>
+
+#include "messages/payloads.hpp"
 #include "runtime/transport/p2p_group.hpp"
+#include "runtime/transport/state_transfer.hpp"
+#include "runtime/transport/tensor_channel.hpp"
 #include "tests/child_process.hpp"
 
 using namespace actorpipe;
@@ -168,6 +173,122 @@ void scenario_lost_peer(p2p_group& g) {
   }
 }
 
+// A stage's boundary copy as both ranks build it: two weights, Adam state
+// for two parameters (one with a slot left undefined), a third parameter
+// with no state yet; `scale` makes the second copy differ from the first.
+stage_snapshot snapshot_case(float scale) {
+  at::manual_seed(20261124);
+  stage_snapshot s;
+  s.rank = 2;
+  s.weights = {{"3.weight", at::randn({16, 8}) * scale}, {"3.bias", at::randn({16}) * scale}};
+  auto opt = std::make_shared<optimizer_state_copy>();
+  opt->names = {"3.weight", "3.bias", "5.weight"};
+  opt->steps = {7, 7, 0};
+  opt->tensors = {{at::randn({16, 8}) * scale, at::rand({16, 8}) * scale, at::Tensor()},
+                  {at::randn({16}) * scale, at::rand({16}) * scale, at::Tensor()},
+                  {}};
+  s.optimizer = opt;
+  return s;
+}
+
+int defined_tensors(const stage_snapshot& s) {
+  int n = static_cast<int>(s.weights.size());
+  for (const auto& ts : s.optimizer->tensors)
+    for (const auto& t : ts) n += t.defined();
+  return n;
+}
+
+bool same_snapshot(const stage_snapshot& a, const stage_snapshot& b) {
+  if (a.rank != b.rank || a.weights.size() != b.weights.size()) return false;
+  for (size_t i = 0; i < a.weights.size(); ++i)
+    if (a.weights[i].first != b.weights[i].first || !bitwise_equal(a.weights[i].second, b.weights[i].second))
+      return false;
+  const auto &x = *a.optimizer, &y = *b.optimizer;
+  if (x.names != y.names || x.steps != y.steps || x.tensors.size() != y.tensors.size()) return false;
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    if (x.tensors[i].size() != y.tensors[i].size()) return false;
+    for (size_t k = 0; k < x.tensors[i].size(); ++k) {
+      if (x.tensors[i][k].defined() != y.tensors[i][k].defined()) return false;
+      if (x.tensors[i][k].defined() && !bitwise_equal(x.tensors[i][k], y.tensors[i][k])) return false;
+    }
+  }
+  return true;
+}
+
+// The description line of a snapshot goes as two tensors after it (its
+// length, then its bytes): the channel's tags count per destination from
+// 0, so rank 1 knows where each one is.
+void post_line(tensor_channel& ch, const std::string& line) {
+  ch.post(at::full({1}, static_cast<int64_t>(line.size()), at::kLong), 1);
+  at::Tensor bytes = at::empty({static_cast<int64_t>(line.size())}, at::kByte);
+  std::memcpy(bytes.data_ptr(), line.data(), line.size());
+  ch.post(bytes, 1);
+}
+
+at::Tensor fetch_now(tensor_channel& ch, int from, uint32_t tag, at::ScalarType dtype, std::vector<int64_t> shape) {
+  remote_tensor d;
+  d.from = from;
+  d.tag = tag;
+  d.dtype = static_cast<int8_t>(dtype);
+  d.shape = std::move(shape);
+  auto got = std::make_shared<std::promise<at::Tensor>>();
+  auto arrived = got->get_future();
+  ch.fetch(
+      d, [got](at::Tensor t) { got->set_value(std::move(t)); },
+      [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+  return arrived.get();
+}
+
+std::string fetch_line(tensor_channel& ch, uint32_t tag) {
+  const int64_t size = fetch_now(ch, 0, tag, at::kLong, {1}).item<int64_t>();
+  at::Tensor bytes = fetch_now(ch, 0, tag + 1, at::kByte, {size});
+  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size));
+}
+
+// Rank 0 sends two boundary copies; rank 1 receives the first with the
+// asynchronous receive (a callback on the channel's thread), refuses a
+// malformed line before any receive starts, and takes the second with the
+// blocking one.
+void scenario_snapshot(p2p_group g) {
+  tensor_channel ch(std::move(g));
+  const auto first = snapshot_case(1.0f), second = snapshot_case(-3.0f);
+  const auto n = static_cast<uint32_t>(defined_tensors(first));
+  if (ch.rank() == 0) {
+    post_line(ch, send_snapshot(ch, first, 1));
+    post_line(ch, send_snapshot(ch, second, 1));
+    fetch_now(ch, 1, 0, at::kLong, {1});  // rank 1 is done (its first post to rank 0)
+    return;
+  }
+  // Tags: first's tensors 0..n-1, its line n and n+1, second's n+2..2n+1.
+  const std::string line1 = fetch_line(ch, n);
+  const std::string line2 = fetch_line(ch, 2 * n + 2);
+  try {
+    receive_snapshot_async(
+        ch, "v1 2 1 3.weight 0 nonsense", [](stage_snapshot) { say("MALFORMED LINE RECEIVED"); },
+        [](const std::string&) { say("MALFORMED LINE FAILED LATE"); });
+    say("malformed line: not refused");
+  } catch (const transfer_error& e) {
+    say(std::string("malformed line refused: ") + e.what());
+  }
+  auto got = std::make_shared<std::promise<stage_snapshot>>();
+  auto arrived = got->get_future();
+  const auto caller = std::this_thread::get_id();
+  auto called_on = std::make_shared<std::thread::id>();
+  receive_snapshot_async(
+      ch, line1,
+      [got, called_on](stage_snapshot s) {
+        *called_on = std::this_thread::get_id();
+        got->set_value(std::move(s));
+      },
+      [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+  const stage_snapshot one = arrived.get();
+  say(std::string("async copy bitwise equal: ") + (same_snapshot(one, first) ? "yes" : "no") +
+      (*called_on != caller ? ", called back on the channel's thread" : ", called back on the caller"));
+  const stage_snapshot two = receive_snapshot(ch, line2);
+  say(std::string("blocking copy bitwise equal: ") + (same_snapshot(two, second) ? "yes" : "no"));
+  ch.post(at::ones({1}, at::kLong), 0);
+}
+
 int run_child(const std::string& scenario) {
   try {
     p2p_options o;
@@ -183,6 +304,7 @@ int run_child(const std::string& scenario) {
     else if (scenario == "out_of_order") scenario_out_of_order(g);
     else if (scenario == "size_mismatch") scenario_size_mismatch(g);
     else if (scenario == "lost_peer") scenario_lost_peer(g);
+    else if (scenario == "snapshot") scenario_snapshot(std::move(g));
     else throw std::runtime_error("unknown scenario " + scenario);
     say("CHILD DONE");
     return 0;
@@ -318,6 +440,20 @@ TEST(P2PGroup, TensorsOfSeveralDtypesAndShapesArriveBitwiseEqual) {
   ASSERT_EQ(f.code1, 0) << f.out1;
   EXPECT_TRUE(has(f.out1, "dtype cases bitwise equal: 7/7")) << f.out1;
   EXPECT_TRUE(has(f.out1, "reused buffer receives: 3/3")) << f.out1;
+}
+
+// runtime/transport/state_transfer over the channel between two processes:
+// a stage's boundary copy arrives bitwise, by callback or blocking, and a
+// line that does not parse is refused before any receive starts.
+TEST(StateTransfer, ABoundaryCopyArrivesBitwiseAsynchronouslyOrBlocking) {
+  auto ranks = start_ranks("snapshot", 20000);
+  auto f = finish(ranks);
+  EXPECT_EQ(f.code0, 0) << f.out0;
+  ASSERT_EQ(f.code1, 0) << f.out1;
+  EXPECT_TRUE(has(f.out1, "async copy bitwise equal: yes, called back on the channel's thread")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "blocking copy bitwise equal: yes")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "malformed line refused: a state transfer's description does not parse")) << f.out1;
+  EXPECT_FALSE(has(f.out1, "MALFORMED")) << f.out1;
 }
 
 TEST(P2PGroup, MessagesSentOutOfOrderAreMatchedByTag) {
