@@ -565,7 +565,14 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   std::vector<caf::actor> dirs(static_cast<size_t>(env.world_size));
   for (int q = 0; q < env.rank; ++q) {
     auto [qhost, qport] = split_endpoint(met.endpoints[static_cast<size_t>(q)]);
+    // A peer busy starting (a process started again, on loaded cores) may
+    // not finish CAF's handshake within middleman.connection-timeout (the
+    // heartbeat timeout): ask again until the rendezvous's own timeout.
     auto remote = rt.sys->middleman().remote_actor(qhost, qport);
+    for (const auto until = clock_type::now() + cx.timeout; !remote && clock_type::now() < until;) {
+      std::this_thread::sleep_for(milliseconds(100));
+      remote = rt.sys->middleman().remote_actor(qhost, qport);
+    }
     if (!remote)
       throw rendezvous_error(where + ": cannot connect to rank " + std::to_string(q) + " at " +
                              met.endpoints[static_cast<size_t>(q)] + ": " + rt.sys->render(remote.error()));
