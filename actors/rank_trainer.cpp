@@ -660,13 +660,12 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     std::sort(dead.begin(), dead.end());
   }
   for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
-  // What a surviving process holds: rank 0's own memory, the others' asked
-  // through their directories (nothing from a rank that does not answer).
+  // What a surviving process holds, asked through its directory (rank 0's
+  // own too; nothing from a rank that does not answer).
   const held_steps held = [&](int q, int slot) {
-    if (q == 0) return cx.boundary ? cx.boundary->steps(slot) : std::vector<int64_t>{};
     std::vector<int64_t> steps;
-    self->request(dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)), held_atom::value,
-                  int32_t{slot})
+    self->request(q == 0 ? cx.dir : dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                  held_atom::value, int32_t{slot})
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
     return steps;
   };
