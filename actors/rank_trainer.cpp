@@ -365,14 +365,17 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // way). When there is none, everything goes back to the newest
   // checkpoint.
   if (!dead.empty()) {
-    auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
-    // A keeper's copy of the last step may be moments from arriving: ask
-    // again for a quarter of a second before rolling back one step further
+    // At dp = 1 a lost stage's copy is its keeper's newest lasting one.
+    const copy_rule copies{cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
+    const int64_t hoped = cx.places.dp() > 1 ? hp.resume_after : copies.newest_lasting(hp.resume_after);
+    auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
+    // A keeper's copy of that step may be moments from arriving: ask again
+    // for a quarter of a second before rolling back to the copy before it
     // (a copy that its dying sender had not sent in full never arrives).
     for (const auto until = clock_type::now() + milliseconds(250);
-         (!common || *common < hp.resume_after) && clock_type::now() < until;) {
+         (!common || *common < hoped) && clock_type::now() < until;) {
       std::this_thread::sleep_for(milliseconds(50));
-      common = newest_common_boundary(cx.places, hp, hp.resume_after, held);
+      common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     }
     if (common)
       hp.resume_after = *common;
@@ -541,6 +544,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     if (copies) {
       st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
       st.copy_channel = copies;
+      st.copy_every = cx.cfg.supervision.copy_every;
     }
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }

@@ -1,5 +1,6 @@
 #include "actors/stage_actor.hpp"
 #include "runtime/boundary_memory.hpp"
+#include "runtime/heal_plan.hpp"
 
 #include <sys/prctl.h>
 
@@ -22,7 +23,7 @@ using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(const stage_state& st);
-std::string keep_boundary(stage_ptr self, int64_t step);
+std::string keep_boundary(stage_ptr self, int64_t step, bool start);
 int slot_of(const stage_state& st) { return st.setup.replica * st.setup.stages + st.setup.rank; }
 
 /// The initial state: waits to learn its neighbours and its driver.
@@ -99,7 +100,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
         const int64_t start = st.setup.resumed_after;
-        std::string described = keep_boundary(self, start);
+        std::string described = keep_boundary(self, start, true);
         self->become(running(self));
         if (described.empty()) return caf::unit;
         // The keeper holds the start before the first step runs, so a
@@ -127,18 +128,20 @@ stage_snapshot snapshot_of(const stage_state& st) {
   return snap;
 }
 
-// Healing: the state after `step` into the process's boundary memory and,
-// with a keeper, its tensors posted to the keeper's process; the line that
-// describes them, for the keep message (empty: no keeper).
-std::string keep_boundary(stage_ptr self, int64_t step) {
+// Healing: the state after `step` (the generation's start, or an apply's)
+// into the process's boundary memory and, at a lasting boundary with a
+// keeper, its tensors posted to the keeper's process; the line that
+// describes them, for the keep message (empty: nothing sent).
+std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   const auto& st = self->state;
   if (!st.setup.boundary) return {};
   stage_snapshot snap = snapshot_of(st);
+  const bool lasting = copy_rule{st.setup.copy_every, start ? step : int64_t{-1}}.lasting(step);
   std::string described;
-  if (st.keeper && st.setup.copy_channel)
+  if (lasting && st.keeper && st.setup.copy_channel)
     described = send_snapshot(*st.setup.copy_channel, snap,
                               st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
-  st.setup.boundary->keep(slot_of(st), step, std::move(snap));
+  st.setup.boundary->keep(slot_of(st), step, std::move(snap), lasting);
   return described;
 }
 
@@ -208,7 +211,7 @@ caf::behavior running(stage_ptr self) {
         // The apply closes step m.step: the next one begins here, so no
         // message of it is taken before the update (whatever the order of
         // arrival between this stage's senders).
-        if (auto described = keep_boundary(self, m.step); !described.empty())
+        if (auto described = keep_boundary(self, m.step, false); !described.empty())
           self->send(self->state.keeper, keep_atom::value, int32_t{slot_of(self->state)}, m.step,
                      std::move(described));
         if (m.step >= self->state.step) next_step(self, m.step);

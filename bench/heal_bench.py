@@ -3,6 +3,7 @@
 restarting every rank from the newest checkpoint (TorchElastic's model).
 
     python3 bench/heal_bench.py [--build build] [--rounds 3] [--part all|recovery|cost]
+                                [--copy-every 1,8]
 
 The seed MLP (configs/seed_mlp.yaml) at dp 2 x pp 2 under
 `actorpipe launch --nprocs 4`, 8 steps, a checkpoint after every step. A
@@ -27,9 +28,10 @@ The cost to a run with no faults (--part cost): the same config, 24 steps,
 no fault and no checkpoints, with supervision.max_restarts 0 and 2 (each
 stage copies its weights and optimizer state to memory after every step),
 at dp 2 x pp 2 and at dp 1 x pp 2 under `launch --nprocs 2`, where stage 1
-also sends its copy to rank 0's process (its keeper) in the background;
-alternating; the median step time over steps 4.. of every round (from
---results), and the ratios.
+also sends its copy to rank 0's process (its keeper) in the background,
+after every step and, with supervision.copy_every K, after every K-th
+(one dp 1 run per K in --copy-every); alternating; the median step time
+over steps 4.. of every round (from --results), and the ratios.
 
 Python 3 standard library only.
 """
@@ -48,18 +50,18 @@ STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
 HEAL = re.compile(r"(\d+) ms to decide, (\d+) ms to the rendezvous.*?, (\d+) ms for the channel and groups, (\d+) ms")
 
 
-def config(dir_, restarts, fault=True, dp=2):
+def config(dir_, restarts, fault=True, dp=2, copy_every=1):
     text = open(os.path.join(ROOT, "configs/seed_mlp.yaml")).read()
     text = re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  steps: \d+", r"\1  steps: 8", text)
     text = re.sub(r"(?ms)^pipeline:.*?(?=^\S|\Z)", "", text)
     text = re.sub(r"(?ms)^(supervision|checkpoint|parallel|faults):.*?(?=^\S|\Z)", "", text)
     text += (f"parallel: {{dp: {dp}, allreduce: gloo}}\n"
              "pipeline: {stages: 2, schedule: 1f1b, microbatches: 4, devices: auto, intra_op_threads: 1}\n"
-             f"supervision: {{max_restarts: {restarts}, heartbeat_timeout_s: 2}}\n"
+             f"supervision: {{max_restarts: {restarts}, heartbeat_timeout_s: 2, copy_every: {copy_every}}}\n"
              f"checkpoint: {{every: 1, dir: {dir_}/ckpt}}\n")
     if fault:
         text += "faults:\n  inject:\n    - {kind: kill_process, replica: 1, stage: 1, step: 4, after_op: B3}\n"
-    path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}_dp{dp}.yaml")
+    path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}_dp{dp}_k{copy_every}.yaml")
     open(path, "w").write(text)
     return path
 
@@ -109,8 +111,8 @@ def restart_round(exe, cfg, resumed_cfg, dir_):
     return stop_ms + start_ms, [stop_ms, start_ms]
 
 
-def overhead_round(exe, dir_, restarts, dp):
-    cfg = config(dir_, restarts, fault=False, dp=dp)
+def overhead_round(exe, dir_, restarts, dp, copy_every=1):
+    cfg = config(dir_, restarts, fault=False, dp=dp, copy_every=copy_every)
     text = open(cfg).read().replace("steps: 8", "steps: 24")
     text = re.sub(r"checkpoint: .*\n", "", text)
     open(cfg, "w").write(text)
@@ -130,12 +132,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--part", choices=("all", "recovery", "cost"), default="all",
                     help="recovery time, the cost to a run with no faults, or both")
+    ap.add_argument("--copy-every", default="1,8",
+                    help="the supervision.copy_every values of the dp 1 cost runs, comma-separated")
     a = ap.parse_args()
     exe = os.path.join(a.build, "actorpipe")
     if a.part in ("all", "recovery"):
         recovery(exe, a.rounds)
     if a.part in ("all", "cost"):
-        cost(exe, a.rounds)
+        ks = [int(k) for k in a.copy_every.split(",") if k.strip()]
+        if not ks or min(ks) < 1:
+            sys.exit("heal_bench: --copy-every wants positive integers, e.g. 1,8")
+        cost(exe, a.rounds, ks)
 
 
 def recovery(exe, rounds):
@@ -165,25 +172,29 @@ def recovery(exe, rounds):
     print(f"\nfull restart / heal: {med(full) / med(heal):.1f}x")
 
 
-def cost(exe, rounds):
+def cost(exe, rounds, ks):
     """Step time with and without supervision, dp 2 x pp 2 (each stage keeps
     a copy in its own process's memory) and dp 1 x pp 2 (and stage 1 sends
-    its copy to rank 0, its keeper, in the background), rounds alternating
-    over all four runs."""
+    its copy to rank 0, its keeper, in the background, after every K-th
+    step for each K of ks), rounds alternating over all the runs."""
     med = statistics.median
     with tempfile.TemporaryDirectory() as d:
-        steps = {(dp, restarts): [] for dp in (2, 1) for restarts in (0, 2)}
+        runs = [(2, 0, 1), (2, 2, 1), (1, 0, 1)] + [(1, 2, k) for k in ks]
+        steps = {run: [] for run in runs}
         for r in range(rounds):
-            for dp, restarts in steps:
-                steps[(dp, restarts)] += overhead_round(exe, d, restarts, dp)
-                print(f"round {r + 1} dp {dp} max_restarts {restarts}: "
-                      f"{med(steps[(dp, restarts)][-21:]):.1f} ms", file=sys.stderr)
+            for dp, restarts, k in runs:
+                steps[(dp, restarts, k)] += overhead_round(exe, d, restarts, dp, k)
+                print(f"round {r + 1} dp {dp} max_restarts {restarts} copy_every {k}: "
+                      f"{med(steps[(dp, restarts, k)][-21:]):.1f} ms", file=sys.stderr)
     print(f"\n| mesh | supervision.max_restarts 0 | 2 | with / without |")
     print("| --- | --- | --- | --- |")
-    for dp, what in ((2, "dp 2 x pp 2 (a copy in each stage's own process)"),
-                     (1, "dp 1 x pp 2 (and stage 1's copy sent to rank 0)")):
-        off, on = med(steps[(dp, 0)]), med(steps[(dp, 2)])
-        print(f"| {what} | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+    off, on = med(steps[(2, 0, 1)]), med(steps[(2, 2, 1)])
+    print(f"| dp 2 x pp 2 (a copy in each stage's own process) | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+    off = med(steps[(1, 0, 1)])
+    for k in ks:
+        on = med(steps[(1, 2, k)])
+        print(f"| dp 1 x pp 2 (and stage 1's copy sent to rank 0 after every {'step' if k == 1 else f'{k}th step'}, "
+              f"copy_every {k}) | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
 
 
 if __name__ == "__main__":

@@ -39,8 +39,24 @@ donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) 
   return {};
 }
 
+namespace {
+// The newest step s <= step, step >= -1, with (s + 1) a multiple of every.
+int64_t by_period(int64_t step, int every) { return (step + 1) / every * every - 1; }
+}  // namespace
+
+int64_t copy_rule::newest_lasting(int64_t step) const {
+  return step <= start ? step : std::max(start, by_period(step, every));
+}
+
 std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
-                                              const held_steps& held) {
+                                              const held_steps& held, const copy_rule& copies) {
+  const int64_t last = copies.newest_lasting(upto);
+  // The lasting one before it; before the generation's start, by the
+  // rule's period (the memory marked it lasting then).
+  const int64_t before = last > copies.start ? copies.newest_lasting(last - 1)
+                         : last < 0          ? int64_t{-2}
+                                             : by_period(last - 1, copies.every);
+  const auto candidate = [&](int64_t step) { return step == upto || step == upto - 1 || step == last || step == before; };
   std::map<int64_t, int> holders;
   int slots = 0;
   for (int q = 0; q < places.world(); ++q)
@@ -50,7 +66,7 @@ std::optional<int64_t> newest_common_boundary(const rank_placement& places, cons
       if (from.rank < 0) return std::nullopt;
       ++slots;
       for (int64_t step : held(from.rank, from.index))
-        if (step <= upto && step >= upto - 1) ++holders[step];
+        if (step <= upto && candidate(step)) ++holders[step];
     }
   for (auto it = holders.rbegin(); it != holders.rend(); ++it)
     if (it->second == slots) return it->first;

@@ -46,13 +46,26 @@ donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r);
 /// After which steps a rank's process holds a boundary copy of a slot.
 using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
 
-/// The boundary, `upto` (the last step done) or the one before, from which
-/// every slot of the next generation can start from memory: a survivor's
-/// own copy, a lost slot's donor's copy (nullopt: some slot has neither).
-/// No older one: copies still on their way (at most up to the step after
-/// `upto`) land after this choice, and with three kept per slot
-/// (boundary_memory) they never push out the one before `upto`.
+/// Which boundaries a stage at dp = 1 copies to its keeper, the lasting
+/// ones: after every `every`-th step (steps every-1, 2 every-1, ...) and
+/// at its generation's start.
+struct copy_rule {
+  int every = 1;      ///< supervision.copy_every
+  int64_t start = -1; ///< the generation's start (resumed after this step)
+  bool lasting(int64_t step) const { return step == start || (step + 1) % every == 0; }
+  /// The newest lasting boundary at or before `step` (at most `every`
+  /// steps back, or the start).
+  int64_t newest_lasting(int64_t step) const;
+};
+
+/// The newest boundary from which every slot of the next generation can
+/// start from memory: a survivor's own copy, a lost slot's donor's copy
+/// (nullopt: some slot has neither). Only `upto` (the last step done), the
+/// one before, and the two newest lasting ones are candidates: copies still
+/// on their way (at most up to the step after `upto`) land after this
+/// choice, and boundary_memory keeps three per slot and two lasting, so
+/// none of these is pushed out.
 std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
-                                              const held_steps& held);
+                                              const held_steps& held, const copy_rule& copies = {});
 
 }  // namespace actorpipe

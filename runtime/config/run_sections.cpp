@@ -36,13 +36,14 @@ void read_checkpoint(reader& r, const entry* e) {
 void read_supervision(reader& r, const entry* e) {
   if (!e) return;
   const section s = r.read_map(e->value, "supervision",
-                               {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "op_timeout_ms",
+                               {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "copy_every", "op_timeout_ms",
                                 "max_skipped_fraction", "connect_timeout_s", "heartbeat_timeout_s"});
   using sc = supervision_config;
   static const std::vector<field<sc>> fields{
       {"op_timeout_ms", &sc::op_timeout_ms, rule::ms()},
       {"max_restarts", &sc::max_restarts, rule::at_least(0)},
       {"window_steps", &sc::window_steps, rule::at_least(1)},
+      {"copy_every", &sc::copy_every, rule::at_least(1)},
       // A day: far beyond any op, and a period the watchdog's timer can hold.
       {"watchdog_s", &sc::watchdog_s, rule::at_least(0, 86400, "86400 (one day)")},
       {"on_nonfinite", &sc::on_nonfinite, rule::one_of("non-finite policy", {"skip", "stop"})},
