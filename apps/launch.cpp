@@ -14,6 +14,9 @@
 #include "runtime/launcher.hpp"
 #include "runtime/text.hpp"
 
+// apps/main.cpp: a command line run as `actorpipe ARGS` runs it.
+int run_command(int argc, char** argv);
+
 namespace actorpipe::app {
 
 namespace {
@@ -90,6 +93,9 @@ int cmd_launch(int argc, char** argv) {
   o.worker_args = {"train"};
   for (int i = cfg_at; i < argc; ++i) o.worker_args.emplace_back(argv[i]);
   o.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  // A worker that replaces a dead one is forked from this process, which
+  // has LibTorch loaded already: it rendezvouses about 0.5 s sooner.
+  o.in_process = [](int n, char** args) { return ::run_command(n, args); };
   return run_workers(o);
 }
 

@@ -1,11 +1,13 @@
 #include "runtime/launcher.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -13,6 +15,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -222,6 +226,56 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
   return pid;
 }
 
+// The threads of this process (1 on failure to tell: then no fork).
+int thread_count() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// A replacement forked from this process: what posix_spawn sets up for a
+// worker (its own process group, default signals, an empty mask, none of
+// the launcher's descriptors, the worker's environment), then
+// in_process(argv). -1: not forked (more than one thread here); the
+// caller spawns it instead.
+pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
+  if (!o.in_process || thread_count() != 1) return -1;
+  std::vector<std::string> args = {o.exe};
+  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+  std::fflush(nullptr);  // nothing buffered here is written twice
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("cannot fork a worker: ") + std::strerror(errno));
+  if (pid > 0) return pid;
+  // The child. Dies with the launcher, as a spawned worker does.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) std::_Exit(1);
+  ::setpgid(0, 0);
+  g_wake_fd = -1;
+  for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::signal(signo, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::close_range(3, ~0U, 0);
+  ::clearenv();
+  for (auto& e : env) ::putenv(::strdup(e.c_str()));
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int rc = 1;
+  try {
+    rc = o.in_process(static_cast<int>(args.size()), argv.data());
+  } catch (...) {
+  }
+  // The launcher's copy of this program's statics is not this worker's to
+  // destroy; everything the worker wrote is closed.
+  std::fflush(nullptr);
+  std::_Exit(rc);
+}
+
 }  // namespace
 
 std::string signal_name(int signo) {
@@ -346,8 +400,12 @@ int run_workers(const launch_options& o) {
         notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
                ") was taken for dead by rank 0; killed it");
       }
+      bool forked = false;
       try {
-        w.pid = spawn_worker(o, worker_env(o, rank, port, run_id, -1, generation));
+        auto env = worker_env(o, rank, port, run_id, -1, generation);
+        w.pid = fork_worker(o, env);
+        forked = w.pid > 0;
+        if (!forked) w.pid = spawn_worker(o, std::move(env));
       } catch (const std::exception& e) {
         notice(std::string("cannot start a replacement: ") + e.what());
         failed_code = 1;
@@ -359,7 +417,7 @@ int run_workers(const launch_options& o) {
       w.live = true;
       w.awaiting = false;
       notice("started worker rank " + std::to_string(rank) + " again (pid " + std::to_string(w.pid) +
-             ", generation " + std::to_string(generation) + ")");
+             ", generation " + std::to_string(generation) + (forked ? ", forked from the launcher)" : ")"));
     }
     if (count_live(ws) == 0) break;
     if (stopping && !killed && clock::now() >= deadline) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -163,6 +164,63 @@ TEST(Launcher, RankZeroReplacesADeadWorkerWithTheSameRankAndANewGeneration) {
   for (const auto& n : notices) all += n + "\n";
   EXPECT_NE(all.find("was killed by SIGKILL; rank 0's supervisor replaces it"), std::string::npos) << all;
   EXPECT_NE(all.find("started worker rank 1 again"), std::string::npos) << all;
+}
+
+// With in_process set, the replacement is forked from the launcher (one
+// thread here) rather than spawned: it runs in_process with the worker's
+// arguments and environment (RANK 1, ACTORPIPE_GENERATION 1, no control
+// fd), in its own process group, as the launcher's child, with none of the
+// launcher's descriptors; its result is its exit code.
+TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
+  const fs::path dir = test_dir();
+  const std::string d = dir.string();
+  pid_guard guard;
+  std::vector<std::string> notices;
+  auto wait_file = [&](const std::string& f) {
+    return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  };
+  auto o = sh_workers(2,
+                      "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
+                      "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d +
+                          "/heal_on; " + wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " +
+                          wait_file("back") + "exit 0; "
+                          "else " + wait_file("heal_on") + "touch " + d + "/dead; kill -9 $$; fi",
+                      &notices);
+  const pid_t launcher = ::getpid();
+  o.in_process = [d, launcher](int argc, char** argv) {
+    int fds = 0;  // open descriptors above stderr, the listing's own aside
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) fds += std::atoi(e.path().filename().c_str()) > 3;
+    std::ostringstream os;
+    os << "argc=" << argc << "\nargv1=" << argv[1] << "\nRANK=" << std::getenv("RANK")
+       << "\nACTORPIPE_GENERATION=" << std::getenv("ACTORPIPE_GENERATION")
+       << "\nfd=" << (std::getenv("ACTORPIPE_LAUNCHER_FD") ? "set" : "unset") << "\nparent=" << (::getppid() == launcher)
+       << "\ngroup=" << (::getpgrp() == ::getpid()) << "\nfds=" << fds << "\npid=" << ::getpid() << "\n";
+    std::FILE* f = std::fopen((d + "/back.tmp").c_str(), "w");
+    std::fputs(os.str().c_str(), f);
+    std::fclose(f);
+    fs::rename(d + "/back.tmp", d + "/back");
+    return 0;
+  };
+  const int rc = run_workers(o);
+  for (const char* f : {"pid_0_0", "pid_1_0"}) {
+    const std::string p = testing_util::slurp_file(dir / f);
+    if (!p.empty()) guard.pids.push_back(std::atoi(p.c_str()));
+  }
+  EXPECT_EQ(rc, 0);
+  auto seen = read_env(dir / "back");
+  EXPECT_EQ(seen["argc"], "3");
+  EXPECT_EQ(seen["argv1"], "-c");
+  EXPECT_EQ(seen["RANK"], "1");
+  EXPECT_EQ(seen["ACTORPIPE_GENERATION"], "1");
+  EXPECT_EQ(seen["fd"], "unset");
+  EXPECT_EQ(seen["parent"], "1");
+  EXPECT_EQ(seen["group"], "1");
+  EXPECT_EQ(seen["fds"], "0");
+  std::string all;
+  for (const auto& n : notices) all += n + "\n";
+  EXPECT_NE(all.find("started worker rank 1 again (pid " + seen["pid"] + ", generation 1, forked from the launcher)"),
+            std::string::npos)
+      << all;
 }
 
 // After "heal", a dead worker that rank 0 does not replace in time ends
