@@ -210,11 +210,16 @@ train_output drive(caf::actor_system& sys, const config& cfg, const train_option
     if (ok()) failure = failure_of(sys, err);
   };
   const auto S = static_cast<size_t>(plan.stages);
-  for (int d = 0; d < plan.dp && ok(); ++d) {
+  // Every stage is wired at once (each copies its start into boundary
+  // memory, and at dp = 1 waits for its keeper to hold it); then every
+  // answer is taken.
+  using wire_handle = decltype(self->request(driver, timeout, wire_atom::value, std::vector<caf::actor>{}, driver));
+  std::vector<wire_handle> wired;
+  for (int d = 0; d < plan.dp; ++d) {
     std::vector<caf::actor> replica(all.begin() + d * S, all.begin() + (d + 1) * S);
-    for (size_t r = 0; r < S && ok(); ++r)
-      self->request(replica[r], timeout, wire_atom::value, replica, driver).receive([] {}, on_error);
+    for (size_t r = 0; r < S; ++r) wired.push_back(self->request(replica[r], timeout, wire_atom::value, replica, driver));
   }
+  for (auto& w : wired) w.receive([] {}, on_error);
   if (ok())
     self->request(driver, caf::infinite, run_atom::value)
         .receive([&](train_result& r) { out.result = std::move(r); }, on_error);
@@ -494,6 +499,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     rp = !hp.from_disk ? resume_point{} : hp.resume_after == cx.rp0.ckpt.step ? cx.rp0 : find_resume(from, nullptr);
   }
   const bool replaced = g > 0 && hp.was_replaced(env.rank);
+  const auto slot_key = [&](int index) { return prefix + "/actorpipe/state/slot_" + std::to_string(index); };
   // Donors send first (every transfer is posted before anyone waits).
   if (g > 0 && !hp.from_disk)
     for (int q : hp.replaced)
@@ -502,9 +508,36 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         if (from.rank != env.rank) continue;
         auto snap = cx.boundary->at(from.index, hp.resume_after);
         if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
-        store->set(prefix + "/actorpipe/state/slot_" + std::to_string(slot.replica * cx.plan.stages + slot.stage),
-                   send_snapshot(*channel, *snap, q));
+        store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*channel, *snap, q));
       }
+
+  // A process started again posts its receives before it builds anything:
+  // the copies travel while it does.
+  const bool from_memory = g > 0 && !hp.from_disk;
+  std::map<int, std::future<stage_snapshot>> arriving;
+  if (replaced && from_memory)
+    for (const auto& slot : cx.places.owned(env.rank)) {
+      const int index = slot.replica * cx.plan.stages + slot.stage;
+      auto got = std::make_shared<std::promise<stage_snapshot>>();
+      arriving[index] = got->get_future();
+      try {
+        receive_snapshot_async(
+            *channel, store->get(slot_key(index)), [got](stage_snapshot s) { got->set_value(std::move(s)); },
+            [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+      } catch (const transfer_error& e) {
+        throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
+      }
+    }
+  // From memory, only this process's layers are built (their weights are
+  // about to be overwritten); otherwise the whole model, seeded.
+  const auto mine_only = [&](int i) {
+    for (const auto& slot : cx.places.owned(env.rank))
+      for (int c = 0; c < cx.plan.chunks; ++c) {
+        const auto& range = cx.plan.parts[static_cast<size_t>(cx.plan.plc.virtual_stage(slot.stage, c))];
+        if (i >= range.first && i <= range.second) return true;
+      }
+    return false;
+  };
 
   auto abandon = std::make_shared<std::atomic<bool>>(false);
   std::vector<caf::actor> mine;
@@ -512,7 +545,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
     if (layers.empty()) {
-      layers = build_layers(cfg);
+      layers = from_memory ? stand_in_layers(cfg, mine_only) : build_layers(cfg);
       load_resumed(rp, layers);
     }
     stage_setup st = stage_setup_for(cfg, opts, cx.plan, slot.replica, slot.stage);
@@ -521,19 +554,22 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     if (auto tie = ties.find(index); tie != ties.end()) st.tie_group = tie->second;
     st.abandon = abandon;
     give_layers(st, cx.plan, layers, rp, cfg);
-    if (g > 0 && !hp.from_disk) {
+    if (from_memory) {
       std::optional<stage_snapshot> snap;
       if (replaced) {
         try {
-          snap = receive_snapshot(*channel, store->get(prefix + "/actorpipe/state/slot_" + std::to_string(index)));
+          snap = arriving.at(index).get();
         } catch (const transfer_error& e) {
           throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
         }
+        // Kept as its own: the wire finds it there (no copy of the stage).
+        cx.boundary->keep(index, hp.resume_after, *snap);
       } else {
         snap = cx.boundary->at(index, hp.resume_after);
       }
       if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
       give_snapshot(st, *snap);
+      st.start_kept = true;
     }
     st.origin = origin;
     st.process_of = processes_of(cx.places, slot.replica);

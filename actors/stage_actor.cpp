@@ -135,7 +135,9 @@ stage_snapshot snapshot_of(const stage_state& st) {
 std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   const auto& st = self->state;
   if (!st.setup.boundary) return {};
-  stage_snapshot snap = snapshot_of(st);
+  std::optional<stage_snapshot> held;
+  if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
+  stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
   const bool lasting = copy_rule{st.setup.copy_every, start ? step : int64_t{-1}}.lasting(step);
   std::string described;
   if (lasting && st.keeper && st.setup.copy_channel)

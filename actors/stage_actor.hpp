@@ -115,6 +115,10 @@ struct stage_setup {
   /// once wired and after each apply (null: none kept).
   std::shared_ptr<boundary_memory> boundary;
   int64_t resumed_after = -1;
+  /// The boundary after resumed_after is in `boundary` already, and it is
+  /// what this stage starts from (a heal from memory): the wire keeps that
+  /// copy rather than copy the stage again.
+  bool start_kept = false;
   /// Healing at dp = 1: the stage of this replica (in another process)
   /// that keeps a copy of this stage's boundary state: sent after every
   /// step in the background, and once when wired, before the wire is

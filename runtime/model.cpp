@@ -245,6 +245,16 @@ bool has_transformer_layers(const model_config& m) {
   return std::any_of(m.layers.begin(), m.layers.end(), [](const layer_spec& s) { return is_transformer(s.type); });
 }
 
+std::vector<layer> stand_in_layers(const config& cfg, const std::function<bool(int index)>& needed) {
+  std::vector<layer> layers;
+  for (size_t i = 0; i < cfg.model.layers.size(); ++i) {
+    layer_spec spec = cfg.model.layers[i];
+    if (!needed(static_cast<int>(i))) spec.type = "relu";
+    layers.emplace_back(static_cast<int>(i), std::move(spec));
+  }
+  return layers;
+}
+
 std::vector<layer> build_layers(const config& cfg) {
   torch::manual_seed(cfg.train.seed);
   std::vector<layer> layers;

@@ -96,6 +96,14 @@ bool has_transformer_layers(const model_config& m);
 /// whose keys or shapes do not match.
 std::vector<layer> build_layers(const config& cfg);
 
+/// The layers of cfg.model for stages about to be given their weights and
+/// optimizer state from memory (a heal): only the layers `needed` says are
+/// built, with LibTorch's own initialisation (no seeding, no GPT-2 init,
+/// no init_from: all of it is overwritten); each other index holds a
+/// parameterless stand-in, never given to a stage. A fraction of
+/// build_layers' time for a stage of a large model.
+std::vector<layer> stand_in_layers(const config& cfg, const std::function<bool(int index)>& needed);
+
 /// Orders parameters named by global layer index ("3.weight") in model
 /// order, whichever stage or chunk held them; stable within a layer.
 void sort_by_layer(std::vector<std::pair<std::string, at::Tensor>>& params);
