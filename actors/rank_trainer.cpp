@@ -369,10 +369,12 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // them hold (the keeper's copy of the last step may still be on its
   // way). When there is none, everything goes back to the newest
   // checkpoint.
+  // Boundaries are kept after every copy_every-th step only: the newest
+  // of those is the best there is.
+  const copy_rule copies{cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
+  const int64_t hoped = copies.newest_lasting(hp.resume_after);
+  if (dead.empty()) hp.resume_after = hoped;
   if (!dead.empty()) {
-    // At dp = 1 a lost stage's copy is its keeper's newest lasting one.
-    const copy_rule copies{cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
-    const int64_t hoped = cx.places.dp() > 1 ? hp.resume_after : copies.newest_lasting(hp.resume_after);
     auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     // A keeper's copy of that step may be moments from arriving: ask again
     // for a quarter of a second before rolling back to the copy before it
@@ -580,8 +582,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     if (copies) {
       st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
       st.copy_channel = copies;
-      st.copy_every = cx.cfg.supervision.copy_every;
     }
+    st.copy_every = cx.cfg.supervision.copy_every;
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
   // However this returns, this generation's stages are gone.
@@ -681,18 +683,18 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   std::vector<int> dead;
   cx.failed_at = clock_type::now();
   if (failure.code != run_errc::none) {
-    // Up to 300 ms; 20 ms more once the failed stage's own process is
-    // among them (the others of a lost host go down with it).
+    // Up to 300 ms; 20 ms more once one is among them (the others of a
+    // lost host go down with it). A failure first seen by a survivor (a
+    // transfer or an allreduce with the dead) names the survivor's stage,
+    // so any process gone ends the wait, not only the failed stage's.
     auto until = clock_type::now() + milliseconds(300);
-    const int suspect =
-        failure.stage >= 0 ? cx.places.owner(std::max(0, static_cast<int>(failure.replica)), failure.stage) : -1;
     for (bool more = true; more;)
       self->receive(
           [&](caf::down_msg& dm) {
             for (int q = 1; q < env.world_size; ++q)
               if (dm.source == dirs[static_cast<size_t>(q)].address()) {
                 dead.push_back(q);
-                if (q == suspect) until = std::min(until, clock_type::now() + milliseconds(20));
+                until = std::min(until, clock_type::now() + milliseconds(20));
               }
           },
           caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>

@@ -128,22 +128,26 @@ stage_snapshot snapshot_of(const stage_state& st) {
   return snap;
 }
 
-// Healing: the state after `step` (the generation's start, or an apply's)
-// into the process's boundary memory and, at a lasting boundary with a
-// keeper, its tensors posted to the keeper's process; the line that
-// describes them, for the keep message (empty: nothing sent).
+// Healing: at a lasting boundary (the generation's start, or after every
+// copy_every-th step), the state after `step` into the process's boundary
+// memory and, with a keeper, its tensors posted to the keeper's process;
+// the line that describes them, for the keep message (empty: nothing
+// sent).
 std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   const auto& st = self->state;
   if (!st.setup.boundary) return {};
+  // Only lasting boundaries are kept (supervision.copy_every): the others
+  // cost a copy of the stage that no heal would use.
+  const bool lasting = copy_rule{st.setup.copy_every, start ? step : int64_t{-1}}.lasting(step);
+  if (!lasting) return {};
   std::optional<stage_snapshot> held;
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
   stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
-  const bool lasting = copy_rule{st.setup.copy_every, start ? step : int64_t{-1}}.lasting(step);
   std::string described;
-  if (lasting && st.keeper && st.setup.copy_channel)
+  if (st.keeper && st.setup.copy_channel)
     described = send_snapshot(*st.setup.copy_channel, snap,
                               st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
-  st.setup.boundary->keep(slot_of(st), step, std::move(snap), lasting);
+  st.setup.boundary->keep(slot_of(st), step, std::move(snap));
   return described;
 }
 

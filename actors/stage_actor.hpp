@@ -128,8 +128,8 @@ struct stage_setup {
   int keeper_stage = -1;
   std::shared_ptr<tensor_channel> copy_channel;
   /// Only the boundaries after every copy_every-th step (and the one when
-  /// wired) go to the keeper; they are kept as lasting in boundary memory
-  /// (supervision.copy_every; copy_rule in runtime/heal_plan.hpp).
+  /// wired) are kept, and go to the keeper (supervision.copy_every;
+  /// copy_rule in runtime/heal_plan.hpp).
   int copy_every = 1;
 };
 

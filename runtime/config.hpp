@@ -162,10 +162,11 @@ struct supervision_config {
   /// then kept in memory to roll back to.
   int max_restarts = 0;
   int window_steps = 10;
-  /// Multi-process at dp = 1: a stage's boundary copy goes to its keeper's
-  /// process after every copy_every-th step (after steps k-1, 2k-1, ...),
-  /// and at each generation's start. A death then re-runs up to
-  /// copy_every steps; a larger value costs a fault-free run less.
+  /// Multi-process: a stage keeps its boundary copy (and at dp = 1 sends
+  /// it to its keeper's process) after every copy_every-th step (steps
+  /// k-1, 2k-1, ...) and at each generation's start only. A death then
+  /// re-runs up to copy_every steps; a fault-free run pays 1/copy_every
+  /// of the copies' cost.
   int copy_every = 1;
   /// A stage that waited this long for its next input asks the sender to
   /// send it again (a dropped message). 0: never.

@@ -46,9 +46,9 @@ donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r);
 /// After which steps a rank's process holds a boundary copy of a slot.
 using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
 
-/// Which boundaries a stage at dp = 1 copies to its keeper, the lasting
-/// ones: after every `every`-th step (steps every-1, 2 every-1, ...) and
-/// at its generation's start.
+/// Which boundaries a stage keeps (and at dp = 1 copies to its keeper),
+/// the lasting ones: after every `every`-th step (steps every-1,
+/// 2 every-1, ...) and at its generation's start.
 struct copy_rule {
   int every = 1;      ///< supervision.copy_every
   int64_t start = -1; ///< the generation's start (resumed after this step)
@@ -62,9 +62,9 @@ struct copy_rule {
 /// start from memory: a survivor's own copy, a lost slot's donor's copy
 /// (nullopt: some slot has neither). Only `upto` (the last step done), the
 /// one before, and the two newest lasting ones are candidates: copies still
-/// on their way (at most up to the step after `upto`) land after this
-/// choice, and boundary_memory keeps three per slot and two lasting, so
-/// none of these is pushed out.
+/// on their way (at most up to the next lasting step) land after this
+/// choice, and with three kept per slot (boundary_memory) they never push
+/// out the lasting one before.
 std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
                                               const held_steps& held, const copy_rule& copies = {});
 

@@ -615,36 +615,46 @@ INSTANTIATE_TEST_SUITE_P(Meshes, HealAKilledProcess, ::testing::Values(healing_c
                            return "pp" + std::to_string(info.param.stages) + "_dp" + std::to_string(info.param.dp);
                          });
 
-// supervision.copy_every 3 at dp 1: a stage's copy goes to its keeper
-// after steps 2 and 5 only (and at the start). A kill in step 4 rolls
-// every stage back to after step 2, the keeper's newest copy (every
-// survivor kept its own boundary there), re-runs steps 3 and 4, and the
-// run still ends on the clean run's bytes.
-TEST(HealWithSparseCopies, AKillRollsBackToTheKeepersNewestCopyAndEndsBitwise) {
-  const std::string clean = (test_dir() / "sparse_clean.pt").string();
-  const std::string healed = (test_dir() / "sparse_healed.pt").string();
-  auto a = actorpipe({"train", healing_config("sparse_clean", 3, 1), "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
-  const std::string extra =
-      "faults:\n  inject:\n    - {kind: kill_process, stage: 2, step: 4, after_op: B1}\n";
-  auto config = healing_config("sparse", 3, 1, extra);
-  {
-    // copy_every goes into the supervision line healing_config wrote.
-    std::ifstream in(config);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string sv = "supervision: {";
-    ASSERT_NE(text.find(sv), std::string::npos);
-    text.replace(text.find(sv), sv.size(), sv + "copy_every: 3, ");
-    std::ofstream(config, std::ios::trunc) << text;
+// supervision.copy_every 3: every stage keeps its boundary (and at dp 1
+// sends it to its keeper) after steps 2 and 5 only, and at the start. A
+// kill in step 4 rolls every stage back to after step 2, the newest copy
+// (at pp 3 the keeper's, at dp 2 x pp 2 the other replica's), re-runs
+// steps 3 and 4, and the run still ends on the clean run's bytes.
+TEST(HealWithSparseCopies, AKillRollsBackToTheNewestCopyAndEndsBitwise) {
+  for (const healing_case c : {healing_case{3, 1}, healing_case{2, 2}}) {
+    const std::string tag = "sparse_" + std::to_string(c.stages) + "x" + std::to_string(c.dp);
+    const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
+    const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
+    auto a = actorpipe({"train", healing_config(tag + "_clean", c.stages, c.dp), "--quiet", "--save", clean});
+    ASSERT_EQ(a.code, 0) << describe(a);
+    // The last stage of the last replica; its copy is at rank - 1 (its
+    // keeper) or at the same stage of replica 0.
+    const int rank = c.stages * c.dp - 1, donor = c.dp > 1 ? c.stages - 1 : rank - 1;
+    const std::string extra = "faults:\n  inject:\n    - {kind: kill_process, stage: " + std::to_string(c.stages - 1) +
+                              ", replica: " + std::to_string(c.dp - 1) + ", step: 4, after_op: B1}\n";
+    auto config = healing_config(tag, c.stages, c.dp, extra);
+    {
+      // copy_every goes into the supervision line healing_config wrote.
+      std::ifstream in(config);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string sv = "supervision: {";
+      ASSERT_NE(text.find(sv), std::string::npos);
+      text.replace(text.find(sv), sv.size(), sv + "copy_every: 3, ");
+      std::ofstream(config, std::ios::trunc) << text;
+    }
+    auto r = actorpipe({"launch", "--nprocs", std::to_string(c.stages * c.dp), config, "--quiet", "--save", healed},
+                       120);
+    ASSERT_EQ(r.code, 0) << tag << describe(r);
+    EXPECT_NE(r.err.find("rolling back to after step 2"), std::string::npos) << tag << describe(r);
+    EXPECT_NE(r.err.find("its stage " + std::to_string(c.stages - 1) + " of replica " + std::to_string(c.dp - 1) +
+                         " from rank " + std::to_string(donor) + "'s memory"),
+              std::string::npos)
+        << tag << describe(r);
+    EXPECT_EQ(r.err.find("every stage from the"), std::string::npos) << tag << describe(r);
+    EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << tag << describe(r);
+    EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << tag << describe(r);
+    fs::remove_all(test_dir() / (tag + "_ckpt"));
   }
-  auto r = actorpipe({"launch", "--nprocs", "3", config, "--quiet", "--save", healed}, 120);
-  ASSERT_EQ(r.code, 0) << describe(r);
-  EXPECT_NE(r.err.find("rolling back to after step 2"), std::string::npos) << describe(r);
-  EXPECT_NE(r.err.find("its stage 2 of replica 0 from rank 1's memory"), std::string::npos) << describe(r);
-  EXPECT_EQ(r.err.find("every stage from the"), std::string::npos) << describe(r);
-  EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << describe(r);
-  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << describe(r);
-  fs::remove_all(test_dir() / "sparse_ckpt");
 }
 
 // A run long enough to be hit from outside: paced ops.

@@ -118,31 +118,33 @@ TEST(HealPlan, WithCopiesEveryKStepsEveryStageRollsBackToTheKeepersNewestCopy) {
   const rank_placement p(1, 3, 3);
   const heal_plan lost2 = replacing({2});
   const copy_rule every3{3, -1};
-  // Survivors hold their three newest and their two newest lasting; the
-  // keeper (rank 1) holds stage 2's copies after steps 2 and 5 only.
+  // Every stage keeps its boundaries after steps 2 and 5 only (and the
+  // start); the keeper (rank 1) holds stage 2's copies of them.
   const auto held = [](std::vector<int64_t> kept) {
-    return table({{{0, 0}, {2, 5, 6, 7}}, {{1, 1}, {2, 5, 6, 7}}, {{1, 2}, std::move(kept)}});
+    return table({{{0, 0}, {-1, 2, 5}}, {{1, 1}, {-1, 2, 5}}, {{1, 2}, std::move(kept)}});
   };
   EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2, 5}), every3), 5);
   // The copy after step 5 never arrived: the one before it.
   EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2}), every3), 2);
-  // With k = 1 the keeper's step-2 copy is three steps back: not a candidate.
-  EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2})), std::nullopt);
+  // With k = 1 (every step kept) a copy three steps back is not a candidate.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7,
+                                   table({{{0, 0}, {5, 6, 7}}, {{1, 1}, {5, 6, 7}}, {{1, 2}, {3, 4}}})),
+            std::nullopt);
   // Upto a lasting step whose copy is in: no step lost.
   EXPECT_EQ(newest_common_boundary(p, lost2, 8,
-                                   table({{{0, 0}, {5, 6, 7, 8}}, {{1, 1}, {5, 6, 7, 8}}, {{1, 2}, {2, 5, 8}}}), every3),
+                                   table({{{0, 0}, {2, 5, 8}}, {{1, 1}, {2, 5, 8}}, {{1, 2}, {2, 5, 8}}}), every3),
             8);
   // Older than the two newest lasting: later arrivals could push it out.
   EXPECT_EQ(newest_common_boundary(p, lost2, 10,
-                                   table({{{0, 0}, {5, 8, 9, 10}}, {{1, 1}, {5, 8, 9, 10}}, {{1, 2}, {-1, 2}}}), every3),
+                                   table({{{0, 0}, {2, 5, 8}}, {{1, 1}, {2, 5, 8}}, {{1, 2}, {-1, 2}}}), every3),
             std::nullopt);
   // A generation that started after step 6: its start is lasting, and the
   // lasting one before it (5, from the generation before) too.
   const copy_rule from6{3, 6};
-  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {5, 6, 7}}, {{1, 1}, {5, 6, 7}}, {{1, 2}, {2, 5, 6}}}),
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {2, 5, 6}}, {{1, 1}, {2, 5, 6}}, {{1, 2}, {2, 5, 6}}}),
                                    from6),
             6);
-  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {5, 6, 7}}, {{1, 1}, {5, 6, 7}}, {{1, 2}, {2, 5}}}),
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {2, 5, 6}}, {{1, 1}, {2, 5, 6}}, {{1, 2}, {2, 5}}}),
                                    from6),
             5);
 }
