@@ -28,9 +28,9 @@ The cost to a run with no faults (--part cost): the same config, 24 steps,
 no fault and no checkpoints, with supervision.max_restarts 0 and 2 (each
 stage copies its weights and optimizer state to memory after every step),
 at dp 2 x pp 2 and at dp 1 x pp 2 under `launch --nprocs 2`, where stage 1
-also sends its copy to rank 0's process (its keeper) in the background,
-after every step and, with supervision.copy_every K, after every K-th
-(one dp 1 run per K in --copy-every); alternating; the median step time
+also sends its copy to rank 0's process (its keeper) in the background;
+with supervision.copy_every K both happen after every K-th step only (one
+run per mesh and K in --copy-every); alternating; the median step time
 over steps 4.. of every round (from --results), and the ratios.
 
 Python 3 standard library only.
@@ -175,11 +175,12 @@ def recovery(exe, rounds):
 def cost(exe, rounds, ks):
     """Step time with and without supervision, dp 2 x pp 2 (each stage keeps
     a copy in its own process's memory) and dp 1 x pp 2 (and stage 1 sends
-    its copy to rank 0, its keeper, in the background, after every K-th
-    step for each K of ks), rounds alternating over all the runs."""
+    its copy to rank 0, its keeper, in the background), with copies after
+    every K-th step for each K of ks, rounds alternating over all the
+    runs."""
     med = statistics.median
     with tempfile.TemporaryDirectory() as d:
-        runs = [(2, 0, 1), (2, 2, 1), (1, 0, 1)] + [(1, 2, k) for k in ks]
+        runs = [(2, 0, 1)] + [(2, 2, k) for k in ks] + [(1, 0, 1)] + [(1, 2, k) for k in ks]
         steps = {run: [] for run in runs}
         for r in range(rounds):
             for dp, restarts, k in runs:
@@ -188,13 +189,17 @@ def cost(exe, rounds, ks):
                       f"{med(steps[(dp, restarts, k)][-21:]):.1f} ms", file=sys.stderr)
     print(f"\n| mesh | supervision.max_restarts 0 | 2 | with / without |")
     print("| --- | --- | --- | --- |")
-    off, on = med(steps[(2, 0, 1)]), med(steps[(2, 2, 1)])
-    print(f"| dp 2 x pp 2 (a copy in each stage's own process) | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+    every = lambda k: "every step" if k == 1 else f"every {k}th step"
+    off = med(steps[(2, 0, 1)])
+    for k in ks:
+        on = med(steps[(2, 2, k)])
+        print(f"| dp 2 x pp 2, copy_every {k} (each stage's copy in its own process's memory after {every(k)}) "
+              f"| {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
     off = med(steps[(1, 0, 1)])
     for k in ks:
         on = med(steps[(1, 2, k)])
-        print(f"| dp 1 x pp 2 (and stage 1's copy sent to rank 0 after every {'step' if k == 1 else f'{k}th step'}, "
-              f"copy_every {k}) | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+        print(f"| dp 1 x pp 2, copy_every {k} (and stage 1's copy sent to rank 0 after {every(k)}) "
+              f"| {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
 
 
 if __name__ == "__main__":
