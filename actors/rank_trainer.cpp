@@ -449,6 +449,25 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   cx.fresh = false;
   const config cfg = without_fired(cx.cfg, hp.fired_through);
 
+  // From memory, only this process's layers are built (their weights are
+  // about to be overwritten), on threads of their own while the channel
+  // and the groups form; otherwise the whole model, seeded, further down.
+  const bool from_memory = g > 0 && !hp.from_disk;
+  std::map<int, std::future<std::vector<layer>>> building;  // by replica
+  if (from_memory) {
+    auto mine_only = [places = cx.places, plan = &cx.plan, rank = env.rank](int i) {
+      for (const auto& slot : places.owned(rank))
+        for (int c = 0; c < plan->chunks; ++c) {
+          const auto& range = plan->parts[static_cast<size_t>(plan->plc.virtual_stage(slot.stage, c))];
+          if (i >= range.first && i <= range.second) return true;
+        }
+      return false;
+    };
+    for (const auto& slot : cx.places.owned(env.rank))
+      if (!building.count(slot.replica))
+        building[slot.replica] = std::async(std::launch::async, [&cfg, mine_only] { return stand_in_layers(cfg, mine_only); });
+  }
+
   // Every rank joins the tensor channel, whether or not its own stages
   // send across processes: forming the Gloo group takes all of them. At
   // dp = 1 with healing, a second one carries the boundary copies.
@@ -513,9 +532,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*channel, *snap, q));
       }
 
-  // A process started again posts its receives before it builds anything:
-  // the copies travel while it does.
-  const bool from_memory = g > 0 && !hp.from_disk;
+  // A process started again posts its receives before it waits for its
+  // layers: the copies travel while they are built.
   std::map<int, std::future<stage_snapshot>> arriving;
   if (replaced && from_memory)
     for (const auto& slot : cx.places.owned(env.rank)) {
@@ -530,16 +548,6 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
       }
     }
-  // From memory, only this process's layers are built (their weights are
-  // about to be overwritten); otherwise the whole model, seeded.
-  const auto mine_only = [&](int i) {
-    for (const auto& slot : cx.places.owned(env.rank))
-      for (int c = 0; c < cx.plan.chunks; ++c) {
-        const auto& range = cx.plan.parts[static_cast<size_t>(cx.plan.plc.virtual_stage(slot.stage, c))];
-        if (i >= range.first && i <= range.second) return true;
-      }
-    return false;
-  };
 
   auto abandon = std::make_shared<std::atomic<bool>>(false);
   std::vector<caf::actor> mine;
@@ -547,7 +555,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
     if (layers.empty()) {
-      layers = from_memory ? stand_in_layers(cfg, mine_only) : build_layers(cfg);
+      layers = from_memory ? building.at(slot.replica).get() : build_layers(cfg);
       load_resumed(rp, layers);
     }
     stage_setup st = stage_setup_for(cfg, opts, cx.plan, slot.replica, slot.stage);
