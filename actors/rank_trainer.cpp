@@ -29,6 +29,7 @@
 #include "runtime/transport/kv_store.hpp"
 #include "runtime/transport/net_address.hpp"
 #include "runtime/transport/p2p_group.hpp"
+#include "runtime/transport/poll_backoff.hpp"
 #include "runtime/transport/rendezvous.hpp"
 #include "runtime/transport/state_transfer.hpp"
 #include "runtime/transport/tensor_channel.hpp"
@@ -634,12 +635,13 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     const auto deadline = clock_type::now() + cx.timeout;
     const size_t per_rank = static_cast<size_t>(cx.places.actors_per_rank());
     std::vector<caf::actor> got;
+    poll_backoff wait(milliseconds(5));
     while (got.empty()) {
       if (clock_type::now() > deadline)
         throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(cx.timeout));
       self->request(cx.dir, cx.timeout, stages_atom::value, int32_t{env.world_size - 1}, g)
           .receive([&](std::vector<caf::actor>& v) { got = std::move(v); }, [](caf::error&) {});
-      if (got.empty()) std::this_thread::sleep_for(milliseconds(5));
+      if (got.empty()) wait.pause();
     }
     for (int q = 1; q < env.world_size; ++q) {
       auto first = got.begin() + static_cast<std::ptrdiff_t>((q - 1) * (per_rank + 1));

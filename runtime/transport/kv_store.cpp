@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "runtime/transport/kv_store_impl.hpp"
+#include "runtime/transport/poll_backoff.hpp"
 
 namespace actorpipe {
 
@@ -24,9 +25,10 @@ int64_t kv_store::add(const std::string& key, int64_t n) const { return impl_->s
 
 bool kv_store::wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  poll_backoff wait(std::chrono::milliseconds(5));
   while (impl_->store->add(key, 0) < target) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    wait.pause();
   }
   return true;
 }

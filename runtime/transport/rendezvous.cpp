@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/transport/kv_store_impl.hpp"
+#include "runtime/transport/poll_backoff.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -176,9 +177,10 @@ public:
 
   /// Waits (polling) until `key` exists; false at the deadline.
   bool wait_for(const std::string& key, clock_type::time_point deadline) {
+    poll_backoff wait(std::chrono::milliseconds(10));
     while (!has(key)) {
       if (left_until(deadline).count() <= 0) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      wait.pause();
     }
     return true;
   }
@@ -237,6 +239,7 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
   std::vector<bool> arrived(static_cast<size_t>(o.world_size), false);
   arrived[0] = true;
   std::string verdict;
+  poll_backoff arriving(std::chrono::milliseconds(10));
   for (;;) {
     std::vector<int> missing;
     for (int r = 1; r < o.world_size; ++r)
@@ -254,7 +257,7 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
       verdict = "error\n" + rank_list(missing) + " did not arrive within " + describe_timeout(o.timeout);
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    arriving.pause();
   }
   rendezvous_result result;
   result.store_port = b.port();
@@ -285,8 +288,9 @@ rendezvous_result run_rank0(board& b, const rendezvous_options& o, clock_type::t
   for (size_t r = 1; r < arrived.size(); ++r) expected += arrived[r] ? 1 : 0;
   auto confirm_deadline = clock_type::now() + o.timeout;
   int64_t confirmed = 0;
+  poll_backoff confirming(std::chrono::milliseconds(10));
   while ((confirmed = b.add("confirmed", 0)) < expected && left_until(confirm_deadline).count() > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    confirming.pause();
   apply_verdict(verdict);
   if (confirmed < expected)
     throw rendezvous_error("only " + std::to_string(confirmed) + " of " + std::to_string(expected) +
