@@ -133,6 +133,24 @@ TEST(Launcher, FirstFailingWorkersCodeStopsTheOthers) {
                             ") exited with 3; stopping the other 3 workers");
 }
 
+// The workers of a replacement: rank 0 says "heal" on
+// ACTORPIPE_LAUNCHER_FD, waits for rank 1 to SIGKILL itself, asks for it
+// again ("respawn 1 1") and exits 0 once the file `back` is there. Rank 1
+// of generation 0 does `first`, then dies; a later one does `again`. Each
+// writes its pid into pid_<RANK>_<generation>.
+std::string replacing_script(const std::string& d, const std::string& first, const std::string& again) {
+  auto wait_file = [&](const std::string& f) {
+    return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  };
+  return "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
+         "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d + "/heal_on; " +
+         wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " + wait_file("back") +
+         "exit 0; "
+         "elif [ -z \"$ACTORPIPE_GENERATION\" ]; then " + first + wait_file("heal_on") + "touch " + d +
+         "/dead; kill -9 $$; "
+         "else " + again + "; fi";
+}
+
 // Rank 0 says "heal" on ACTORPIPE_LAUNCHER_FD; rank 1 is SIGKILLed; rank 0
 // asks for it again ("respawn 1 1"); the new rank 1 sees RANK 1 and
 // ACTORPIPE_GENERATION 1, and the run ends 0. Only rank 0 gets the fd.
@@ -141,17 +159,9 @@ TEST(Launcher, RankZeroReplacesADeadWorkerWithTheSameRankAndANewGeneration) {
   const std::string d = dir.string();
   pid_guard guard;
   std::vector<std::string> notices;
-  auto wait_file = [&](const std::string& f) {
-    return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
-  };
   auto o = sh_workers(2,
-                      "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
-                      "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d +
-                          "/heal_on; " + wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " +
-                          wait_file("back") + "exit 0; "
-                          "elif [ -z \"$ACTORPIPE_GENERATION\" ]; then [ -z \"$ACTORPIPE_LAUNCHER_FD\" ] || exit 9; " +
-                          wait_file("heal_on") + "touch " + d + "/dead; kill -9 $$; "
-                          "else echo \"$RANK $ACTORPIPE_GENERATION\" > " + d + "/back; exit 0; fi",
+                      replacing_script(d, "[ -z \"$ACTORPIPE_LAUNCHER_FD\" ] || exit 9; ",
+                                       "echo \"$RANK $ACTORPIPE_GENERATION\" > " + d + "/back; exit 0"),
                       &notices);
   const int rc = run_workers(o);
   for (const char* f : {"pid_0_0", "pid_1_0", "pid_1_1"}) {
@@ -176,16 +186,8 @@ TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
   const std::string d = dir.string();
   pid_guard guard;
   std::vector<std::string> notices;
-  auto wait_file = [&](const std::string& f) {
-    return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
-  };
-  auto o = sh_workers(2,
-                      "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
-                      "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d +
-                          "/heal_on; " + wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " +
-                          wait_file("back") + "exit 0; "
-                          "else " + wait_file("heal_on") + "touch " + d + "/dead; kill -9 $$; fi",
-                      &notices);
+  // A spawned replacement (which this test must not see) would exit 9.
+  auto o = sh_workers(2, replacing_script(d, "", "exit 9"), &notices);
   const pid_t launcher = ::getpid();
   o.in_process = [d, launcher](int argc, char** argv) {
     int fds = 0;  // open descriptors above stderr, the listing's own aside
