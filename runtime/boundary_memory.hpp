@@ -7,10 +7,12 @@
 // process also holds here the copies that the stages it keeps for (their
 // slots, not its own) sent after those steps.
 //
-// The three newest boundaries per slot are kept: when a run fails during
+// The four newest boundaries per slot are kept: when a run fails during
 // an apply, some stages hold the step it was applying and the others the
-// one before; and a keeper's copy of the newest may still be on its way,
-// so every slot must still hold the one before that.
+// one before; and a keeper's copies of the newest two may still be on
+// their way (a dying sender's last copy never arrives, and under load the
+// one before it may not have either), so every slot must still hold the
+// one before those.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -28,7 +30,7 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     auto& steps = by_slot_[slot];
     steps[step] = std::move(s);
-    while (steps.size() > 3) steps.erase(steps.begin());
+    while (steps.size() > 4) steps.erase(steps.begin());
   }
 
   /// The copy of `slot` after `step`, if kept.

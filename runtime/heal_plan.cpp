@@ -48,15 +48,16 @@ int64_t copy_rule::newest_lasting(int64_t step) const {
   return step <= start ? step : std::max(start, by_period(step, every));
 }
 
+int64_t copy_rule::lasting_before(int64_t step) const {
+  if (step > start) return newest_lasting(step - 1);
+  return step < 0 ? int64_t{-2} : by_period(step - 1, every);
+}
+
 std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
                                               const held_steps& held, const copy_rule& copies) {
   const int64_t last = copies.newest_lasting(upto);
-  // The lasting one before it; before the generation's start, by the
-  // rule's period (the memory marked it lasting then).
-  const int64_t before = last > copies.start ? copies.newest_lasting(last - 1)
-                         : last < 0          ? int64_t{-2}
-                                             : by_period(last - 1, copies.every);
-  const auto candidate = [&](int64_t step) { return step == upto || step == upto - 1 || step == last || step == before; };
+  const int64_t before = copies.lasting_before(last), third = copies.lasting_before(before);
+  const auto candidate = [&](int64_t step) { return step == last || step == before || step == third; };
   std::map<int64_t, int> holders;
   int slots = 0;
   for (int q = 0; q < places.world(); ++q)

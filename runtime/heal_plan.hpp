@@ -56,15 +56,18 @@ struct copy_rule {
   /// The newest lasting boundary at or before `step` (at most `every`
   /// steps back, or the start).
   int64_t newest_lasting(int64_t step) const;
+  /// The lasting boundary before lasting boundary `step`; before the
+  /// generation's start, by the period (the memory marked it lasting
+  /// then); below -1 when there is none.
+  int64_t lasting_before(int64_t step) const;
 };
 
 /// The newest boundary from which every slot of the next generation can
 /// start from memory: a survivor's own copy, a lost slot's donor's copy
-/// (nullopt: some slot has neither). Only `upto` (the last step done), the
-/// one before, and the two newest lasting ones are candidates: copies still
-/// on their way (at most up to the next lasting step) land after this
-/// choice, and with three kept per slot (boundary_memory) they never push
-/// out the lasting one before.
+/// (nullopt: some slot has neither). Only the three newest lasting ones up
+/// to `upto` (the last step done) are candidates: copies still on their way
+/// (at most up to the next lasting step) land after this choice, and with
+/// four kept per slot (boundary_memory) they never push out the third.
 std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
                                               const held_steps& held, const copy_rule& copies = {});
 

@@ -1,5 +1,5 @@
 // runtime/boundary_memory: which step boundaries a process keeps per slot
-// (the three newest), and that a kept copy comes back as it went in.
+// (the four newest), and that a kept copy comes back as it went in.
 #include "runtime/boundary_memory.hpp"
 
 #include <gtest/gtest.h>
@@ -15,15 +15,15 @@ stage_snapshot marked(int64_t step) {
   return s;
 }
 
-TEST(BoundaryMemory, KeepsTheThreeNewestPerSlot) {
+TEST(BoundaryMemory, KeepsTheFourNewestPerSlot) {
   boundary_memory m;
   for (int64_t step = -1; step < 8; ++step) m.keep(0, step, marked(step));
-  EXPECT_EQ(m.steps(0), (std::vector<int64_t>{5, 6, 7}));
-  EXPECT_FALSE(m.at(0, 4));
+  EXPECT_EQ(m.steps(0), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_FALSE(m.at(0, 3));
   EXPECT_TRUE(m.steps(1).empty());
   // Copies every third step (supervision.copy_every 3): after 2, 5, 8, 11.
-  for (int64_t step : {2, 5, 8, 11}) m.keep(4, step, marked(step));
-  EXPECT_EQ(m.steps(4), (std::vector<int64_t>{5, 8, 11}));
+  for (int64_t step : {-1, 2, 5, 8, 11}) m.keep(4, step, marked(step));
+  EXPECT_EQ(m.steps(4), (std::vector<int64_t>{2, 5, 8, 11}));
 }
 
 TEST(BoundaryMemory, AKeptCopyComesBackAsItWentIn) {

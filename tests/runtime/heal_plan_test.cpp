@@ -86,8 +86,13 @@ TEST(HealPlan, EveryStageRollsBackToTheNewestBoundaryAllHold) {
   // last step every stage finished.
   EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {4, 5, 6}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {3, 4, 5}}})),
             5);
-  // Two steps behind: not from memory (later arrivals could push it out).
+  // Two steps behind (the dying sender's last copy lost, the one before
+  // it still on its way under load): the third newest.
   EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {3, 4, 5}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {1, 2, 3}}})),
+            3);
+  // Three steps behind: not from memory (later arrivals could push it out).
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5,
+                                   table({{{0, 0}, {2, 3, 4, 5}}, {{1, 1}, {2, 3, 4, 5}}, {{1, 2}, {0, 1, 2}}})),
             std::nullopt);
   // Before the first step: the copies sent when the stages were wired.
   EXPECT_EQ(newest_common_boundary(p, lost2, -1, table({{{0, 0}, {-1}}, {{1, 1}, {-1}}, {{1, 2}, {-1}}})), -1);
@@ -128,15 +133,19 @@ TEST(HealPlan, WithCopiesEveryKStepsEveryStageRollsBackToTheKeepersNewestCopy) {
   EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2}), every3), 2);
   // With k = 1 (every step kept) a copy three steps back is not a candidate.
   EXPECT_EQ(newest_common_boundary(p, lost2, 7,
-                                   table({{{0, 0}, {5, 6, 7}}, {{1, 1}, {5, 6, 7}}, {{1, 2}, {3, 4}}})),
+                                   table({{{0, 0}, {4, 5, 6, 7}}, {{1, 1}, {4, 5, 6, 7}}, {{1, 2}, {3, 4}}})),
             std::nullopt);
   // Upto a lasting step whose copy is in: no step lost.
   EXPECT_EQ(newest_common_boundary(p, lost2, 8,
                                    table({{{0, 0}, {2, 5, 8}}, {{1, 1}, {2, 5, 8}}, {{1, 2}, {2, 5, 8}}}), every3),
             8);
-  // Older than the two newest lasting: later arrivals could push it out.
+  // The third newest lasting, and older than that (later arrivals could
+  // push it out).
   EXPECT_EQ(newest_common_boundary(p, lost2, 10,
-                                   table({{{0, 0}, {2, 5, 8}}, {{1, 1}, {2, 5, 8}}, {{1, 2}, {-1, 2}}}), every3),
+                                   table({{{0, 0}, {-1, 2, 5, 8}}, {{1, 1}, {-1, 2, 5, 8}}, {{1, 2}, {-1, 2}}}), every3),
+            2);
+  EXPECT_EQ(newest_common_boundary(p, lost2, 10,
+                                   table({{{0, 0}, {-1, 2, 5, 8}}, {{1, 1}, {-1, 2, 5, 8}}, {{1, 2}, {-1}}}), every3),
             std::nullopt);
   // A generation that started after step 6: its start is lasting, and the
   // lasting one before it (5, from the generation before) too.
