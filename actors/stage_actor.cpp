@@ -111,6 +111,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
                   [wired](caf::error& e) mutable { wired.deliver(std::move(e)); });
         return wired;
       },
+      // Every stage is wired at once: a stage's first copy may reach its
+      // keeper before the keeper's own wire. It waits in the mailbox for
+      // the running behavior.
+      [=](keep_atom, int32_t, int64_t, const std::string&) -> caf::result<void> { return caf::skip; },
   };
 }
 
