@@ -175,7 +175,7 @@ void give_layers(stage_setup& st, const attempt_plan& p, std::vector<layer>& lay
                  const config& cfg) {
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (int c = 0; c < p.chunks; ++c) {
-    const auto& range = p.parts[p.plc.virtual_stage(st.rank, c)];
+    const auto& range = p.layers_of(st.rank, c);
     std::vector<layer> mine;
     for (int i = range.first; i <= range.second; ++i) mine.push_back(std::move(layers[i]));
     st.layers.push_back(std::make_shared<layer_stack>(std::move(mine)));

@@ -57,6 +57,9 @@ struct attempt_plan {
   std::vector<std::vector<std::string>> replica_devices;  ///< [replica][rank]
   std::shared_ptr<const policy> pol;  ///< policy_for()
   placement plc;                      ///< pol's layout
+
+  /// The layers (first, last) of stage `stage`'s chunk `chunk`.
+  const auto& layers_of(int stage, int chunk) const { return parts[static_cast<size_t>(plc.virtual_stage(stage, chunk))]; }
 };
 
 /// The data, shapes and devices (pol and plc are left to policy_for).

@@ -365,17 +365,17 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
-  // A lost stage heals from a replica's memory or, at dp = 1, from its
-  // keeper's; every stage rolls back to the newest boundary that all of
-  // them hold (the keeper's copy of the last step may still be on its
-  // way). When there is none, everything goes back to the newest
-  // checkpoint.
-  // Boundaries are kept after every copy_every-th step only: the newest
-  // of those is the best there is.
+  // Boundaries are kept after every copy_every-th step only: the newest of
+  // those is the best there is. A lost stage heals from a replica's memory
+  // or, at dp = 1, from its keeper's; every stage rolls back to the newest
+  // boundary that all of them hold (the keeper's copy of the last one may
+  // still be on its way). When there is none, everything goes back to the
+  // newest checkpoint.
   const copy_rule copies{cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
   const int64_t hoped = copies.newest_lasting(hp.resume_after);
-  if (dead.empty()) hp.resume_after = hoped;
-  if (!dead.empty()) {
+  if (dead.empty()) {
+    hp.resume_after = hoped;
+  } else {
     auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     // A keeper's copy of that step may be moments from arriving: ask again
     // for a quarter of a second before rolling back to the copy before it
@@ -459,7 +459,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     auto mine_only = [places = cx.places, plan = &cx.plan, rank = env.rank](int i) {
       for (const auto& slot : places.owned(rank))
         for (int c = 0; c < plan->chunks; ++c) {
-          const auto& range = plan->parts[static_cast<size_t>(plan->plc.virtual_stage(slot.stage, c))];
+          const auto& range = plan->layers_of(slot.stage, c);
           if (i >= range.first && i <= range.second) return true;
         }
       return false;

@@ -142,8 +142,7 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   if (!st.setup.boundary) return {};
   // Only lasting boundaries are kept (supervision.copy_every): the others
   // cost a copy of the stage that no heal would use.
-  const bool lasting = copy_rule{st.setup.copy_every, start ? step : int64_t{-1}}.lasting(step);
-  if (!lasting) return {};
+  if (!start && !copy_rule{st.setup.copy_every}.lasting(step)) return {};
   std::optional<stage_snapshot> held;
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
   stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
@@ -151,7 +150,7 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   if (st.keeper && st.setup.copy_channel)
     described = send_snapshot(*st.setup.copy_channel, snap,
                               st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
-  st.setup.boundary->keep(slot_of(st), step, std::move(snap));
+  if (!held) st.setup.boundary->keep(slot_of(st), step, std::move(snap));
   return described;
 }
 

@@ -67,7 +67,7 @@ std::optional<int64_t> newest_common_boundary(const rank_placement& places, cons
       if (from.rank < 0) return std::nullopt;
       ++slots;
       for (int64_t step : held(from.rank, from.index))
-        if (step <= upto && candidate(step)) ++holders[step];
+        if (candidate(step)) ++holders[step];
     }
   for (auto it = holders.rbegin(); it != holders.rend(); ++it)
     if (it->second == slots) return it->first;

@@ -57,8 +57,8 @@ struct copy_rule {
   /// steps back, or the start).
   int64_t newest_lasting(int64_t step) const;
   /// The lasting boundary before lasting boundary `step`; before the
-  /// generation's start, by the period (the memory marked it lasting
-  /// then); below -1 when there is none.
+  /// generation's start, by the period (what the generation before kept);
+  /// below -1 when there is none.
   int64_t lasting_before(int64_t step) const;
 };
 

@@ -194,12 +194,23 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
   return env;
 }
 
+// A worker's arguments, argv[0] = exe, and the argv that points into them.
+struct worker_argv {
+  explicit worker_argv(const launch_options& o) : args{o.exe} {
+    args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+  }
+  worker_argv(const worker_argv&) = delete;
+  worker_argv& operator=(const worker_argv&) = delete;
+  int argc() const { return static_cast<int>(args.size()); }
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+};
+
 pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
-  std::vector<std::string> args = {o.exe};
-  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  worker_argv a(o);
+  std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
 
@@ -220,7 +231,7 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, o.exe.c_str(), nullptr, &attr, argv.data(), envp.data());
+  const int rc = ::posix_spawn(&pid, o.exe.c_str(), nullptr, &attr, a.argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw std::runtime_error("cannot start worker " + o.exe + ": " + std::strerror(rc));
   return pid;
@@ -243,8 +254,7 @@ int thread_count() {
 // caller spawns it instead.
 pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
   if (!o.in_process || thread_count() != 1) return -1;
-  std::vector<std::string> args = {o.exe};
-  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+  worker_argv a(o);
   std::fflush(nullptr);  // nothing buffered here is written twice
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
@@ -262,12 +272,9 @@ pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
   ::close_range(3, ~0U, 0);
   ::clearenv();
   for (auto& e : env) ::putenv(::strdup(e.c_str()));
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   int rc = 1;
   try {
-    rc = o.in_process(static_cast<int>(args.size()), argv.data());
+    rc = o.in_process(a.argc(), a.argv.data());
   } catch (...) {
   }
   // The launcher's copy of this program's statics is not this worker's to
