@@ -188,10 +188,12 @@ caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const st
 caf::behavior running(stage_ptr self) {
   return {
       [=](fwd_atom, activation_msg& m) {
+        if (stale(self->state, m.h)) return;
         if (self->state.link->fetch(m)) return;  // from another process: back once its tensor is in
         if (self->state.clock->take_now(m)) on_activation(self, m);
       },
       [=](bwd_atom, gradient_msg& m) {
+        if (stale(self->state, m.h)) return;
         if (self->state.link->fetch(m)) return;
         if (self->state.clock->take_now(m)) on_gradient(self, m);
       },

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 
 #include "messages/atoms.hpp"
 #include "runtime/device_stream.hpp"
@@ -114,18 +115,22 @@ private:
   // To rank `to_rank`: a stage of this process gets the message (and the
   // tensor's handle); one in another process gets the message without the
   // tensor, whose bytes go over the channel.
+  // Returns what the message carries in the tensor's place (nothing when
+  // it carries the tensor).
   template <class Atom, class Msg>
-  void post(int to_rank, Atom atom, Msg msg, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+  remote_tensor post(int to_rank, Atom atom, Msg msg, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
     if (remote(to_rank)) {
       at::Tensor& t = tensor_of(msg);
       msg.far = s_.channel->post(t, s_.process_of[static_cast<size_t>(to_rank)]);
       t = at::Tensor();
       msg.ready = nullptr;
     }
+    remote_tensor far = msg.far;
     if (delay.count() > 0)
       self_->delayed_send(ranks_[to_rank], delay, atom, std::move(msg));
     else
       self_->send(ranks_[to_rank], atom, std::move(msg));
+    return far;
   }
 
   int slot(int chunk, int mb) const { return chunk * s_.microbatches + mb; }
@@ -166,8 +171,32 @@ private:
       ++s_.stats->injected_duplicates;
       post(to_rank, atom, msg);
     }
+    std::optional<Msg> stale;
+    if (s_.epoch > 0 && !stale_sent_ && s_.faults.stale_copy_at(h.step)) {
+      stale = msg;
+      stale_sent_ = true;
+    }
     if (delay_ms > 0) ++s_.stats->injected_delays;
-    post(to_rank, atom, std::move(msg), std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
+    const remote_tensor far =
+        post(to_rank, atom, std::move(msg), std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
+    if (stale) send_stale(to_rank, atom, std::move(*stale), far);
+  }
+
+  // A stale_message fault: `msg` again, under the attempt before's epoch,
+  // as a late message of that attempt. Across processes its bytes went
+  // over that attempt's channel, whose tags count from 0 as this one's
+  // do: it names the transfer just posted for the real message (`far`).
+  // A receiver that fetched it before looking at its epoch would take
+  // those bytes, and the real message would wait for them forever.
+  template <class Atom, class Msg>
+  void send_stale(int to_rank, Atom atom, Msg msg, const remote_tensor& far) {
+    msg.h.epoch = s_.epoch - 1;
+    if (far.pending()) {
+      tensor_of(msg) = at::Tensor();
+      msg.far = far;
+      msg.ready = nullptr;
+    }
+    self_->send(ranks_[to_rank], atom, std::move(msg));
   }
 
   caf::event_based_actor* self_;
@@ -177,6 +206,7 @@ private:
   // receiver reports it missing (a dropped message).
   std::vector<activation_msg> sent_fwd_;
   std::vector<gradient_msg> sent_bwd_;
+  bool stale_sent_ = false;  // a stale_message fault fires once per attempt
 };
 
 }  // namespace

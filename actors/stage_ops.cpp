@@ -131,11 +131,14 @@ void begin_step(stage_state& s, int64_t step) {
 // counted. The first message of an attempt begins its first step; a later
 // step begins with the apply that closes the one before (next_step), and
 // its messages wait until then.
+bool stale(stage_state& s, const msg_header& h) {
+  if (h.epoch == s.link->epoch()) return false;
+  ++s.stale;
+  return true;
+}
+
 arrival accept(stage_state& s, const msg_header& h, op_kind kind) {
-  if (h.epoch != s.link->epoch()) {
-    ++s.stale;
-    return arrival::drop;
-  }
+  if (stale(s, h)) return arrival::drop;
   if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
       h.chunk >= s.setup.chunks) {
     ++s.dropped;

@@ -136,6 +136,10 @@ void begin_step(stage_state& s, int64_t step);
 /// until its step begins.
 enum class arrival { take, drop, hold };
 arrival accept(stage_state& s, const msg_header& h, op_kind kind);
+/// True (and counted) for a message of another epoch: an earlier attempt's
+/// or generation's. Asked before anything else, across processes before
+/// the tensor is fetched (its bytes went over that attempt's channel).
+bool stale(stage_state& s, const msg_header& h);
 /// The step after `step` begins (its apply ran); what waited for it arrives.
 void next_step(stage_ptr self, int64_t step);
 void schedule_tick(stage_ptr self);

@@ -95,6 +95,9 @@ void print_fault_report(const train_result& r, bool lockstep) {
                 static_cast<unsigned long long>(f.dropped), static_cast<unsigned long long>(f.asked_again),
                 static_cast<unsigned long long>(f.resent), static_cast<unsigned long long>(r.duplicates),
                 r.skipped_steps.size());
+  if (f.stale > 0)
+    std::printf("stale: %llu messages of an earlier attempt or generation dropped on arrival\n",
+                static_cast<unsigned long long>(f.stale));
   if (r.restarts + f.sent_twice + f.held_back + f.dropped + r.skipped_steps.size() > 0)
     std::printf("trace: %016llx (the faults injected per step and stage, restarts and skipped steps; the same for "
                 "the same config and fault seed)\n",

@@ -9,7 +9,8 @@
 
 namespace actorpipe {
 
-enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process, stop_process };
+enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process, stop_process,
+                        stale_message };
 
 /// Where a `nonfinite` fault puts its NaN.
 enum class nonfinite_site { grad, activation };
@@ -23,8 +24,8 @@ struct fault_kind_info {
 };
 
 /// Every kind, in the order errors list them.
-inline const std::array<fault_kind_info, 9>& fault_kinds() {
-  static const std::array<fault_kind_info, 9> kinds = {{
+inline const std::array<fault_kind_info, 10>& fault_kinds() {
+  static const std::array<fault_kind_info, 10> kinds = {{
       {fault_kind::nonfinite, "nonfinite", nullptr, false, false},
       {fault_kind::duplicate, "duplicate", nullptr, true, false},
       {fault_kind::delay, "delay", nullptr, true, false},
@@ -37,6 +38,12 @@ inline const std::array<fault_kind_info, 9>& fault_kinds() {
       // The stage's whole process stops itself (SIGSTOP): a hang, or a host
       // that is gone without closing its connections (launch only).
       {fault_kind::stop_process, "stop_process", "after_op", false, true},
+      // In every attempt after the first (a restart, or a heal's next
+      // generation), the first message the stage sends at or after `step`
+      // is followed by a copy of it under the attempt before's epoch: a
+      // message of the dead attempt that arrives late. Its receiver drops
+      // it, before it touches the tensor channel, and counts it.
+      {fault_kind::stale_message, "stale_message", nullptr, false, false},
   }};
   return kinds;
 }

@@ -60,6 +60,12 @@ std::optional<fault_kind> fault_plan::kill_after(int64_t step, op_id op) const {
   return std::nullopt;
 }
 
+bool fault_plan::stale_copy_at(int64_t step) const {
+  for (const auto& a : faults_)
+    if (a.spec.kind == fault_kind::stale_message && a.spec.step <= step) return true;
+  return false;
+}
+
 bool fault_plan::nan_at(int64_t step, int mb, nonfinite_site where) const {
   for (const auto& a : faults_) {
     const auto& f = a.spec;

@@ -59,6 +59,7 @@ message_fault_counts count_message_faults(const train_result& r) {
       c.dropped += s.injected_drops;
       c.asked_again += s.resend_requests;
       c.resent += s.retransmits;
+      c.stale += s.stale_epochs;
     }
   return c;
 }

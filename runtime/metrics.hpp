@@ -71,6 +71,7 @@ struct message_fault_counts {
   uint64_t dropped = 0;
   uint64_t asked_again = 0;
   uint64_t resent = 0;
+  uint64_t stale = 0;  ///< messages of an earlier attempt or generation, dropped on arrival
 };
 message_fault_counts count_message_faults(const train_result& r);
 

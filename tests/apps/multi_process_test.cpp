@@ -657,6 +657,46 @@ TEST(HealWithSparseCopies, AKillRollsBackToTheNewestCopyAndEndsBitwise) {
   }
 }
 
+// Old generations: no message of one is applied. A stale_message fault
+// makes stages 0 and 2 each send, in the healed generation, a copy of
+// their first message under generation 0's epoch, naming the tensor
+// transfer of the real one, as a late message of the dead generation
+// would (tags count from 0 on every generation's channel). Stage 1's
+// process drops both before fetching anything and counts them; the run
+// ends on the clean bytes. One process, with a restart instead of a
+// heal, drops its one the same way.
+TEST(HealDropsOldGenerations, LateMessagesOfTheDeadGenerationAreCountedAndNoneIsApplied) {
+  const std::string tag = "stale";
+  const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
+  const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
+  auto a = actorpipe({"train", healing_config(tag + "_clean", 3, 1), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  const std::string extra = "faults:\n  inject:\n"
+                            "    - {kind: kill_process, stage: 2, step: 3, after_op: B1}\n"
+                            "    - {kind: stale_message, stage: 0}\n"
+                            "    - {kind: stale_message, stage: 2, step: 4}\n";
+  auto r = actorpipe({"launch", "--nprocs", "3", healing_config(tag, 3, 1, extra), "--quiet", "--save", healed}, 120);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("started worker rank 2 again"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("stale: 2 messages of an earlier attempt or generation dropped on arrival"), std::string::npos)
+      << describe(r);
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << describe(r);
+  fs::remove_all(test_dir() / (tag + "_ckpt"));
+
+  const std::string one = (test_dir() / (tag + "_one.pt")).string();
+  const std::string in_process = "faults:\n  inject:\n"
+                                 "    - {kind: kill_stage, stage: 1, step: 2, after_op: F3}\n"
+                                 "    - {kind: stale_message, stage: 1}\n";
+  auto o = actorpipe({"train", healing_config(tag + "_one", 3, 1, in_process), "--quiet", "--save", one});
+  ASSERT_EQ(o.code, 0) << describe(o);
+  EXPECT_NE(o.out.find("restarts: 1,"), std::string::npos) << describe(o);
+  EXPECT_NE(o.out.find("stale: 1 messages of an earlier attempt or generation dropped on arrival"), std::string::npos)
+      << describe(o);
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(one)) << describe(o);
+  fs::remove_all(test_dir() / (tag + "_one_ckpt"));
+}
+
 // A run long enough to be hit from outside: paced ops.
 std::string long_healing_config(const std::string& tag, const std::string& extra = "") {
   auto text = config_text(2, 4, "1f1b", 2);

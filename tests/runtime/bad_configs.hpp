@@ -739,7 +739,7 @@ faults:
   inject:
     - {kind: dorp, from: 0, to: 1, step: 1}
 )yaml",
-       "{FILE}:8:14: faults.inject[0].kind: unknown fault kind 'dorp'; did you mean 'drop'? (known: nonfinite, duplicate, delay, slow_stage, kill_stage, throw, drop, kill_process, stop_process)"},
+       "{FILE}:8:14: faults.inject[0].kind: unknown fault kind 'dorp'; did you mean 'drop'? (known: nonfinite, duplicate, delay, slow_stage, kill_stage, throw, drop, kill_process, stop_process, stale_message)"},
       {"FaultOnMissingStage",
        R"yaml(model:
   layers:
