@@ -77,6 +77,10 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
       [=](held_atom, int32_t slot) {
         return self->state.boundary ? self->state.boundary->steps(slot) : std::vector<int64_t>{};
       },
+      // Rank 0, healing: whose copies this process is still receiving.
+      [=](arriving_atom) {
+        return self->state.boundary ? self->state.boundary->arriving_from() : std::vector<int32_t>{};
+      },
   };
 }
 
@@ -353,7 +357,8 @@ void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
 // Rank 0, after generation g failed with `f`: decide whether and how to
 // heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
-                                     const heal_plan& now, const held_steps& held) {
+                                     const heal_plan& now, const held_steps& held,
+                                     const std::function<bool(bool from_dead)>& copies_arriving) {
   if (!dead.empty()) {
     std::string ranks;
     for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
@@ -378,11 +383,19 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   } else {
     auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     // A keeper's copy of that step may be moments from arriving: ask again
-    // for a quarter of a second before rolling back to the copy before it
-    // (a copy that its dying sender had not sent in full never arrives).
-    for (const auto until = clock_type::now() + milliseconds(250);
-         (!common || *common < hoped) && clock_type::now() < until;) {
-      std::this_thread::sleep_for(milliseconds(50));
+    // while some process is still receiving a copy (at most a quarter of a
+    // second), then roll back to the copy before it (a copy that its dying
+    // sender had not sent in full never arrives). Once some boundary is
+    // common, a dead sender's copy is waited for 30 ms only: what it sent
+    // in full is in by then (a stopped sender's rest would hold the wait
+    // to its end). None on the way twice in a row, 10 ms apart: none is
+    // coming.
+    int idle = 0;
+    const auto asked = clock_type::now();
+    for (const auto until = asked + milliseconds(250);
+         (!common || *common < hoped) && idle < 2 && clock_type::now() < until;) {
+      idle = copies_arriving(!common || clock_type::now() < asked + milliseconds(30)) ? 0 : idle + 1;
+      std::this_thread::sleep_for(milliseconds(10));
       common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     }
     if (common)
@@ -721,8 +734,25 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
     return steps;
   };
+  // Whether a surviving process is still receiving a boundary copy; from
+  // a dead process only when `from_dead` (what it sent in full before it
+  // died still arrives; a stopped one's rest never does, nor fails, until
+  // the launcher kills it).
+  const auto is_dead = [&](int q) { return std::find(dead.begin(), dead.end(), q) != dead.end(); };
+  const auto copies_arriving = [&](bool from_dead) {
+    for (int q = 0; q < env.world_size; ++q) {
+      if (is_dead(q)) continue;
+      std::vector<int32_t> from;
+      self->request(q == 0 ? cx.dir : dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                    arriving_atom::value)
+          .receive([&](std::vector<int32_t>& v) { from = std::move(v); }, [](caf::error&) {});
+      for (int32_t p : from)
+        if (from_dead || !is_dead(p)) return true;
+    }
+    return false;
+  };
   if (failure.code != run_errc::none && restartable(failure.code)) {
-    if (auto next = decide_heal(cx, g, failure, dead, hp, held)) {
+    if (auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving)) {
       const run_failure& failed = failure;  // naming the processes that went
       while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
       const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();

@@ -168,17 +168,23 @@ caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const st
   const uint64_t id = st.copies_asked++;
   if (asked) st.owed_copies[id] = answer;
   caf::actor me = caf::actor_cast<caf::actor>(self);
+  // At dp = 1 (the only keepers) slot r is stage r of this replica.
+  const int from = st.setup.process_of.at(static_cast<size_t>(slot % st.setup.stages));
+  memory->expect(from);
   try {
     receive_snapshot_async(
         *st.setup.copy_channel, described,
-        [memory, slot, step, asked, me, id](stage_snapshot s) {
+        [memory, slot, step, asked, me, id, from](stage_snapshot s) {
           memory->keep(slot, step, std::move(s));
+          memory->settle(from);
           if (asked) caf::anon_send(me, kept_atom::value, id, std::string());
         },
-        [asked, me, id](const std::string& why) {
+        [memory, asked, me, id, from](const std::string& why) {
+          memory->settle(from);
           if (asked) caf::anon_send(me, kept_atom::value, id, why.empty() ? std::string("failed") : why);
         });
   } catch (const transfer_error& e) {
+    memory->settle(from);
     st.owed_copies.erase(id);
     return caf::make_error(caf::sec::runtime_error, std::string("keeping a boundary copy: ") + e.what());
   }

@@ -53,5 +53,9 @@ using kept_atom = caf::atom_constant<caf::atom("kept")>;
 /// Healing: rank 0 -> a rank's directory: the steps after which its
 /// process holds a boundary copy of a slot.
 using held_atom = caf::atom_constant<caf::atom("held")>;
+/// Healing: rank 0 -> a rank's directory: the processes whose boundary
+/// copies its process is receiving now (a copy on its way may still
+/// arrive; with none, nothing more will).
+using arriving_atom = caf::atom_constant<caf::atom("arriving")>;
 
 }  // namespace actorpipe

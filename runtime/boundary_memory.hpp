@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "messages/payloads.hpp"
 
@@ -53,8 +54,28 @@ public:
     return out;
   }
 
+  /// A copy from process `from` is on its way (a keeper posted its
+  /// receives) / it arrived or failed: which processes are still sending
+  /// copies here, so that a heal waits for a copy only while one can still
+  /// come.
+  void expect(int from) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++arriving_[from];
+  }
+  void settle(int from) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = arriving_.find(from); it != arriving_.end() && --it->second <= 0) arriving_.erase(it);
+  }
+  std::vector<int32_t> arriving_from() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int32_t> out;
+    for (const auto& [from, n] : arriving_) out.push_back(from);
+    return out;
+  }
+
 private:
   mutable std::mutex mutex_;
+  std::map<int, int> arriving_;  // by sending process
   std::map<int, std::map<int64_t, stage_snapshot>> by_slot_;
 };
 

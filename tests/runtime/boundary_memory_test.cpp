@@ -38,5 +38,24 @@ TEST(BoundaryMemory, AKeptCopyComesBackAsItWentIn) {
   EXPECT_EQ(m.steps(2), (std::vector<int64_t>{4}));
 }
 
+// What a heal asks before it waits for a copy: whose copies are still on
+// their way, one entry per sending process while any of its copies is.
+TEST(BoundaryMemory, SaysWhoseCopiesAreStillArriving) {
+  boundary_memory m;
+  EXPECT_TRUE(m.arriving_from().empty());
+  m.expect(2);
+  m.expect(2);
+  m.expect(1);
+  EXPECT_EQ(m.arriving_from(), (std::vector<int32_t>{1, 2}));
+  m.settle(2);
+  EXPECT_EQ(m.arriving_from(), (std::vector<int32_t>{1, 2}));
+  m.settle(2);
+  m.settle(1);
+  EXPECT_TRUE(m.arriving_from().empty());
+  m.settle(1);  // one more than expected (a receive that failed twice) leaves nothing negative
+  m.expect(1);
+  EXPECT_EQ(m.arriving_from(), (std::vector<int32_t>{1}));
+}
+
 }  // namespace
 }  // namespace actorpipe
