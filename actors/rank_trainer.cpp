@@ -727,10 +727,11 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
   // What a surviving process holds, asked through its directory (rank 0's
   // own too; nothing from a rank that does not answer).
+  const auto dir_of = [&](int q) { return q == 0 ? cx.dir : dirs[static_cast<size_t>(q)]; };
+  const auto ask_within = std::min(cx.timeout, milliseconds(5000));
   const held_steps held = [&](int q, int slot) {
     std::vector<int64_t> steps;
-    self->request(q == 0 ? cx.dir : dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                  held_atom::value, int32_t{slot})
+    self->request(dir_of(q), ask_within, held_atom::value, int32_t{slot})
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
     return steps;
   };
@@ -743,8 +744,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     for (int q = 0; q < env.world_size; ++q) {
       if (is_dead(q)) continue;
       std::vector<int32_t> from;
-      self->request(q == 0 ? cx.dir : dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                    arriving_atom::value)
+      self->request(dir_of(q), ask_within, arriving_atom::value)
           .receive([&](std::vector<int32_t>& v) { from = std::move(v); }, [](caf::error&) {});
       for (int32_t p : from)
         if (from_dead || !is_dead(p)) return true;

@@ -16,7 +16,9 @@ namespace {
 
 class local_link final : public stage_link {
 public:
-  local_link(caf::event_based_actor* self, link_setup setup) : self_(self), s_(std::move(setup)) {}
+  local_link(caf::event_based_actor* self, link_setup setup) : self_(self), s_(std::move(setup)) {
+    if (s_.epoch > 0) stale_from_ = s_.faults.stale_copy_from();
+  }
 
   void wire(std::vector<caf::actor> ranks) override { ranks_ = std::move(ranks); }
 
@@ -114,9 +116,8 @@ private:
 
   // To rank `to_rank`: a stage of this process gets the message (and the
   // tensor's handle); one in another process gets the message without the
-  // tensor, whose bytes go over the channel.
-  // Returns what the message carries in the tensor's place (nothing when
-  // it carries the tensor).
+  // tensor, whose bytes go over the channel. Returns what the message
+  // carries in the tensor's place (nothing when it carries the tensor).
   template <class Atom, class Msg>
   remote_tensor post(int to_rank, Atom atom, Msg msg, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
     if (remote(to_rank)) {
@@ -172,9 +173,9 @@ private:
       post(to_rank, atom, msg);
     }
     std::optional<Msg> stale;
-    if (s_.epoch > 0 && !stale_sent_ && s_.faults.stale_copy_at(h.step)) {
+    if (stale_from_ && h.step >= *stale_from_) {
       stale = msg;
-      stale_sent_ = true;
+      stale_from_.reset();
     }
     if (delay_ms > 0) ++s_.stats->injected_delays;
     const remote_tensor far =
@@ -206,7 +207,9 @@ private:
   // receiver reports it missing (a dropped message).
   std::vector<activation_msg> sent_fwd_;
   std::vector<gradient_msg> sent_bwd_;
-  bool stale_sent_ = false;  // a stale_message fault fires once per attempt
+  // A stale_message fault, in an attempt after the first: from which step
+  // on; once fired, nothing (it fires once per attempt).
+  std::optional<int64_t> stale_from_;
 };
 
 }  // namespace

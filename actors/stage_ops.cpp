@@ -125,20 +125,18 @@ void begin_step(stage_state& s, int64_t step) {
   s.finite.clear();
 }
 
-// Returns false (and counts it) for a message of an older step, or one
-// whose op input already arrived.
-// A message of another epoch (an earlier attempt's) is dropped and
-// counted. The first message of an attempt begins its first step; a later
-// step begins with the apply that closes the one before (next_step), and
-// its messages wait until then.
 bool stale(stage_state& s, const msg_header& h) {
   if (h.epoch == s.link->epoch()) return false;
   ++s.stale;
   return true;
 }
 
+// Drops (and counts) a message of an older step, or one whose op input
+// already arrived. Its epoch was checked on arrival (stale), before
+// anything else. The first message of an attempt begins its first step;
+// a later step begins with the apply that closes the one before
+// (next_step), and its messages wait until then.
 arrival accept(stage_state& s, const msg_header& h, op_kind kind) {
-  if (stale(s, h)) return arrival::drop;
   if (h.step < s.step || h.mb < 0 || h.mb >= s.setup.microbatches || h.chunk < 0 ||
       h.chunk >= s.setup.chunks) {
     ++s.dropped;

@@ -60,10 +60,11 @@ std::optional<fault_kind> fault_plan::kill_after(int64_t step, op_id op) const {
   return std::nullopt;
 }
 
-bool fault_plan::stale_copy_at(int64_t step) const {
+std::optional<int64_t> fault_plan::stale_copy_from() const {
+  std::optional<int64_t> from;
   for (const auto& a : faults_)
-    if (a.spec.kind == fault_kind::stale_message && a.spec.step <= step) return true;
-  return false;
+    if (a.spec.kind == fault_kind::stale_message) from = std::min(from.value_or(a.spec.step), a.spec.step);
+  return from;
 }
 
 bool fault_plan::nan_at(int64_t step, int mb, nonfinite_site where) const {

@@ -36,10 +36,10 @@ public:
   std::optional<fault_kind> kill_after(int64_t step, op_id op) const;
   /// True when microbatch `mb` of step `step` must carry a NaN at `where`.
   bool nan_at(int64_t step, int mb, nonfinite_site where) const;
-  /// stale_message: whether the first message sent at or after step
-  /// `step` (of an attempt after the first) must go out again under the
-  /// attempt before's epoch.
-  bool stale_copy_at(int64_t step) const;
+  /// stale_message: the step from which on the first message sent (in an
+  /// attempt after the first) goes out again under the attempt before's
+  /// epoch; nothing when no such fault concerns this stage.
+  std::optional<int64_t> stale_copy_from() const;
   /// How many times its own time every op takes (slow_stage; 1: no change).
   double slow_factor() const { return slow_factor_; }
   bool empty() const { return faults_.empty(); }
