@@ -833,7 +833,9 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   cx.boundary = boundary;
   heal_plan hp;
   hp.generation = start_generation();
-  if (env.rank == 0 && supervised) tell_launcher("heal");
+  // Rank 0's launcher waits for its "respawn"; another node's launcher
+  // (its first worker has the line) lets its dead go, node 0 restarts them.
+  if (supervised) tell_launcher("heal");
   for (;;) {
     generation_end end = run_generation(rt, cx, hp);
     if (!end.heal) {

@@ -22,17 +22,27 @@ namespace actorpipe::app {
 namespace {
 
 const command_spec launch_spec = {
-    "usage: actorpipe launch --nprocs N [--master-addr HOST] [--master-port PORT] CONFIG [train options]",
+    "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
+    "                        CONFIG [train options]",
     "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, ...), like `torchrun --standalone --nproc-per-node N`. Everything\n"
     "after CONFIG goes to every worker unchanged. Progress and the files asked for\n"
     "(--save, --results, ...) come from rank 0; all workers share this terminal.\n"
     "Ctrl-C or SIGTERM is forwarded to every worker; when one worker fails the\n"
-    "others get SIGTERM, then SIGKILL after 5 s.\n",
-    {{"--nprocs", "N", "how many worker processes (required, >= 1)"},
+    "others get SIGTERM, then SIGKILL after 5 s.\n"
+    "\n"
+    "On K hosts, run it once on each with --nnodes K, its own --node-rank and the\n"
+    "same --master-addr (node 0's address) and --master-port, like torchrun's\n"
+    "static rendezvous: node I runs ranks I*N .. I*N+N-1. With\n"
+    "supervision.max_restarts, rank 0 replaces a dead or cut-off rank of any node\n"
+    "by starting it on node 0.\n",
+    {{"--nprocs", "N", "worker processes on this machine (required, >= 1)"},
+     {"--nproc-per-node", "N", "the same as --nprocs (torchrun's name)"},
+     {"--nnodes", "K", "machines in the run, one launch on each (default 1)"},
+     {"--node-rank", "I", "this machine's place, 0 .. K-1 (default 0; node 0 runs rank 0)"},
      {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
-     {"--master-port", "PORT", "its port (default 0: a free port picked here)"}},
+     {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
     "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started)\n",
@@ -44,7 +54,8 @@ int config_index(int argc, char** argv) {
   int i = 2;
   while (i < argc) {
     const std::string w = argv[i];
-    if (w == "--nprocs" || w == "--master-addr" || w == "--master-port")
+    if (w == "--nprocs" || w == "--nproc-per-node" || w == "--nnodes" || w == "--node-rank" || w == "--master-addr" ||
+        w == "--master-port")
       i += 2;
     else if (w.rfind("-", 0) == 0)
       ++i;  // --help, --name=value, or one parse() names as unknown
@@ -78,11 +89,33 @@ int cmd_launch(int argc, char** argv) {
     std::fputs(a.help.c_str(), stdout);
     return exit_ok;
   }
-  if (!a.has("--nprocs")) throw usage_error("launch needs --nprocs N (see --help)");
+  if (a.has("--nprocs") && a.has("--nproc-per-node"))
+    throw usage_error("--nprocs and --nproc-per-node are the same option; give one");
+  const std::string nprocs_flag = a.has("--nproc-per-node") ? "--nproc-per-node" : "--nprocs";
+  if (!a.has(nprocs_flag)) throw usage_error("launch needs --nprocs N (see --help)");
   launch_options o;
-  o.nprocs = static_cast<int>(parse_count("--nprocs", a.options["--nprocs"]));
+  o.nprocs = static_cast<int>(parse_count(nprocs_flag, a.options[nprocs_flag]));
+  if (a.has("--nnodes")) o.nnodes = static_cast<int>(parse_count("--nnodes", a.options["--nnodes"]));
+  if (a.has("--node-rank")) {
+    const std::string v = a.options["--node-rank"];
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 0 || n >= o.nnodes)
+      throw usage_error("--node-rank expects 0 .. " + std::to_string(o.nnodes - 1) + " (--nnodes " +
+                        std::to_string(o.nnodes) + "), got " + quoted_input(v));
+    o.node_rank = static_cast<int>(n);
+  }
+  if (static_cast<int64_t>(o.nnodes) * o.nprocs > 1000000)
+    throw usage_error("--nnodes times --nprocs is more than 1,000,000 workers");
   if (a.has("--master-addr")) o.master_addr = a.options["--master-addr"];
   if (a.has("--master-port")) o.master_port = parse_port(a.options["--master-port"]);
+  if (o.nnodes > 1) {
+    // Every node must name the same port: none can pick a free one alone.
+    if (!a.has("--master-port")) o.master_port = 29500;
+    if (o.master_port == 0)
+      throw usage_error("--master-port 0 (a free port) works with one node only; with --nnodes " +
+                        std::to_string(o.nnodes) + " every node must name the same port");
+  }
   if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");
   const std::string config = argv[cfg_at];
   // Before any worker starts: N copies of the same error help nobody.

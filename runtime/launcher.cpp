@@ -170,11 +170,15 @@ size_t count_live(const std::vector<worker>& ws) {
 
 std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id,
                                     int control_fd, int generation) {
+  const std::string world = std::to_string(o.nnodes * o.nprocs);
+  // A rank of another node started here (node 0 replacing it) takes this
+  // node's place in the group and the local slot of its number.
+  const bool here = rank / o.nprocs == o.node_rank;
   std::map<std::string, std::string> ours = {
-      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
-      {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", std::to_string(o.nprocs)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", std::to_string(o.nprocs)},
-      {"GROUP_RANK", "0"},                   {"MASTER_ADDR", o.master_addr},
+      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank % o.nprocs)},
+      {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", world},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", world},
+      {"GROUP_RANK", std::to_string(here ? o.node_rank : 0)}, {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "0"},
       {"TORCHELASTIC_MAX_RESTARTS", "0"},    {"TORCHELASTIC_RUN_ID", run_id},
       // The worker dies with the launcher (apps/main.cpp), even by SIGKILL.
@@ -307,6 +311,11 @@ std::string signal_name(int signo) {
 
 int run_workers(const launch_options& o) {
   if (o.nprocs < 1) throw std::invalid_argument("run_workers: nprocs must be >= 1");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw std::invalid_argument("run_workers: node_rank must be in 0 .. nnodes-1");
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw std::invalid_argument("run_workers: every node must name the same master_port");
+  const int world = o.nnodes * o.nprocs, first = o.node_rank * o.nprocs;
   auto notice = [&](const std::string& line) {
     if (o.on_notice) o.on_notice("actorpipe launch: " + line);
   };
@@ -319,10 +328,11 @@ int run_workers(const launch_options& o) {
   bool heal = false;  // rank 0 said "heal"
   std::vector<worker> ws;
   try {
-    for (int r = 0; r < o.nprocs; ++r) {
+    for (int r = first; r < first + o.nprocs; ++r) {
       int fd = -1;
-      if (r == 0) {
-        // Rank 0 inherits a copy of the write end (without O_CLOEXEC).
+      if (r == first) {
+        // This node's first worker (rank 0 on node 0) inherits a copy of
+        // the write end (without O_CLOEXEC).
         fd = ::fcntl(control.write_fd(), F_DUPFD, 3);
         if (fd < 0) throw std::runtime_error(std::string("run_workers: fcntl: ") + std::strerror(errno));
       }
@@ -361,10 +371,16 @@ int run_workers(const launch_options& o) {
       const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
                                                : who + " exited with " + std::to_string(WEXITSTATUS(st));
       if (heal && w.rank != 0 && !got_signal) {
-        // Rank 0's supervisor replaces it (or gives up, and exits).
-        w.awaiting = true;
-        w.replace_by = clock::now() + o.replace_wait;
-        notice(what + "; rank 0's supervisor replaces it");
+        // Rank 0's supervisor replaces it (or gives up, and exits): here,
+        // or on node 0 when this is another node.
+        if (o.node_rank == 0) {
+          w.awaiting = true;
+          w.replace_by = clock::now() + o.replace_wait;
+          notice(what + "; rank 0's supervisor replaces it");
+        } else {
+          if (failed_code < 0) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
+          notice(what + "; rank 0's supervisor starts it again on node 0");
+        }
         continue;
       }
       if (!got_signal) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
@@ -394,12 +410,17 @@ int run_workers(const launch_options& o) {
         heal = true;
         continue;
       }
-      if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= o.nprocs || generation <= 0 ||
-          stopping) {
+      if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= world || generation <= 0 ||
+          o.node_rank != 0 || stopping) {
         if (!stopping) notice("ignored a line from rank 0: '" + line + "'");
         continue;
       }
-      auto& w = ws[static_cast<size_t>(rank)];
+      // A rank of another node has no worker here until node 0 starts it.
+      size_t at = 0;
+      while (at < ws.size() && ws[at].rank != rank) ++at;
+      const bool remote = rank >= o.nprocs;
+      if (at == ws.size()) ws.push_back({rank, -1, false});
+      auto& w = ws[at];
       if (w.live) {  // stopped, or cut off: it goes for good first
         ::kill(-w.pid, SIGKILL);
         ::kill(w.pid, SIGKILL);
@@ -423,8 +444,10 @@ int run_workers(const launch_options& o) {
       }
       w.live = true;
       w.awaiting = false;
-      notice("started worker rank " + std::to_string(rank) + " again (pid " + std::to_string(w.pid) +
-             ", generation " + std::to_string(generation) + (forked ? ", forked from the launcher)" : ")"));
+      notice("started worker rank " + std::to_string(rank) + " again" +
+             (remote ? " on this node, in place of node " + std::to_string(rank / o.nprocs) + "'s" : std::string()) +
+             " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +
+             (forked ? ", forked from the launcher)" : ")"));
     }
     if (count_live(ws) == 0) break;
     if (stopping && !killed && clock::now() >= deadline) {

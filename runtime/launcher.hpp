@@ -1,8 +1,9 @@
 #pragma once
 // `actorpipe launch`: N local worker processes with torchrun's environment
-// (standalone mode, one node), SIGINT/SIGTERM forwarded to them, and
-// fail-fast: the first worker to fail stops the others. No torch, no CAF:
-// plain POSIX processes.
+// (its standalone mode, or one node of several with torchrun's static
+// rendezvous flags), SIGINT/SIGTERM forwarded to them, and fail-fast: the
+// first worker to fail stops the others. No torch, no CAF: plain POSIX
+// processes.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -12,7 +13,9 @@
 namespace actorpipe {
 
 struct launch_options {
-  int nprocs = 1;
+  int nprocs = 1;  ///< workers on this node (torchrun's --nproc-per-node)
+  int nnodes = 1;  ///< nodes in the run, each with its own launcher and nprocs workers
+  int node_rank = 0;  ///< this node: its workers are ranks node_rank*nprocs .. +nprocs-1
   std::string exe;                       ///< run as argv[0] = exe, then worker_args
   std::vector<std::string> worker_args;  ///< the same for every worker
   std::string master_addr = "127.0.0.1";
@@ -36,8 +39,9 @@ struct launch_options {
 
 /// Starts `nprocs` workers, each in its own process group with stdin,
 /// stdout and stderr inherited and this environment added to (or replacing
-/// the same names in) the inherited one: RANK = LOCAL_RANK = ROLE_RANK = i,
-/// WORLD_SIZE = LOCAL_WORLD_SIZE = ROLE_WORLD_SIZE = nprocs, GROUP_RANK=0,
+/// the same names in) the inherited one: RANK = ROLE_RANK = node_rank *
+/// nprocs + i, LOCAL_RANK = i, WORLD_SIZE = ROLE_WORLD_SIZE = nnodes *
+/// nprocs, LOCAL_WORLD_SIZE = nprocs, GROUP_RANK = node_rank,
 /// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT=0,
 /// TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID. An inherited
 /// TORCHELASTIC_USE_AGENT_STORE is removed: there is no agent store, the
@@ -48,15 +52,21 @@ struct launch_options {
 /// worker to exit non-zero or die by a signal makes it SIGTERM the others,
 /// wait up to `grace`, then SIGKILL what is left.
 ///
-/// Replacing a worker: rank 0 gets the write end of a pipe in
-/// ACTORPIPE_LAUNCHER_FD, and writes lines to it. "heal" says its
-/// supervisor replaces dead workers: from then on a worker other than rank
-/// 0 that dies is not a failure at once; the launcher waits up to
-/// `replace_wait` for "respawn R G", which SIGKILLs what is left of rank
-/// R's process (a stopped one), reaps it, and starts a new one with the
-/// same environment and ACTORPIPE_GENERATION=G (forked, with
-/// `in_process`). A dead worker that is not
-/// replaced in time, and rank 0 failing, end the run as above.
+/// Replacing a worker: each node's first worker (rank 0 on node 0) gets the
+/// write end of a pipe in ACTORPIPE_LAUNCHER_FD, and writes lines to it.
+/// "heal" says rank 0's supervisor replaces dead workers: from then on a
+/// worker other than rank 0 that dies is not a failure at once. On node 0
+/// the launcher waits up to `replace_wait` for rank 0's "respawn R G",
+/// which SIGKILLs what is left of rank R's process here (a stopped one),
+/// reaps it, and starts a new one with the same environment and
+/// ACTORPIPE_GENERATION=G (forked, with `in_process`). R may be a rank of
+/// another node (one cut off, or whose process died there): node 0 starts
+/// it here, with LOCAL_RANK = R mod nprocs and GROUP_RANK 0, because the
+/// side that holds the supervisor is the one that goes on. On the other
+/// nodes a dead worker is only noted (node 0 starts it again) and the
+/// others run on; that node's exit code is then the first dead worker's.
+/// A dead worker that is not replaced in time, and rank 0 failing, end the
+/// run as above.
 ///
 /// Returns when every worker is reaped: 0 when all exited 0; else the first
 /// failing worker's exit code (1 for one killed by a signal); but 130

@@ -200,7 +200,8 @@ TEST(CliLaunch, HelpNamesItsOptionsAndRankZero) {
   auto r = actorpipe({"launch", "--help"});
   EXPECT_EQ(r.code, 0) << describe(r);
   EXPECT_EQ(r.out.rfind("usage: actorpipe launch", 0), 0u) << describe(r);
-  for (const char* mention : {"--nprocs", "--master-addr", "--master-port", "rank 0", "exit codes"})
+  for (const char* mention :
+       {"--nprocs", "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "rank 0", "exit codes"})
     EXPECT_NE(r.out.find(mention), std::string::npos) << mention << "\n" << describe(r);
 }
 
@@ -212,7 +213,15 @@ TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
       {{"launch", "--nprocs", "2"}, "actorpipe: launch takes a CONFIG after its options (see --help)"},
       {{"launch", cfg}, "actorpipe: launch needs --nprocs N (see --help)"},
       {{"launch", "--nprocs", "2", (dir / "nope.yaml").string(), "--steps", "1"},
-       "actorpipe: " + (dir / "nope.yaml").string() + ": no such file"}};
+       "actorpipe: " + (dir / "nope.yaml").string() + ": no such file"},
+      {{"launch", "--nprocs", "1", "--nnodes", "2", "--node-rank", "2", cfg},
+       "actorpipe: --node-rank expects 0 .. 1 (--nnodes 2), got '2'"},
+      {{"launch", "--nprocs", "1", "--nnodes", "2", "--node-rank", "1", "--master-port", "0", cfg},
+       "actorpipe: --master-port 0 (a free port) works with one node only; with --nnodes 2 every node must name the "
+       "same port"},
+      {{"launch", "--nprocs", "1", "--nproc-per-node", "1", cfg},
+       "actorpipe: --nprocs and --nproc-per-node are the same option; give one"},
+      {{"launch", "--nnodes", "0", "--nprocs", "1", cfg}, "actorpipe: --nnodes expects a positive integer, got '0'"}};
   for (const auto& [args, line] : cases) {
     auto r = actorpipe(args);
     EXPECT_EQ(r.code, 2) << line << "\n" << describe(r);

@@ -423,6 +423,70 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
               r0_after, r0.code, r1_after, r1.code, r0.err().c_str(), r1.err().c_str());
 }
 
+// The same lasting cut, with each host's ranks started by `launch` (one
+// node each, torchrun's --nnodes/--node-rank) and restarts allowed: past
+// the heartbeat timeout rank 0 asks node 0's launcher for rank 1, which
+// starts it on host A; it heals stage 1 from rank 0's copy (its keeper at
+// dp 1) and the run ends bitwise on one process's. Host B's rank, cut off,
+// stops by itself, and its launcher with it, naming rank 0.
+TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns;
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  const int steps = 100;
+  const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2}\n";
+  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
+  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  auto node = [&](int k) {
+    return std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
+                                    "--nprocs",      "1",          "--master-addr", ns.net + ".1",
+                                    "--master-port", std::to_string(port)};
+  };
+  rank_group group;
+  auto args_a = node(0), args_b = node(1);
+  args_a.insert(args_a.end(), {cfg_a, "--save", (dir_a / "w.pt").string()});
+  args_b.insert(args_b.end(), {cfg_b, "--quiet"});
+  group.start(ns.a, dir_a, {}, args_a);
+  group.start(ns.b, dir_b, {}, args_b);
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("node 0");
+  ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
+  const auto cut = clock_type::now();
+  EXPECT_EQ(testing_util::slurp_file(dir_a / "out.txt").find("step   100/"), std::string::npos)
+      << "the run ended before the cut";
+
+  const bool in_time = group.wait_all(120);
+  const auto& a = group.ranks()[0];
+  const auto& b = group.ranks()[1];
+  ASSERT_TRUE(in_time) << a.report("node 0") << b.report("node 1");
+  ASSERT_EQ(a.code, 0) << a.report("node 0") << b.report("node 1");
+  EXPECT_EQ(b.code, 1) << b.report("node 1");
+  EXPECT_NE(a.err().find("started worker rank 1 again on this node, in place of node 1's"), std::string::npos)
+      << a.report("node 0");
+  EXPECT_NE(a.out().find("restarts: 1,"), std::string::npos) << a.report("node 0");
+  EXPECT_NE(a.err().find("healed from memory"), std::string::npos) << a.report("node 0");
+  EXPECT_NE(b.err().find("rank 1/2 lost rank 0"), std::string::npos) << b.report("node 1");
+  EXPECT_NE(b.err().find("rank 0's supervisor starts it again on node 0"), std::string::npos) << b.report("node 1");
+  const double b_after = std::chrono::duration<double>(b.started - cut).count() + b.wall_s;
+  EXPECT_LT(b_after, 20.0) << "node 1 ran on as a second brain\n" << b.report("node 1");
+
+  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  fs::create_directories(dir_one / "tmp");
+  const auto one = testing_util::run_child(
+      ACTORPIPE_BIN, {"train", cfg_one, "--quiet", "--save", (dir_one / "one.pt").string()}, limits(120));
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const std::string healed = testing_util::slurp_file(dir_a / "w.pt");
+  ASSERT_FALSE(healed.empty()) << a.report("node 0");
+  EXPECT_TRUE(healed == testing_util::slurp_file(dir_one / "one.pt"))
+      << "node 0's file differs from the one-process run's";
+  std::printf("[ two hosts ] link down for good under launch: node 1 stopped %.2f s after the cut (exit %d); node 0 "
+              "healed rank 1 on its side and ended %.2f s after it, bitwise\n  node 0: %s  node 1: %s",
+              b_after, b.code, std::chrono::duration<double>(a.started - cut).count() + a.wall_s, a.err().c_str(),
+              b.err().c_str());
+}
+
 TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns;

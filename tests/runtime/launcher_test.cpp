@@ -225,6 +225,99 @@ TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
       << all;
 }
 
+// One node of two (torchrun's --nnodes 2 --node-rank 1 --nproc-per-node
+// 2): its workers are ranks 2 and 3 of 4, local ranks 0 and 1, group 1,
+// and only its first worker gets the launcher's line.
+TEST(Launcher, NodeOneOfTwoRunsRanksTwoAndThreeOfFour) {
+  const fs::path dir = test_dir();
+  auto o = sh_workers(2,
+                      "env > " + dir.string() + "/env_$RANK; [ -z \"$ACTORPIPE_LAUNCHER_FD\" ] || touch " +
+                          dir.string() + "/fd_$RANK",
+                      nullptr);
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_port = 29555;  // only written into the environment: nothing listens
+  ASSERT_EQ(run_workers(o), 0);
+  for (int r : {2, 3}) {
+    auto env = read_env(dir / ("env_" + std::to_string(r)));
+    EXPECT_EQ(env["RANK"], std::to_string(r));
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(r));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(r - 2));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["MASTER_PORT"], "29555");
+  }
+  EXPECT_TRUE(fs::exists(dir / "fd_2"));
+  EXPECT_FALSE(fs::exists(dir / "fd_3"));
+  EXPECT_FALSE(fs::exists(dir / "env_0")) << "node 1 started rank 0";
+  o.master_port = 0;
+  EXPECT_THROW(run_workers(o), std::invalid_argument) << "with two nodes each must name the port";
+}
+
+// Node 0 of two, one worker each: rank 0 says "heal", then asks for rank 1
+// (of node 1, cut off) with "respawn 1 1". Node 0 starts it here: RANK 1 of
+// 2, LOCAL_RANK 0, GROUP_RANK 0, generation 1.
+TEST(Launcher, NodeZeroStartsARankOfAnotherNodeWhenRankZeroAsks) {
+  const fs::path dir = test_dir();
+  const std::string d = dir.string();
+  pid_guard guard;
+  std::vector<std::string> notices;
+  auto o = sh_workers(1,
+                      "if [ -z \"$ACTORPIPE_GENERATION\" ]; then echo $$ > " + d +
+                          "/pid_0; eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; "
+                          "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; i=0; while [ ! -e " + d +
+                          "/back ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 0; "
+                          "else env > " + d + "/back.tmp; mv " + d + "/back.tmp " + d + "/back; fi",
+                      &notices);
+  o.nnodes = 2;
+  o.master_port = 29555;
+  const int rc = run_workers(o);
+  guard.pids = read_pids(dir, 1);
+  EXPECT_EQ(rc, 0);
+  auto env = read_env(dir / "back");
+  EXPECT_EQ(env["RANK"], "1");
+  EXPECT_EQ(env["WORLD_SIZE"], "2");
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["GROUP_RANK"], "0");
+  EXPECT_EQ(env["ACTORPIPE_GENERATION"], "1");
+  std::string all;
+  for (const auto& n : notices) all += n + "\n";
+  EXPECT_NE(all.find("started worker rank 1 again on this node, in place of node 1's (pid "), std::string::npos)
+      << all;
+}
+
+// On a node other than 0, after "heal", a dead worker neither stops the
+// others nor waits for a replacement here (node 0 starts it): the others
+// run to their end, and the node's exit code is the dead worker's.
+TEST(Launcher, OnAnotherNodeADeadWorkerIsLeftToNodeZero) {
+  const fs::path dir = test_dir();
+  const std::string d = dir.string();
+  pid_guard guard;
+  std::vector<std::string> notices;
+  auto o = sh_workers(2,
+                      "echo $$ > " + d + "/pid_$LOCAL_RANK; " + wait_for_pids(dir, 2) +
+                          "if [ $LOCAL_RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.3; "
+                          "kill -9 $$; fi; sleep 1; touch " + d + "/survived",
+                      &notices);
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_port = 29555;
+  o.replace_wait = 300ms;
+  const int rc = run_workers(o);
+  guard.pids = read_pids(dir, 2);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(fs::exists(dir / "survived")) << "rank 3 was stopped";
+  std::string all;
+  for (const auto& n : notices) all += n + "\n";
+  EXPECT_NE(all.find("worker rank 2 (pid " + std::to_string(guard.pids[0]) +
+                     ") was killed by SIGKILL; rank 0's supervisor starts it again on node 0"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(all.find("stopping"), std::string::npos) << all;
+}
+
 // After "heal", a dead worker that rank 0 does not replace in time ends
 // the run as any failure does.
 TEST(Launcher, ADeadWorkerNotReplacedInTimeEndsTheRun) {
