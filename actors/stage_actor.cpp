@@ -125,10 +125,13 @@ stage_snapshot snapshot_of(const stage_state& st) {
   std::vector<std::string> names;
   for (const auto& chunk : st.setup.layers)
     for (auto& [name, t] : chunk->named_parameters()) {
-      snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
+      snap.weights.emplace_back(name, t.detach());
       names.push_back(name);
     }
-  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names));
+  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names), /*deep=*/false);
+  // One copy of every tensor, into one CPU buffer: a keeper's or a
+  // donor's transfer of it is then one transfer, with no copy more.
+  pack_snapshot(snap);
   return snap;
 }
 

@@ -160,6 +160,10 @@ struct stage_snapshot {
   int rank = 0;
   named_params weights;
   std::shared_ptr<const optimizer_state_copy> optimizer;  ///< its tensors, copied, with parameter names
+  /// Defined: every tensor above is a view of this one CPU buffer, in
+  /// order (the weights, then each parameter's defined optimizer tensors),
+  /// and it crosses processes as one transfer.
+  at::Tensor flat;
 };
 
 // -- inspection ---------------------------------------------------------------

@@ -86,9 +86,17 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::matmul(att, v);
 }
 
-layer::layer(int index, layer_spec spec)
+layer::layer(int index, layer_spec spec, bool uninitialised)
     : index_(index), spec_(std::move(spec)), impl_(std::make_unique<impl>()) {
-  if (spec_.type == "linear")
+  if (spec_.type == "linear" && uninitialised) {
+    // A 1 x 1 layer (its initialisation costs nothing), then tensors of
+    // the real shape put in place of its own.
+    impl_->linear = torch::nn::Linear(torch::nn::LinearOptions(1, 1));
+    torch::NoGradGuard no_grad;
+    impl_->linear->weight.set_(at::empty({spec_.out, spec_.in}));
+    impl_->linear->bias.set_(at::empty({spec_.out}));
+    impl_->linear->options.in_features(spec_.in).out_features(spec_.out);
+  } else if (spec_.type == "linear")
     impl_->linear = torch::nn::Linear(torch::nn::LinearOptions(spec_.in, spec_.out));
   else if (spec_.type == "layernorm")
     impl_->norm = torch::nn::LayerNorm(torch::nn::LayerNormOptions({spec_.dim}));
@@ -250,7 +258,7 @@ std::vector<layer> stand_in_layers(const config& cfg, const std::function<bool(i
   for (size_t i = 0; i < cfg.model.layers.size(); ++i) {
     layer_spec spec = cfg.model.layers[i];
     if (!needed(static_cast<int>(i))) spec.type = "relu";
-    layers.emplace_back(static_cast<int>(i), std::move(spec));
+    layers.emplace_back(static_cast<int>(i), std::move(spec), /*uninitialised=*/true);
   }
   return layers;
 }

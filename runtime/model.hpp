@@ -35,7 +35,9 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 /// One layer of the network with its global index.
 class layer {
 public:
-  layer(int index, layer_spec spec);
+  /// `uninitialised`: a linear layer's weight and bias are allocated but
+  /// not initialised (a heal overwrites them at once).
+  layer(int index, layer_spec spec, bool uninitialised = false);
   ~layer();
   layer(layer&&) noexcept;
   layer& operator=(layer&&) noexcept;
@@ -98,8 +100,9 @@ std::vector<layer> build_layers(const config& cfg);
 
 /// The layers of cfg.model for stages about to be given their weights and
 /// optimizer state from memory (a heal): only the layers `needed` says are
-/// built, with LibTorch's own initialisation (no seeding, no GPT-2 init,
-/// no init_from: all of it is overwritten); each other index holds a
+/// built, a linear layer's tensors uninitialised and the others with
+/// LibTorch's own initialisation (no seeding, no GPT-2 init, no init_from:
+/// all of it is overwritten); each other index holds a
 /// parameterless stand-in, never given to a stage. A fraction of
 /// build_layers' time for a stage of a large model.
 std::vector<layer> stand_in_layers(const config& cfg, const std::function<bool(int index)>& needed);

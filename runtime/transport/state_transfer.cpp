@@ -40,6 +40,8 @@ struct arrival {
   stage_snapshot snap;
   std::shared_ptr<optimizer_state_copy> opt = std::make_shared<optimizer_state_copy>();
   std::vector<std::pair<remote_tensor, at::Tensor*>> wanted;
+  remote_tensor packed;  // v2
+  std::vector<std::pair<std::vector<int64_t>, at::Tensor*>> shapes;  // v2, in the buffer's order
   std::atomic<size_t> left{0};
   std::mutex mutex;
   std::string failure;  // the first
@@ -55,6 +57,8 @@ struct arrival {
 };
 
 // Reads send_snapshot's line into `a` (its targets), before any receive.
+// v1: one transfer per tensor (`wanted`); v2: one flat transfer
+// (`packed`), cut into the tensors (`shapes`, in order) once it is in.
 void parse(const std::string& described, arrival& a) {
   std::istringstream is(described);
   std::string version;
@@ -62,11 +66,24 @@ void parse(const std::string& described, arrival& a) {
   auto bad = [&] {
     return transfer_error("a state transfer's description does not parse: '" + described.substr(0, 80) + "'");
   };
-  if (!(is >> version >> a.snap.rank >> weights) || version != "v1" || weights > 100000) throw bad();
+  if (!(is >> version) || (version != "v1" && version != "v2")) throw bad();
+  const bool v2 = version == "v2";
+  if (v2) a.packed = read_description(is);
+  // The tensor after a name or a "+": its transfer (v1) or its shape (v2).
+  auto tensor = [&](at::Tensor* t) {
+    if (!v2) return a.wanted.emplace_back(read_description(is), t), void();
+    size_t ndim = 0;
+    if (!(is >> ndim) || ndim > 16) throw bad();
+    std::vector<int64_t> shape(ndim);
+    for (auto& x : shape)
+      if (!(is >> x) || x < 0) throw bad();
+    a.shapes.emplace_back(std::move(shape), t);
+  };
+  if (!(is >> a.snap.rank >> weights) || weights > 100000) throw bad();
   a.snap.weights.resize(weights);
   for (auto& [name, t] : a.snap.weights) {
     if (!(is >> name)) throw bad();
-    a.wanted.emplace_back(read_description(is), &t);
+    tensor(&t);
   }
   auto& opt = *a.opt;
   size_t params = 0;
@@ -81,35 +98,116 @@ void parse(const std::string& described, arrival& a) {
     for (auto& t : opt.tensors[i]) {
       std::string mark;
       if (!(is >> mark) || (mark != "-" && mark != "+")) throw bad();
-      if (mark == "+") a.wanted.emplace_back(read_description(is), &t);
+      if (mark == "+") tensor(&t);
+    }
+  }
+  if (v2) {
+    int64_t total = 0;
+    for (const auto& [shape, t] : a.shapes) {
+      int64_t n = 1;
+      for (int64_t x : shape) n *= x;
+      total += n;
+    }
+    int64_t flat = 1;
+    for (int64_t x : a.packed.shape) flat *= x;
+    if (a.packed.shape.size() != 1 || flat != total) throw bad();
+  }
+}
+
+// Every tensor of `s` in the order the line names them: the weights, then
+// each parameter's optimizer tensors (the defined ones).
+std::vector<const at::Tensor*> tensors_of(const stage_snapshot& s) {
+  std::vector<const at::Tensor*> all;
+  for (const auto& [name, t] : s.weights) all.push_back(&t);
+  if (const auto* opt = s.optimizer.get())
+    for (const auto& fields : opt->tensors)
+      for (const auto& t : fields)
+        if (t.defined()) all.push_back(&t);
+  return all;
+}
+
+// The optimizer's part of the line, after the weights' (the same in v1
+// and v2 but for how a tensor is described).
+template <class Describe>
+void describe_optimizer(std::ostream& os, const stage_snapshot& s, Describe&& one) {
+  const auto* opt = s.optimizer.get();
+  os << ' ' << (opt ? opt->steps.size() : 0);
+  if (!opt) return;
+  for (size_t i = 0; i < opt->steps.size(); ++i) {
+    os << ' ' << (i < opt->names.size() ? opt->names[i] : "-") << ' ' << opt->steps[i] << ' '
+       << opt->tensors.at(i).size();
+    for (const auto& t : opt->tensors[i]) {
+      if (!t.defined()) {
+        os << " -";
+        continue;
+      }
+      os << " +";
+      one(t);
     }
   }
 }
 
+// v2: the packed buffer as one transfer, then each tensor's shape.
+std::string send_packed(tensor_channel& channel, const stage_snapshot& s, int to) {
+  auto shape = [](std::ostream& os, const at::Tensor& t) {
+    os << ' ' << t.dim();
+    for (int64_t x : t.sizes()) os << ' ' << x;
+  };
+  std::ostringstream os;
+  os << "v2";
+  describe(os, channel.post(s.flat, to));
+  os << ' ' << s.rank << ' ' << s.weights.size();
+  for (const auto& [name, t] : s.weights) {
+    os << ' ' << name;
+    shape(os, t);
+  }
+  describe_optimizer(os, s, [&](const at::Tensor& t) { shape(os, t); });
+  return os.str();
+}
+
 }  // namespace
 
+void pack_snapshot(stage_snapshot& s) {
+  const auto all = tensors_of(s);
+  bool one_dtype = !all.empty();
+  for (const auto* t : all) one_dtype = one_dtype && t->scalar_type() == all.front()->scalar_type();
+  auto opt = s.optimizer ? std::make_shared<optimizer_state_copy>(*s.optimizer) : nullptr;
+  std::vector<at::Tensor*> targets;  // tensors_of's order, in s and in opt
+  for (auto& [name, t] : s.weights) targets.push_back(&t);
+  if (opt)
+    for (auto& fields : opt->tensors)
+      for (auto& t : fields)
+        if (t.defined()) targets.push_back(&t);
+  at::NoGradGuard no_grad;
+  if (!one_dtype) {
+    for (auto* t : targets) *t = t->detach().to(at::kCPU, t->scalar_type(), false, /*copy=*/true);
+    s.flat = at::Tensor();
+  } else {
+    int64_t total = 0;
+    for (const auto* t : all) total += t->numel();
+    at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(all.front()->scalar_type()));
+    int64_t at = 0;
+    for (auto* t : targets) {
+      const int64_t n = t->numel();
+      at::Tensor view = flat.narrow(0, at, n).view(t->sizes());
+      view.copy_(t->detach());
+      *t = view;
+      at += n;
+    }
+    s.flat = flat;
+  }
+  if (opt) s.optimizer = std::move(opt);
+}
+
 std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to) {
+  if (s.flat.defined()) return send_packed(channel, s, to);
   std::ostringstream os;
   os << "v1 " << s.rank << ' ' << s.weights.size();
   for (const auto& [name, t] : s.weights) {
     os << ' ' << name;
     describe(os, channel.post(t, to));
   }
-  const auto* opt = s.optimizer.get();
-  os << ' ' << (opt ? opt->steps.size() : 0);
-  if (opt)
-    for (size_t i = 0; i < opt->steps.size(); ++i) {
-      os << ' ' << (i < opt->names.size() ? opt->names[i] : "-") << ' ' << opt->steps[i] << ' '
-         << opt->tensors.at(i).size();
-      for (const auto& t : opt->tensors[i]) {
-        if (!t.defined()) {
-          os << " -";
-          continue;
-        }
-        os << " +";
-        describe(os, channel.post(t, to));
-      }
-    }
+  describe_optimizer(os, s, [&](const at::Tensor& t) { describe(os, channel.post(t, to)); });
   return os.str();
 }
 
@@ -123,6 +221,30 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
   // One more than the receives: the last one to end cannot be a receive
   // that ends before the others have started.
   a->left = a->wanted.size() + 1;
+  if (!a->shapes.empty()) {
+    a->left = 2;
+    // The tensors are views of the one buffer: nothing is copied again.
+    channel.fetch(
+        a->packed,
+        [a](at::Tensor flat) {
+          int64_t at = 0;
+          for (auto& [shape, target] : a->shapes) {
+            int64_t n = 1;
+            for (int64_t x : shape) n *= x;
+            *target = flat.narrow(0, at, n).view(shape);
+            at += n;
+          }
+          a->snap.flat = std::move(flat);
+          a->one_ended();
+        },
+        [a](const std::string& why) {
+          {
+            std::lock_guard<std::mutex> lock(a->mutex);
+            if (a->failure.empty()) a->failure = why;
+          }
+          a->one_ended();
+        });
+  }
   for (auto& [d, where] : a->wanted) {
     at::Tensor* target = where;
     channel.fetch(

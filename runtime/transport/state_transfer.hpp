@@ -15,7 +15,14 @@ namespace actorpipe {
 
 class tensor_channel;
 
-/// Starts sending `s` to process `to`; the line that describes it.
+/// Makes `s` own copies of its tensors on the CPU: one buffer (s.flat,
+/// every tensor a view of it) when they all have one dtype, else one copy
+/// each (s.flat undefined). One copy of every byte either way.
+void pack_snapshot(stage_snapshot& s);
+
+/// Starts sending `s` to process `to`; the line that describes it. A
+/// packed snapshot (s.flat) goes as one transfer, and arrives packed;
+/// otherwise one transfer per tensor.
 std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to);
 
 /// Receives what `described` (send_snapshot's line) describes, blocking

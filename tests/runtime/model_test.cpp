@@ -120,6 +120,46 @@ TEST(BuildLayers, ParameterNamesFollowTorchSequential) {
                                              "3.weight", "3.bias"}));
 }
 
+// A heal's stand-ins: the layers asked for with build_layers' names and
+// shapes (a linear one's tensors uninitialised), parameterless ones in the
+// other places; given the built weights they compute what the built
+// layers compute, and train (their gradients have the weights' shapes).
+TEST(StandInLayers, HoldTheNeededLayersAndComputeOnceGivenTheirWeights) {
+  const auto cfg = make_config({linear(4, 6), act("relu"), linear(6, 5), act("relu"), layernorm(5), linear(5, 3)});
+  auto built = build_layers(cfg);
+  auto stand = stand_in_layers(cfg, [](int i) { return i >= 2; });
+  ASSERT_EQ(stand.size(), built.size());
+  EXPECT_TRUE(stand[0].parameters().empty()) << "layer 0 is not needed";
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 2; i < built.size(); ++i) {
+      const auto want = built[i].parameters(), got = stand[i].parameters();
+      ASSERT_EQ(got.size(), want.size()) << "layer " << i;
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_EQ(got[k].first, want[k].first);
+        EXPECT_EQ(got[k].second.sizes(), want[k].second.sizes()) << "layer " << i << " " << got[k].first;
+        EXPECT_TRUE(got[k].second.requires_grad());
+        got[k].second.copy_(want[k].second);
+      }
+    }
+  }
+  std::vector<layer> tail_built, tail_stand;
+  for (size_t i = 2; i < built.size(); ++i) {
+    tail_built.push_back(std::move(built[i]));
+    tail_stand.push_back(std::move(stand[i]));
+  }
+  layer_stack a(std::move(tail_built)), b(std::move(tail_stand));
+  const auto x = torch::randn({7, 6});
+  forward_ctx ctx;
+  const auto ya = a.forward(x, ctx, nullptr), yb = b.forward(x, ctx, nullptr);
+  EXPECT_TRUE(torch::equal(ya, yb));
+  yb.sum().backward();
+  for (const auto& t : b.parameters()) {
+    ASSERT_TRUE(t.grad().defined());
+    EXPECT_EQ(t.grad().sizes(), t.sizes());
+  }
+}
+
 TEST(LayerParameterCounts, MatchesTheBuiltModulesNumel) {
   std::vector<layer_spec> specs = {linear(64, 256), act("gelu"),  layernorm(256), dropout(0.1),
                                    act("tanh"),     linear(256, 10), act("relu")};

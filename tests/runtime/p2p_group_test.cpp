@@ -251,11 +251,14 @@ std::string fetch_line(tensor_channel& ch, uint32_t tag) {
 // blocking one.
 void scenario_snapshot(p2p_group g) {
   tensor_channel ch(std::move(g));
-  const auto first = snapshot_case(1.0f), second = snapshot_case(-3.0f);
+  const auto first = snapshot_case(1.0f), second = snapshot_case(-3.0f), third = snapshot_case(0.5f);
   const auto n = static_cast<uint32_t>(defined_tensors(first));
   if (ch.rank() == 0) {
     post_line(ch, send_snapshot(ch, first, 1));
     post_line(ch, send_snapshot(ch, second, 1));
+    auto packed = third;
+    pack_snapshot(packed);
+    post_line(ch, send_snapshot(ch, packed, 1));
     fetch_now(ch, 1, 0, at::kLong, {1});  // rank 1 is done (its first post to rank 0)
     return;
   }
@@ -286,6 +289,18 @@ void scenario_snapshot(p2p_group g) {
       (*called_on != caller ? ", called back on the channel's thread" : ", called back on the caller"));
   const stage_snapshot two = receive_snapshot(ch, line2);
   say(std::string("blocking copy bitwise equal: ") + (same_snapshot(two, second) ? "yes" : "no"));
+  // Packed: one transfer (tag 2n+4), its line after it (2n+5, 2n+6); every
+  // tensor received is a view of one buffer.
+  const std::string line3 = fetch_line(ch, 2 * n + 5);
+  const stage_snapshot three = receive_snapshot(ch, line3);
+  bool one_buffer = true;
+  const void* storage = three.weights.front().second.storage().data();
+  for (const auto& [name, t] : three.weights) one_buffer = one_buffer && t.storage().data() == storage;
+  for (const auto& fields : three.optimizer->tensors)
+    for (const auto& t : fields) one_buffer = one_buffer && (!t.defined() || t.storage().data() == storage);
+  one_buffer = one_buffer && three.flat.defined() && three.flat.storage().data() == storage;
+  say("packed line " + line3.substr(0, 2) + ", copy bitwise equal: " + (same_snapshot(three, third) ? "yes" : "no") +
+      (one_buffer ? ", one buffer" : ", several buffers"));
   ch.post(at::ones({1}, at::kLong), 0);
 }
 
@@ -442,6 +457,31 @@ TEST(P2PGroup, TensorsOfSeveralDtypesAndShapesArriveBitwiseEqual) {
   EXPECT_TRUE(has(f.out1, "reused buffer receives: 3/3")) << f.out1;
 }
 
+// pack_snapshot: every tensor copied, once, into one buffer whose views
+// they become, in the transfer's order; the original is left alone.
+TEST(StateTransfer, PackingCopiesEveryTensorIntoOneBufferInOrder) {
+  const auto original = snapshot_case(2.0f);
+  auto packed = original;
+  pack_snapshot(packed);
+  ASSERT_TRUE(packed.flat.defined());
+  EXPECT_TRUE(same_snapshot(packed, original));
+  EXPECT_EQ(packed.flat.numel(), 16 * 8 + 16 + 2 * (16 * 8 + 16));
+  const void* base = packed.flat.storage().data();
+  int64_t offset = 0;
+  auto in_order = [&](const at::Tensor& t) {
+    EXPECT_EQ(t.storage().data(), base);
+    EXPECT_EQ(t.storage_offset(), offset);
+    offset += t.numel();
+  };
+  for (const auto& [name, t] : packed.weights) in_order(t);
+  for (const auto& fields : packed.optimizer->tensors)
+    for (const auto& t : fields)
+      if (t.defined()) in_order(t);
+  EXPECT_EQ(offset, packed.flat.numel());
+  packed.flat.fill_(0.0f);  // a copy: the original's tensors keep their values
+  EXPECT_TRUE(same_snapshot(original, snapshot_case(2.0f)));
+}
+
 // runtime/transport/state_transfer over the channel between two processes:
 // a stage's boundary copy arrives bitwise, by callback or blocking, and a
 // line that does not parse is refused before any receive starts.
@@ -452,6 +492,7 @@ TEST(StateTransfer, ABoundaryCopyArrivesBitwiseAsynchronouslyOrBlocking) {
   ASSERT_EQ(f.code1, 0) << f.out1;
   EXPECT_TRUE(has(f.out1, "async copy bitwise equal: yes, called back on the channel's thread")) << f.out1;
   EXPECT_TRUE(has(f.out1, "blocking copy bitwise equal: yes")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "packed line v2, copy bitwise equal: yes, one buffer")) << f.out1;
   EXPECT_TRUE(has(f.out1, "malformed line refused: a state transfer's description does not parse")) << f.out1;
   EXPECT_FALSE(has(f.out1, "MALFORMED")) << f.out1;
 }
