@@ -543,7 +543,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
         if (from.rank != env.rank) continue;
         auto snap = cx.boundary->at(from.index, hp.resume_after);
         if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
-        store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*channel, *snap, q));
+        store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*channel, *snap, q, /*pack=*/true));
       }
 
   // A process started again posts its receives before it waits for its

@@ -39,14 +39,13 @@ at::Tensor copy_to(const at::Tensor& t, const at::Tensor& like) {
 
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
                                                                  const std::vector<at::Tensor>& params,
-                                                                 std::vector<std::string> names, bool deep) {
+                                                                 std::vector<std::string> names) {
   if (!names.empty() && names.size() != params.size())
     throw std::invalid_argument("optimizer state copy: " + std::to_string(names.size()) + " names for " +
                                 std::to_string(params.size()) + " parameters");
   auto out = std::make_shared<optimizer_state_copy>();
   out->names = std::move(names);
   torch::NoGradGuard no_grad;
-  auto take = [deep](const at::Tensor& t) { return deep || !t.defined() ? copy_of(t) : t.detach(); };
   const auto& state = opt.state();
   for (const auto& p : params) {
     out->steps.push_back(0);
@@ -55,9 +54,9 @@ std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::op
     if (it == state.end()) continue;
     if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
       out->steps.back() = a->step();
-      out->tensors.back() = {take(a->exp_avg()), take(a->exp_avg_sq()), take(a->max_exp_avg_sq())};
+      out->tensors.back() = {copy_of(a->exp_avg()), copy_of(a->exp_avg_sq()), copy_of(a->max_exp_avg_sq())};
     } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
-      out->tensors.back() = {take(s->momentum_buffer())};
+      out->tensors.back() = {copy_of(s->momentum_buffer())};
     } else {
       throw std::invalid_argument("optimizer state copy: only Adam and SGD state is known");
     }

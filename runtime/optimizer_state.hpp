@@ -24,12 +24,10 @@ namespace actorpipe {
 
 /// Copies the state of `opt` (Adam or SGD) for `params`, its parameters in
 /// order, named `names` (global names; may be empty). Throws
-/// std::invalid_argument for another optimizer type. Not `deep`: the
-/// state's own tensors (detached), for a caller that copies them itself.
+/// std::invalid_argument for another optimizer type.
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
                                                                  const std::vector<at::Tensor>& params,
-                                                                 std::vector<std::string> names = {},
-                                                                 bool deep = true);
+                                                                 std::vector<std::string> names = {});
 
 /// Gives `opt` (the same type, over `params` of the same shapes and order)
 /// a deep copy of `state`; the copy stays usable for another restore.

@@ -199,8 +199,13 @@ void pack_snapshot(stage_snapshot& s) {
   if (opt) s.optimizer = std::move(opt);
 }
 
-std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to) {
+std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to, bool pack) {
   if (s.flat.defined()) return send_packed(channel, s, to);
+  if (pack) {
+    stage_snapshot packed = s;
+    pack_snapshot(packed);
+    if (packed.flat.defined()) return send_packed(channel, packed, to);
+  }
   std::ostringstream os;
   os << "v1 " << s.rank << ' ' << s.weights.size();
   for (const auto& [name, t] : s.weights) {

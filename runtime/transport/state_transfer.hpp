@@ -21,9 +21,11 @@ class tensor_channel;
 void pack_snapshot(stage_snapshot& s);
 
 /// Starts sending `s` to process `to`; the line that describes it. A
-/// packed snapshot (s.flat) goes as one transfer, and arrives packed;
-/// otherwise one transfer per tensor.
-std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to);
+/// packed snapshot (s.flat) goes as one transfer, and arrives packed; so
+/// does any other with `pack`, after a packed copy of it is made here (one
+/// more copy, and a fresh buffer: for a transfer made once, as a heal's,
+/// not every step); otherwise one transfer per tensor.
+std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to, bool pack = false);
 
 /// Receives what `described` (send_snapshot's line) describes, blocking
 /// until every tensor is in. Throws transfer_error for a peer gone, a
