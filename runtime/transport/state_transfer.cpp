@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -56,6 +57,16 @@ struct arrival {
   }
 };
 
+// The element count of `shape`; -1 when it would overflow int64.
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t x : shape) {
+    if (x != 0 && n > std::numeric_limits<int64_t>::max() / x) return -1;
+    n *= x;
+  }
+  return n;
+}
+
 // Reads send_snapshot's line into `a` (its targets), before any receive.
 // v1: one transfer per tensor (`wanted`); v2: one flat transfer
 // (`packed`), cut into the tensors (`shapes`, in order) once it is in.
@@ -104,13 +115,11 @@ void parse(const std::string& described, arrival& a) {
   if (v2) {
     int64_t total = 0;
     for (const auto& [shape, t] : a.shapes) {
-      int64_t n = 1;
-      for (int64_t x : shape) n *= x;
+      const int64_t n = numel_of(shape);
+      if (n < 0 || total > std::numeric_limits<int64_t>::max() - n) throw bad();
       total += n;
     }
-    int64_t flat = 1;
-    for (int64_t x : a.packed.shape) flat *= x;
-    if (a.packed.shape.size() != 1 || flat != total) throw bad();
+    if (a.packed.shape.size() != 1 || a.packed.shape[0] != total) throw bad();
   }
 }
 
@@ -234,8 +243,7 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
         [a](at::Tensor flat) {
           int64_t at = 0;
           for (auto& [shape, target] : a->shapes) {
-            int64_t n = 1;
-            for (int64_t x : shape) n *= x;
+            const int64_t n = numel_of(shape);  // checked when the line was read
             *target = flat.narrow(0, at, n).view(shape);
             at += n;
           }

@@ -259,6 +259,26 @@ pipeline:
   if (!(ns).why.empty()) GTEST_SKIP() << "cannot create a network namespace: " << (ns).why; \
   ASSERT_TRUE((ns).ok) << "namespace setup failed: " << (ns).setup_error
 
+/// `config_text` trained in one process in `dir` (with `args` after the
+/// config): the bytes its --save wrote; "" with a test failure when it
+/// failed. `wall_s`, when given, gets its wall time.
+std::string one_process_save(const fs::path& dir, const std::string& config_text,
+                             const std::vector<std::string>& args = {}, double* wall_s = nullptr) {
+  const std::string cfg = testing_util::write(dir / "pp2.yaml", config_text);
+  fs::create_directories(dir / "tmp");
+  std::vector<std::string> all = {"train", cfg, "--quiet", "--save", (dir / "one.pt").string()};
+  all.insert(all.end(), args.begin(), args.end());
+  const auto one = testing_util::run_child(ACTORPIPE_BIN, all, limits(120));
+  if (wall_s) *wall_s = one.wall_s;
+  if (one.code != 0) {
+    ADD_FAILURE() << "the one-process run exited " << one.code << "\n" << one.out << one.err;
+    return "";
+  }
+  std::string bytes = testing_util::slurp_file(dir / "one.pt");
+  EXPECT_FALSE(bytes.empty()) << "the one-process run saved nothing";
+  return bytes;
+}
+
 /// torchrun's variables for `rank` of two, one process per host, with rank
 /// 0's store at `master`:`port`.
 std::map<std::string, std::string> rank_env(int rank, const std::string& master, int port) {
@@ -280,7 +300,6 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
   const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", pp2_config());
   const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", pp2_config());
-  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", pp2_config());
   const std::string master = ns.net + ".1";
   const auto env_a = rank_env(0, master, port), env_b = rank_env(1, master, port);
   const std::vector<std::string> args{"--steps", std::to_string(kSteps), "--quiet"};
@@ -303,20 +322,15 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   ASSERT_TRUE(fs::exists(dir_a / "w.pt"));
   EXPECT_FALSE(fs::exists(dir_b / "w.pt"));
 
-  fs::create_directories(dir_one / "tmp");
-  const auto one = testing_util::run_child(
-      ACTORPIPE_BIN, {"train", cfg_one, "--steps", std::to_string(kSteps), "--quiet", "--save",
-                      (dir_one / "one.pt").string()},
-      limits(120));
-  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  double one_wall_s = 0;
+  const std::string one_process = one_process_save(dir_one, pp2_config(), {"--steps", std::to_string(kSteps)}, &one_wall_s);
   const std::string two_ranks = testing_util::slurp_file(dir_a / "w.pt");
-  const std::string one_process = testing_util::slurp_file(dir_one / "one.pt");
   ASSERT_FALSE(one_process.empty());
   EXPECT_TRUE(two_ranks == one_process) << "rank 0's file (" << two_ranks.size()
                                         << " bytes) differs from the one-process run's (" << one_process.size()
                                         << " bytes)";
   std::printf("[ two hosts ] rank 0 %.2f s, rank 1 %.2f s, one process %.2f s\n", r0.wall_s, r1.wall_s,
-              one.wall_s);
+              one_wall_s);
 }
 
 // -- partitions ------------------------------------------------------------------
@@ -372,12 +386,9 @@ TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
   EXPECT_EQ(r0.out().find("heal:"), std::string::npos) << r0.report("rank 0");
   EXPECT_EQ(r0.err().find("restart"), std::string::npos) << r0.report("rank 0");
 
-  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", with_steps(pp2_config(extra), steps));
-  fs::create_directories(dir_one / "tmp");
-  const auto one = testing_util::run_child(
-      ACTORPIPE_BIN, {"train", cfg_one, "--quiet", "--save", (dir_one / "one.pt").string()}, limits(120));
-  ASSERT_EQ(one.code, 0) << one.out << one.err;
-  EXPECT_TRUE(testing_util::slurp_file(dir_a / "w.pt") == testing_util::slurp_file(dir_one / "one.pt"))
+  const std::string one_process = one_process_save(dir_one, with_steps(pp2_config(extra), steps));
+  ASSERT_FALSE(one_process.empty());
+  EXPECT_TRUE(testing_util::slurp_file(dir_a / "w.pt") == one_process)
       << "rank 0's file differs from the one-process run's";
   std::printf("[ two hosts ] link down 1.5 s at %.2f s into rank 0's run; both ended in %.2f s and %.2f s, bitwise\n",
               std::chrono::duration<double>(cut - r0.started).count(), r0.wall_s, r1.wall_s);
@@ -472,15 +483,11 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
   const double b_after = std::chrono::duration<double>(b.started - cut).count() + b.wall_s;
   EXPECT_LT(b_after, 20.0) << "node 1 ran on as a second brain\n" << b.report("node 1");
 
-  const std::string cfg_one = testing_util::write(dir_one / "pp2.yaml", with_steps(pp2_config(extra), steps));
-  fs::create_directories(dir_one / "tmp");
-  const auto one = testing_util::run_child(
-      ACTORPIPE_BIN, {"train", cfg_one, "--quiet", "--save", (dir_one / "one.pt").string()}, limits(120));
-  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  const std::string one_process = one_process_save(dir_one, with_steps(pp2_config(extra), steps));
   const std::string healed = testing_util::slurp_file(dir_a / "w.pt");
   ASSERT_FALSE(healed.empty()) << a.report("node 0");
-  EXPECT_TRUE(healed == testing_util::slurp_file(dir_one / "one.pt"))
-      << "node 0's file differs from the one-process run's";
+  ASSERT_FALSE(one_process.empty());
+  EXPECT_TRUE(healed == one_process) << "node 0's file differs from the one-process run's";
   std::printf("[ two hosts ] link down for good under launch: node 1 stopped %.2f s after the cut (exit %d); node 0 "
               "healed rank 1 on its side and ended %.2f s after it, bitwise\n  node 0: %s  node 1: %s",
               b_after, b.code, std::chrono::duration<double>(a.started - cut).count() + a.wall_s, a.err().c_str(),

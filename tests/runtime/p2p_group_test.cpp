@@ -273,6 +273,14 @@ void scenario_snapshot(p2p_group g) {
   } catch (const transfer_error& e) {
     say(std::string("malformed line refused: ") + e.what());
   }
+  try {  // a packed buffer of 3 elements for a tensor of 4
+    receive_snapshot_async(
+        ch, "v2 0 5 6 1 3 2 1 3.weight 1 4 0", [](stage_snapshot) { say("MALFORMED V2 RECEIVED"); },
+        [](const std::string&) { say("MALFORMED V2 FAILED LATE"); });
+    say("malformed v2 line: not refused");
+  } catch (const transfer_error& e) {
+    say(std::string("malformed v2 line refused: ") + e.what());
+  }
   auto got = std::make_shared<std::promise<stage_snapshot>>();
   auto arrived = got->get_future();
   const auto caller = std::this_thread::get_id();
@@ -494,6 +502,7 @@ TEST(StateTransfer, ABoundaryCopyArrivesBitwiseAsynchronouslyOrBlocking) {
   EXPECT_TRUE(has(f.out1, "blocking copy bitwise equal: yes")) << f.out1;
   EXPECT_TRUE(has(f.out1, "packed line v2, copy bitwise equal: yes, one buffer")) << f.out1;
   EXPECT_TRUE(has(f.out1, "malformed line refused: a state transfer's description does not parse")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "malformed v2 line refused: a state transfer's description does not parse")) << f.out1;
   EXPECT_FALSE(has(f.out1, "MALFORMED")) << f.out1;
 }
 
