@@ -12,6 +12,7 @@
 
 #include "apps/common.hpp"
 #include "runtime/launcher.hpp"
+#include "runtime/rank_env.hpp"  // default_master_port
 #include "runtime/text.hpp"
 
 // apps/main.cpp: a command line run as `actorpipe ARGS` runs it.
@@ -54,8 +55,9 @@ int config_index(int argc, char** argv) {
   int i = 2;
   while (i < argc) {
     const std::string w = argv[i];
-    if (w == "--nprocs" || w == "--nproc-per-node" || w == "--nnodes" || w == "--node-rank" || w == "--master-addr" ||
-        w == "--master-port")
+    bool takes_value = false;
+    for (const auto& f : launch_spec.flags) takes_value = takes_value || (w == f.names && !f.value.empty());
+    if (takes_value)
       i += 2;
     else if (w.rfind("-", 0) == 0)
       ++i;  // --help, --name=value, or one parse() names as unknown
@@ -111,7 +113,7 @@ int cmd_launch(int argc, char** argv) {
   if (a.has("--master-port")) o.master_port = parse_port(a.options["--master-port"]);
   if (o.nnodes > 1) {
     // Every node must name the same port: none can pick a free one alone.
-    if (!a.has("--master-port")) o.master_port = 29500;
+    if (!a.has("--master-port")) o.master_port = static_cast<uint16_t>(default_master_port);
     if (o.master_port == 0)
       throw usage_error("--master-port 0 (a free port) works with one node only; with --nnodes " +
                         std::to_string(o.nnodes) + " every node must name the same port");

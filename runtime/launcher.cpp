@@ -168,12 +168,15 @@ size_t count_live(const std::vector<worker>& ws) {
   return n;
 }
 
+// The node whose launcher starts `rank` first.
+int node_of(const launch_options& o, int rank) { return rank / o.nprocs; }
+
 std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id,
                                     int control_fd, int generation) {
   const std::string world = std::to_string(o.nnodes * o.nprocs);
   // A rank of another node started here (node 0 replacing it) takes this
   // node's place in the group and the local slot of its number.
-  const bool here = rank / o.nprocs == o.node_rank;
+  const bool here = node_of(o, rank) == o.node_rank;
   std::map<std::string, std::string> ours = {
       {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank % o.nprocs)},
       {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", world},
@@ -418,7 +421,7 @@ int run_workers(const launch_options& o) {
       // A rank of another node has no worker here until node 0 starts it.
       size_t at = 0;
       while (at < ws.size() && ws[at].rank != rank) ++at;
-      const bool remote = rank >= o.nprocs;
+      const bool remote = node_of(o, rank) != o.node_rank;
       if (at == ws.size()) ws.push_back({rank, -1, false});
       auto& w = ws[at];
       if (w.live) {  // stopped, or cut off: it goes for good first
@@ -445,7 +448,7 @@ int run_workers(const launch_options& o) {
       w.live = true;
       w.awaiting = false;
       notice("started worker rank " + std::to_string(rank) + " again" +
-             (remote ? " on this node, in place of node " + std::to_string(rank / o.nprocs) + "'s" : std::string()) +
+             (remote ? " on this node, in place of node " + std::to_string(node_of(o, rank)) + "'s" : std::string()) +
              " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +
              (forked ? ", forked from the launcher)" : ")"));
     }

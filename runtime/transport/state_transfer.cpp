@@ -41,6 +41,7 @@ struct arrival {
   stage_snapshot snap;
   std::shared_ptr<optimizer_state_copy> opt = std::make_shared<optimizer_state_copy>();
   std::vector<std::pair<remote_tensor, at::Tensor*>> wanted;
+  bool v2 = false;       // one packed transfer (`packed`, cut by `shapes`), not `wanted`
   remote_tensor packed;  // v2
   std::vector<std::pair<std::vector<int64_t>, at::Tensor*>> shapes;  // v2, in the buffer's order
   std::atomic<size_t> left{0};
@@ -78,7 +79,7 @@ void parse(const std::string& described, arrival& a) {
     return transfer_error("a state transfer's description does not parse: '" + described.substr(0, 80) + "'");
   };
   if (!(is >> version) || (version != "v1" && version != "v2")) throw bad();
-  const bool v2 = version == "v2";
+  const bool v2 = a.v2 = version == "v2";
   if (v2) a.packed = read_description(is);
   // The tensor after a name or a "+": its transfer (v1) or its shape (v2).
   auto tensor = [&](at::Tensor* t) {
@@ -123,18 +124,6 @@ void parse(const std::string& described, arrival& a) {
   }
 }
 
-// Every tensor of `s` in the order the line names them: the weights, then
-// each parameter's optimizer tensors (the defined ones).
-std::vector<const at::Tensor*> tensors_of(const stage_snapshot& s) {
-  std::vector<const at::Tensor*> all;
-  for (const auto& [name, t] : s.weights) all.push_back(&t);
-  if (const auto* opt = s.optimizer.get())
-    for (const auto& fields : opt->tensors)
-      for (const auto& t : fields)
-        if (t.defined()) all.push_back(&t);
-  return all;
-}
-
 // The optimizer's part of the line, after the weights' (the same in v1
 // and v2 but for how a tensor is described).
 template <class Describe>
@@ -176,45 +165,41 @@ std::string send_packed(tensor_channel& channel, const stage_snapshot& s, int to
 
 }  // namespace
 
-void pack_snapshot(stage_snapshot& s) {
-  const auto all = tensors_of(s);
-  bool one_dtype = !all.empty();
-  for (const auto* t : all) one_dtype = one_dtype && t->scalar_type() == all.front()->scalar_type();
+bool pack_snapshot(stage_snapshot& s) {
+  // Every tensor in the order the line names them: the weights, then each
+  // parameter's defined optimizer tensors (in a copy of the state, which
+  // other snapshots may share).
   auto opt = s.optimizer ? std::make_shared<optimizer_state_copy>(*s.optimizer) : nullptr;
-  std::vector<at::Tensor*> targets;  // tensors_of's order, in s and in opt
+  std::vector<at::Tensor*> targets;
   for (auto& [name, t] : s.weights) targets.push_back(&t);
   if (opt)
     for (auto& fields : opt->tensors)
       for (auto& t : fields)
         if (t.defined()) targets.push_back(&t);
-  at::NoGradGuard no_grad;
-  if (!one_dtype) {
-    for (auto* t : targets) *t = t->detach().to(at::kCPU, t->scalar_type(), false, /*copy=*/true);
-    s.flat = at::Tensor();
-  } else {
-    int64_t total = 0;
-    for (const auto* t : all) total += t->numel();
-    at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(all.front()->scalar_type()));
-    int64_t at = 0;
-    for (auto* t : targets) {
-      const int64_t n = t->numel();
-      at::Tensor view = flat.narrow(0, at, n).view(t->sizes());
-      view.copy_(t->detach());
-      *t = view;
-      at += n;
-    }
-    s.flat = flat;
+  if (targets.empty()) return false;
+  int64_t total = 0;
+  for (const auto* t : targets) {
+    if (t->scalar_type() != targets.front()->scalar_type()) return false;
+    total += t->numel();
   }
+  at::NoGradGuard no_grad;
+  at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(targets.front()->scalar_type()));
+  int64_t at = 0;
+  for (auto* t : targets) {
+    const int64_t n = t->numel();
+    at::Tensor view = flat.narrow(0, at, n).view(t->sizes());
+    view.copy_(t->detach());
+    *t = view;
+    at += n;
+  }
+  s.flat = flat;
   if (opt) s.optimizer = std::move(opt);
+  return true;
 }
 
 std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to, bool pack) {
   if (s.flat.defined()) return send_packed(channel, s, to);
-  if (pack) {
-    stage_snapshot packed = s;
-    pack_snapshot(packed);
-    if (packed.flat.defined()) return send_packed(channel, packed, to);
-  }
+  if (stage_snapshot packed = s; pack && pack_snapshot(packed)) return send_packed(channel, packed, to);
   std::ostringstream os;
   os << "v1 " << s.rank << ' ' << s.weights.size();
   for (const auto& [name, t] : s.weights) {
@@ -234,9 +219,15 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
   a->failed = std::move(failed);
   // One more than the receives: the last one to end cannot be a receive
   // that ends before the others have started.
-  a->left = a->wanted.size() + 1;
-  if (!a->shapes.empty()) {
-    a->left = 2;
+  a->left = a->wanted.size() + (a->v2 ? 1 : 0) + 1;
+  auto one_failed = [a](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(a->mutex);
+      if (a->failure.empty()) a->failure = why;
+    }
+    a->one_ended();
+  };
+  if (a->v2) {
     // The tensors are views of the one buffer: nothing is copied again.
     channel.fetch(
         a->packed,
@@ -250,13 +241,7 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
           a->snap.flat = std::move(flat);
           a->one_ended();
         },
-        [a](const std::string& why) {
-          {
-            std::lock_guard<std::mutex> lock(a->mutex);
-            if (a->failure.empty()) a->failure = why;
-          }
-          a->one_ended();
-        });
+        one_failed);
   }
   for (auto& [d, where] : a->wanted) {
     at::Tensor* target = where;
@@ -266,13 +251,7 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
           *target = std::move(t);
           a->one_ended();
         },
-        [a](const std::string& why) {
-          {
-            std::lock_guard<std::mutex> lock(a->mutex);
-            if (a->failure.empty()) a->failure = why;
-          }
-          a->one_ended();
-        });
+        one_failed);
   }
   a->one_ended();
 }

@@ -15,16 +15,18 @@ namespace actorpipe {
 
 class tensor_channel;
 
-/// Makes `s` own copies of its tensors on the CPU: one buffer (s.flat,
-/// every tensor a view of it) when they all have one dtype, else one copy
-/// each (s.flat undefined). One copy of every byte either way.
-void pack_snapshot(stage_snapshot& s);
+/// Makes `s` own a copy of its tensors in one CPU buffer (s.flat, every
+/// tensor a view of it, in the order a transfer names them) and returns
+/// true, when they all have one dtype; otherwise leaves `s` as it is and
+/// returns false.
+bool pack_snapshot(stage_snapshot& s);
 
 /// Starts sending `s` to process `to`; the line that describes it. A
 /// packed snapshot (s.flat) goes as one transfer, and arrives packed; so
-/// does any other with `pack`, after a packed copy of it is made here (one
-/// more copy, and a fresh buffer: for a transfer made once, as a heal's,
-/// not every step); otherwise one transfer per tensor.
+/// does any other with `pack` that pack_snapshot can pack, after a packed
+/// copy of it is made here (one more copy, and a fresh buffer: for a
+/// transfer made once, as a heal's, not every step); otherwise one
+/// transfer per tensor.
 std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to, bool pack = false);
 
 /// Receives what `described` (send_snapshot's line) describes, blocking

@@ -279,6 +279,19 @@ std::string one_process_save(const fs::path& dir, const std::string& config_text
   return bytes;
 }
 
+/// Host A's and host B's directories under `dir`, each with its own copy
+/// of `config_text` (the same bytes: rank 0 checks the digest).
+struct host_dirs {
+  fs::path a, b;
+  std::string cfg_a, cfg_b;
+};
+host_dirs write_host_configs(const fs::path& dir, const std::string& config_text) {
+  host_dirs h{dir / "hostA", dir / "hostB", "", ""};
+  h.cfg_a = testing_util::write(h.a / "pp2.yaml", config_text);
+  h.cfg_b = testing_util::write(h.b / "pp2.yaml", config_text);
+  return h;
+}
+
 /// torchrun's variables for `rank` of two, one process per host, with rank
 /// 0's store at `master`:`port`.
 std::map<std::string, std::string> rank_env(int rank, const std::string& master, int port) {
@@ -297,9 +310,8 @@ TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
 
   // Every rank has its own directory and its own copy of the config (the
   // same bytes: rank 0 checks the digest).
-  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
-  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", pp2_config());
-  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", pp2_config());
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, pp2_config());
+  const fs::path dir_one = dir / "one";
   const std::string master = ns.net + ".1";
   const auto env_a = rank_env(0, master, port), env_b = rank_env(1, master, port);
   const std::vector<std::string> args{"--steps", std::to_string(kSteps), "--quiet"};
@@ -362,9 +374,8 @@ TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
   const int steps = 100;
   rank_group group;
   const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 6}\n";
-  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
-  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), steps));
-  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
+  const fs::path dir_one = dir / "one";
   group.start(ns.a, dir_a, rank_env(0, ns.net + ".1", port), {"train", cfg_a, "--save", (dir_a / "w.pt").string()});
   group.start(ns.b, dir_b, rank_env(1, ns.net + ".1", port), {"train", cfg_b, "--quiet"});
 
@@ -406,9 +417,7 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
   ASSERT_GT(port, 0);
   rank_group group;
   const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2}\n";
-  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB";
-  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), 100000));
-  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), 100000));
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), 100000));
   group.start(ns.a, dir_a, rank_env(0, ns.net + ".1", port), {"train", cfg_a});
   group.start(ns.b, dir_b, rank_env(1, ns.net + ".1", port), {"train", cfg_b, "--quiet"});
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step     5/", 60)) << group.ranks()[0].report("rank 0");
@@ -448,9 +457,8 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
   ASSERT_GT(port, 0);
   const int steps = 100;
   const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2}\n";
-  const fs::path dir_a = dir / "hostA", dir_b = dir / "hostB", dir_one = dir / "one";
-  const std::string cfg_a = testing_util::write(dir_a / "pp2.yaml", with_steps(pp2_config(extra), steps));
-  const std::string cfg_b = testing_util::write(dir_b / "pp2.yaml", with_steps(pp2_config(extra), steps));
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
+  const fs::path dir_one = dir / "one";
   auto node = [&](int k) {
     return std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
                                     "--nprocs",      "1",          "--master-addr", ns.net + ".1",

@@ -245,10 +245,23 @@ std::string fetch_line(tensor_channel& ch, uint32_t tag) {
   return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size));
 }
 
-// Rank 0 sends two boundary copies; rank 1 receives the first with the
-// asynchronous receive (a callback on the channel's thread), refuses a
-// malformed line before any receive starts, and takes the second with the
-// blocking one.
+// A line that receive_snapshot_async must refuse, by throwing, before any
+// receive starts; "MALFORMED ..." when it did not.
+void say_whether_refused(tensor_channel& ch, const std::string& what, const std::string& line) {
+  try {
+    receive_snapshot_async(
+        ch, line, [what](stage_snapshot) { say("MALFORMED: " + what + " received"); },
+        [what](const std::string&) { say("MALFORMED: " + what + " failed late"); });
+    say("MALFORMED: " + what + " not refused");
+  } catch (const transfer_error& e) {
+    say(what + " refused: " + e.what());
+  }
+}
+
+// Rank 0 sends three boundary copies; rank 1 receives the first with the
+// asynchronous receive (a callback on the channel's thread), refuses two
+// malformed lines before any receive starts, takes the second with the
+// blocking one, and the third, packed, as views of one buffer.
 void scenario_snapshot(p2p_group g) {
   tensor_channel ch(std::move(g));
   const auto first = snapshot_case(1.0f), second = snapshot_case(-3.0f), third = snapshot_case(0.5f);
@@ -265,22 +278,9 @@ void scenario_snapshot(p2p_group g) {
   // Tags: first's tensors 0..n-1, its line n and n+1, second's n+2..2n+1.
   const std::string line1 = fetch_line(ch, n);
   const std::string line2 = fetch_line(ch, 2 * n + 2);
-  try {
-    receive_snapshot_async(
-        ch, "v1 2 1 3.weight 0 nonsense", [](stage_snapshot) { say("MALFORMED LINE RECEIVED"); },
-        [](const std::string&) { say("MALFORMED LINE FAILED LATE"); });
-    say("malformed line: not refused");
-  } catch (const transfer_error& e) {
-    say(std::string("malformed line refused: ") + e.what());
-  }
-  try {  // a packed buffer of 3 elements for a tensor of 4
-    receive_snapshot_async(
-        ch, "v2 0 5 6 1 3 2 1 3.weight 1 4 0", [](stage_snapshot) { say("MALFORMED V2 RECEIVED"); },
-        [](const std::string&) { say("MALFORMED V2 FAILED LATE"); });
-    say("malformed v2 line: not refused");
-  } catch (const transfer_error& e) {
-    say(std::string("malformed v2 line refused: ") + e.what());
-  }
+  say_whether_refused(ch, "malformed line", "v1 2 1 3.weight 0 nonsense");
+  // A packed buffer of 3 elements for a tensor of 4.
+  say_whether_refused(ch, "malformed v2 line", "v2 0 5 6 1 3 2 1 3.weight 1 4 0");
   auto got = std::make_shared<std::promise<stage_snapshot>>();
   auto arrived = got->get_future();
   const auto caller = std::this_thread::get_id();
@@ -470,7 +470,7 @@ TEST(P2PGroup, TensorsOfSeveralDtypesAndShapesArriveBitwiseEqual) {
 TEST(StateTransfer, PackingCopiesEveryTensorIntoOneBufferInOrder) {
   const auto original = snapshot_case(2.0f);
   auto packed = original;
-  pack_snapshot(packed);
+  ASSERT_TRUE(pack_snapshot(packed));
   ASSERT_TRUE(packed.flat.defined());
   EXPECT_TRUE(same_snapshot(packed, original));
   EXPECT_EQ(packed.flat.numel(), 16 * 8 + 16 + 2 * (16 * 8 + 16));
