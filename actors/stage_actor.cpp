@@ -4,6 +4,8 @@
 
 #include <sys/prctl.h>
 
+#include <algorithm>
+
 #include "actors/stage_state.hpp"
 #include "runtime/optimizer_state.hpp"
 #include "runtime/transport/p2p_group.hpp"  // transfer_error
@@ -49,6 +51,8 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (const auto& p : chunk) s.params.push_back(p);
   s.opt = make_optimizer(s.setup.optimizer, s.params);
   if (s.setup.optimizer_copy) restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
+  s.aside = s.setup.boundary && !s.setup.async && steps_aside(*s.opt) &&
+            std::all_of(s.params.begin(), s.params.end(), [](const at::Tensor& p) { return p.is_cpu(); });
   if (s.setup.async) {
     if (s.split || s.setup.chunks != 1)
       throw std::invalid_argument("async runs one chunk per stage with a full backward");
@@ -118,21 +122,23 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   };
 }
 
-// The stage's weights and optimizer state, copied to the CPU.
+// The stage's weights and optimizer state on the CPU: the tensors
+// themselves where every update steps aside (no later write reaches
+// them), otherwise a copy.
 stage_snapshot snapshot_of(const stage_state& st) {
   stage_snapshot snap;
   snap.rank = st.setup.rank;
   std::vector<std::string> names;
   for (const auto& chunk : st.setup.layers)
     for (auto& [name, t] : chunk->named_parameters()) {
-      snap.weights.emplace_back(name, t.detach().to(torch::kCPU).clone());
+      snap.weights.emplace_back(name, st.aside ? t.detach() : t.detach().to(torch::kCPU, t.scalar_type(), false, true));
       names.push_back(name);
     }
-  // One clone per tensor, not one buffer for all: a buffer that large is a
-  // fresh mapping (and page faults) every step, where the clones reuse
-  // freed memory (at dp 2 on two cores the copy cost 27 % of a step packed,
-  // 12-19 % as clones). A heal packs the copy it sends, once.
-  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names));
+  // One tensor each, not one buffer for all: a buffer that large is a
+  // fresh mapping (and page faults) every step (at dp 2 on two cores a
+  // packed copy cost 27 % of a step, clones 12-19 %, shared tensors
+  // nothing). A heal packs the copy it sends, once.
+  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names), st.aside);
   return snap;
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/lr.hpp"
 #include "runtime/op_grid.hpp"
+#include "runtime/optimizer_state.hpp"
 
 namespace actorpipe::stage_detail {
 
@@ -217,7 +218,11 @@ void apply_update(stage_ptr self, const apply_msg& m) {
       if (p.grad().defined()) p.grad().mul_(coef);
   }
   for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
-  s.opt->step();
+  // Aside: the kept boundary (the tensors before this step) stays as it was.
+  if (s.aside)
+    step_aside(*s.opt);
+  else
+    s.opt->step();
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
 }
 

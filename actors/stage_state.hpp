@@ -80,6 +80,10 @@ struct stage_state {
   stage_stats stats;
   std::unique_ptr<stage_clock> clock;  // self-ticking, or the driver's lock-step rounds
   weight_versions versions;  // async: each step's copy of the weights it computes with
+  // Boundaries are kept and the update can leave the old tensors alone
+  // (step_aside: a flushing schedule, Adam or SGD, weights on the CPU):
+  // a boundary copy is then the weights and state themselves, not clones.
+  bool aside = false;
   std::map<int64_t, stage_stats> step_stats;
   std::map<int64_t, double> step_loss;
   int64_t fired_total = 0;  // every op of the run, for the watchdog

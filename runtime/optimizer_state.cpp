@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -39,13 +40,14 @@ at::Tensor copy_to(const at::Tensor& t, const at::Tensor& like) {
 
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
                                                                  const std::vector<at::Tensor>& params,
-                                                                 std::vector<std::string> names) {
+                                                                 std::vector<std::string> names, bool share) {
   if (!names.empty() && names.size() != params.size())
     throw std::invalid_argument("optimizer state copy: " + std::to_string(names.size()) + " names for " +
                                 std::to_string(params.size()) + " parameters");
   auto out = std::make_shared<optimizer_state_copy>();
   out->names = std::move(names);
   torch::NoGradGuard no_grad;
+  const auto take = [share](const at::Tensor& t) { return share && t.defined() ? t.detach() : copy_of(t); };
   const auto& state = opt.state();
   for (const auto& p : params) {
     out->steps.push_back(0);
@@ -54,9 +56,9 @@ std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::op
     if (it == state.end()) continue;
     if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(it->second.get())) {
       out->steps.back() = a->step();
-      out->tensors.back() = {copy_of(a->exp_avg()), copy_of(a->exp_avg_sq()), copy_of(a->max_exp_avg_sq())};
+      out->tensors.back() = {take(a->exp_avg()), take(a->exp_avg_sq()), take(a->max_exp_avg_sq())};
     } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
-      out->tensors.back() = {copy_of(s->momentum_buffer())};
+      out->tensors.back() = {take(s->momentum_buffer())};
     } else {
       throw std::invalid_argument("optimizer state copy: only Adam and SGD state is known");
     }
@@ -88,6 +90,85 @@ void restore_optimizer_state(torch::optim::Optimizer& opt, const std::vector<at:
       s->momentum_buffer(copy_to(t.at(0), params[i]));
       target[key_of(params[i])] = std::move(s);
     }
+  }
+}
+
+bool steps_aside(const torch::optim::Optimizer& opt) {
+  return opt.param_groups().size() == 1 && (dynamic_cast<const torch::optim::Adam*>(&opt) != nullptr ||
+                                            dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr);
+}
+
+// LibTorch 1.13's Adam::step and SGD::step, op for op; where they write
+// into a tensor (mul_, add_, addcdiv_), the first write here is the same
+// op out of place (mul, add, addcdiv: one kernel either way) and the rest
+// land in that new tensor. optimizer_state_test holds the two to the bit.
+void step_aside(torch::optim::Optimizer& opt) {
+  if (!steps_aside(opt)) throw std::invalid_argument("step_aside: only Adam and SGD with one parameter group");
+  torch::NoGradGuard no_grad;
+  auto& group = opt.param_groups().front();
+  auto& state = opt.state();
+  if (dynamic_cast<torch::optim::Adam*>(&opt) != nullptr) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto grad = p.grad();
+      auto& slot = state[key_of(p)];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        if (o.amsgrad()) fresh->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& st = static_cast<torch::optim::AdamParamState&>(*slot);
+      st.step(st.step() + 1);
+      const double beta1 = std::get<0>(o.betas());
+      const double beta2 = std::get<1>(o.betas());
+      const double bias_correction1 = 1 - std::pow(beta1, st.step());
+      const double bias_correction2 = 1 - std::pow(beta2, st.step());
+      if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
+      auto exp_avg = st.exp_avg().mul(beta1);
+      exp_avg.add_(grad, 1 - beta1);
+      auto exp_avg_sq = st.exp_avg_sq().mul(beta2);
+      exp_avg_sq.addcmul_(grad, grad, 1 - beta2);
+      at::Tensor denom;
+      if (o.amsgrad()) {
+        auto max_exp_avg_sq = at::max(exp_avg_sq, st.max_exp_avg_sq());
+        denom = (max_exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+        st.max_exp_avg_sq(max_exp_avg_sq);
+      } else {
+        denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+      }
+      const double step_size = o.lr() / bias_correction1;
+      p.set_data(p.detach().addcdiv(exp_avg, denom, -step_size));
+      st.exp_avg(exp_avg);
+      st.exp_avg_sq(exp_avg_sq);
+    }
+    return;
+  }
+  const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+  for (auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    auto d_p = p.grad().data();
+    if (o.weight_decay() != 0) d_p = d_p.add(p.data(), o.weight_decay());
+    if (o.momentum() != 0) {
+      at::Tensor buf;
+      auto& slot = state[key_of(p)];
+      if (!slot) {
+        buf = torch::clone(d_p).detach();
+        auto fresh = std::make_unique<torch::optim::SGDParamState>();
+        fresh->momentum_buffer(buf);
+        slot = std::move(fresh);
+      } else {
+        auto& st = static_cast<torch::optim::SGDParamState&>(*slot);
+        buf = st.momentum_buffer().mul(o.momentum());
+        buf.add_(d_p, 1 - o.dampening());
+        st.momentum_buffer(buf);
+      }
+      d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
+    }
+    p.set_data(p.detach().add(d_p, -1 * o.lr()));
   }
 }
 

@@ -68,5 +68,83 @@ TEST(OptimizerStateCopy, AParameterCountMismatchIsRefused) {
   EXPECT_THROW(restore_optimizer_state(other, fewer, *copy), std::invalid_argument);
 }
 
+// step_aside against LibTorch's own step, over tensors whose sizes leave
+// vectorised bodies, scalar tails and (past 32768 elements) parallel
+// chunks: the same bits, step after step; and a copy that shares the
+// tensors from before a step still holds them after it.
+template <class Opt, class Options>
+void expect_aside_matches_step(Options options) {
+  torch::manual_seed(5);
+  std::vector<at::Tensor> a = {torch::randn({300, 211}).requires_grad_(true), torch::randn({37}).requires_grad_(true),
+                               torch::randn({5, 3}).requires_grad_(true)};
+  auto b = clone_params(a);
+  Opt ours(a, options), theirs(b, options);
+  for (int s = 0; s < 4; ++s) {
+    torch::manual_seed(40 + s);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i].mutable_grad() = torch::randn_like(a[i]);
+      b[i].mutable_grad() = a[i].grad().clone();
+    }
+    const auto* impl = a[0].unsafeGetTensorImpl();
+    auto shared = copy_optimizer_state(ours, a, {}, /*share=*/true);
+    auto deep = copy_optimizer_state(ours, a);
+    std::vector<at::Tensor> before_shared, before_deep;
+    for (const auto& p : a) {
+      before_shared.push_back(p.detach());
+      before_deep.push_back(p.detach().clone());
+    }
+    step_aside(ours);
+    theirs.step();
+    EXPECT_EQ(a[0].unsafeGetTensorImpl(), impl) << "the parameter is the same tensor, with new data";
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::equal(a[i], b[i])) << "step " << s << ", parameter " << i;
+      EXPECT_FALSE(torch::equal(a[i], before_deep[i])) << "the step moved parameter " << i;
+      EXPECT_TRUE(torch::equal(before_shared[i], before_deep[i])) << "the shared copy of parameter " << i;
+      for (size_t k = 0; k < deep->tensors[i].size(); ++k) {
+        const auto& was = deep->tensors[i][k];
+        const auto& kept = shared->tensors[i][k];
+        ASSERT_EQ(was.defined(), kept.defined());
+        if (was.defined()) {
+          EXPECT_TRUE(torch::equal(was, kept)) << "the shared state " << k << " of " << i;
+        }
+      }
+    }
+    auto mine = copy_optimizer_state(ours, a), reference = copy_optimizer_state(theirs, b);
+    ASSERT_EQ(mine->tensors.size(), reference->tensors.size());
+    for (size_t i = 0; i < mine->tensors.size(); ++i) {
+      EXPECT_EQ(mine->steps[i], reference->steps[i]);
+      ASSERT_EQ(mine->tensors[i].size(), reference->tensors[i].size());
+      for (size_t k = 0; k < mine->tensors[i].size(); ++k) {
+        ASSERT_EQ(mine->tensors[i][k].defined(), reference->tensors[i][k].defined());
+        if (mine->tensors[i][k].defined()) {
+          EXPECT_TRUE(torch::equal(mine->tensors[i][k], reference->tensors[i][k])) << "state " << k << " of " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(StepAside, AdamStepsToTheBitsOfLibTorchsStepAndLeavesTheOldTensors) {
+  expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01).betas({0.8, 0.95}).eps(1e-6));
+}
+
+TEST(StepAside, AdamWithWeightDecayAndAmsgradToo) {
+  expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.003).weight_decay(0.1).amsgrad(true));
+}
+
+TEST(StepAside, SgdPlainWithMomentumAndNesterov) {
+  expect_aside_matches_step<torch::optim::SGD>(torch::optim::SGDOptions(0.05));
+  expect_aside_matches_step<torch::optim::SGD>(
+      torch::optim::SGDOptions(0.05).momentum(0.9).dampening(0.1).weight_decay(0.01));
+  expect_aside_matches_step<torch::optim::SGD>(torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+}
+
+TEST(StepAside, AnotherOptimizerIsRefused) {
+  auto a = make_params();
+  torch::optim::RMSprop opt(a, torch::optim::RMSpropOptions(0.01));
+  EXPECT_FALSE(steps_aside(opt));
+  EXPECT_THROW(step_aside(opt), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace actorpipe
