@@ -24,7 +24,7 @@ namespace {
 using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
-stage_snapshot snapshot_of(const stage_state& st);
+stage_snapshot snapshot_of(stage_state& st);
 std::string keep_boundary(stage_ptr self, int64_t step, bool start);
 int slot_of(const stage_state& st) { return st.setup.replica * st.setup.stages + st.setup.rank; }
 
@@ -123,9 +123,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
 }
 
 // The stage's weights and optimizer state on the CPU: the tensors
-// themselves where every update steps aside (no later write reaches
+// themselves where the next update steps aside (no later write reaches
 // them), otherwise a copy.
-stage_snapshot snapshot_of(const stage_state& st) {
+stage_snapshot snapshot_of(stage_state& st) {
+  st.shared = st.aside;
   stage_snapshot snap;
   snap.rank = st.setup.rank;
   std::vector<std::string> names;
@@ -148,7 +149,7 @@ stage_snapshot snapshot_of(const stage_state& st) {
 // the line that describes them, for the keep message (empty: nothing
 // sent).
 std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
-  const auto& st = self->state;
+  auto& st = self->state;
   if (!st.setup.boundary) return {};
   // Only lasting boundaries are kept (supervision.copy_every): the others
   // cost a copy of the stage that no heal would use.

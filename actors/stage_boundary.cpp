@@ -218,11 +218,13 @@ void apply_update(stage_ptr self, const apply_msg& m) {
       if (p.grad().defined()) p.grad().mul_(coef);
   }
   for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
-  // Aside: the kept boundary (the tensors before this step) stays as it was.
-  if (s.aside)
-    step_aside(*s.opt);
+  // Aside: the boundary copy that shares the tensors before this step
+  // keeps them as they are.
+  if (s.shared)
+    step_aside(*s.opt, &s.pool);
   else
     s.opt->step();
+  s.shared = false;
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/finite_watch.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/policy.hpp"
+#include "runtime/optimizer_state.hpp"
 #include "runtime/ready_board.hpp"
 #include "runtime/stage_compute.hpp"
 #include "runtime/weight_versions.hpp"
@@ -82,8 +83,12 @@ struct stage_state {
   weight_versions versions;  // async: each step's copy of the weights it computes with
   // Boundaries are kept and the update can leave the old tensors alone
   // (step_aside: a flushing schedule, Adam or SGD, weights on the CPU):
-  // a boundary copy is then the weights and state themselves, not clones.
+  // a boundary copy is then the weights and state themselves, not clones,
+  // and `shared` says that one holds them now, so that the next update
+  // steps aside (into the pool's buffers) rather than in place.
   bool aside = false;
+  bool shared = false;
+  tensor_pool pool;
   std::map<int64_t, stage_stats> step_stats;
   std::map<int64_t, double> step_loss;
   int64_t fired_total = 0;  // every op of the run, for the watchdog

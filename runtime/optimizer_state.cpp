@@ -1,5 +1,6 @@
 #include "runtime/optimizer_state.hpp"
 
+#include <ATen/ScalarOps.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -98,11 +99,35 @@ bool steps_aside(const torch::optim::Optimizer& opt) {
                                             dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr);
 }
 
+at::Tensor tensor_pool::like(const at::Tensor& t) {
+  for (const auto& h : held_)
+    if (h.use_count() == 1 && h.storage().use_count() == 1 && h.sizes().equals(t.sizes()) &&
+        h.scalar_type() == t.scalar_type() && h.device() == t.device())
+      return h;
+  held_.push_back(at::empty(t.sizes(), t.options()));
+  return held_.back();
+}
+
+namespace {
+
+at::Tensor fresh_like(tensor_pool* pool, const at::Tensor& t) {
+  return pool ? pool->like(t) : at::empty(t.sizes(), t.options());
+}
+
+// t.mul(x) (Tensor::mul wraps the scalar the same way) into `out`.
+at::Tensor mul_into(at::Tensor out, const at::Tensor& t, double x) {
+  at::mul_out(out, t, at::native::wrapped_scalar_tensor(x));
+  return out;
+}
+
+}  // namespace
+
 // LibTorch 1.13's Adam::step and SGD::step, op for op; where they write
 // into a tensor (mul_, add_, addcdiv_), the first write here is the same
-// op out of place (mul, add, addcdiv: one kernel either way) and the rest
-// land in that new tensor. optimizer_state_test holds the two to the bit.
-void step_aside(torch::optim::Optimizer& opt) {
+// op into another tensor (mul_out, add_out, addcdiv_out: one kernel either
+// way) and the rest land in that tensor. optimizer_state_test holds the
+// two to the bit.
+void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool) {
   if (!steps_aside(opt)) throw std::invalid_argument("step_aside: only Adam and SGD with one parameter group");
   torch::NoGradGuard no_grad;
   auto& group = opt.param_groups().front();
@@ -128,20 +153,23 @@ void step_aside(torch::optim::Optimizer& opt) {
       const double bias_correction1 = 1 - std::pow(beta1, st.step());
       const double bias_correction2 = 1 - std::pow(beta2, st.step());
       if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
-      auto exp_avg = st.exp_avg().mul(beta1);
+      auto exp_avg = mul_into(fresh_like(pool, st.exp_avg()), st.exp_avg(), beta1);
       exp_avg.add_(grad, 1 - beta1);
-      auto exp_avg_sq = st.exp_avg_sq().mul(beta2);
+      auto exp_avg_sq = mul_into(fresh_like(pool, st.exp_avg_sq()), st.exp_avg_sq(), beta2);
       exp_avg_sq.addcmul_(grad, grad, 1 - beta2);
       at::Tensor denom;
       if (o.amsgrad()) {
-        auto max_exp_avg_sq = at::max(exp_avg_sq, st.max_exp_avg_sq());
+        auto max_exp_avg_sq = fresh_like(pool, st.max_exp_avg_sq());
+        at::maximum_out(max_exp_avg_sq, exp_avg_sq, st.max_exp_avg_sq());
         denom = (max_exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
         st.max_exp_avg_sq(max_exp_avg_sq);
       } else {
         denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
       }
       const double step_size = o.lr() / bias_correction1;
-      p.set_data(p.detach().addcdiv(exp_avg, denom, -step_size));
+      auto moved = fresh_like(pool, p);
+      at::addcdiv_out(moved, p.detach(), exp_avg, denom, -step_size);
+      p.set_data(moved);
       st.exp_avg(exp_avg);
       st.exp_avg_sq(exp_avg_sq);
     }
@@ -162,13 +190,15 @@ void step_aside(torch::optim::Optimizer& opt) {
         slot = std::move(fresh);
       } else {
         auto& st = static_cast<torch::optim::SGDParamState&>(*slot);
-        buf = st.momentum_buffer().mul(o.momentum());
+        buf = mul_into(fresh_like(pool, st.momentum_buffer()), st.momentum_buffer(), o.momentum());
         buf.add_(d_p, 1 - o.dampening());
         st.momentum_buffer(buf);
       }
       d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
     }
-    p.set_data(p.detach().add(d_p, -1 * o.lr()));
+    auto moved = fresh_like(pool, p);
+    at::add_out(moved, p.detach(), d_p, -1 * o.lr());
+    p.set_data(moved);
   }
 }
 

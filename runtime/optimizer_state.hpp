@@ -35,15 +35,29 @@ std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::op
 /// Whether step_aside can step `opt` (Adam or SGD, one parameter group).
 bool steps_aside(const torch::optim::Optimizer& opt);
 
+/// Buffers for step_aside's new tensors, used again once nothing else
+/// holds them (the boundary copy that shared them was dropped): a new
+/// tensor every step made the allocator give memory back to the system
+/// and fault it in again, which doubled a run's system time.
+class tensor_pool {
+public:
+  /// A tensor of `t`'s sizes and options that no one else holds, or a new one.
+  at::Tensor like(const at::Tensor& t);
+  size_t size() const { return held_.size(); }
+
+private:
+  std::vector<at::Tensor> held_;
+};
+
 /// One step of `opt`, to the bit what opt.step() computes (LibTorch's op
-/// sequence, each op the same kernel out of place), but every new value of
-/// a parameter or of its state goes into a new tensor: the parameter
-/// points at its new data (set_data), the state at its new tensors, and
-/// the tensors from before the step are never written. A boundary copy can
-/// then be those tensors themselves: the step makes the copy, for free
-/// (where a clone of weights and state cost a fifth of a step on two
-/// cores). Throws std::invalid_argument where !steps_aside(opt).
-void step_aside(torch::optim::Optimizer& opt);
+/// sequence, the first write into each tensor the same kernel with
+/// another output), but every new value of a parameter or of its state
+/// goes into another tensor, from `pool` (or new, without one): the
+/// parameter points at its new data (set_data), the state at its new
+/// tensors, and the tensors from before the step are never written. A
+/// boundary copy can then be those tensors themselves, for free. Throws
+/// std::invalid_argument where !steps_aside(opt).
+void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool = nullptr);
 
 /// Gives `opt` (the same type, over `params` of the same shapes and order)
 /// a deep copy of `state`; the copy stays usable for another restore.

@@ -71,9 +71,12 @@ TEST(OptimizerStateCopy, AParameterCountMismatchIsRefused) {
 // step_aside against LibTorch's own step, over tensors whose sizes leave
 // vectorised bodies, scalar tails and (past 32768 elements) parallel
 // chunks: the same bits, step after step; and a copy that shares the
-// tensors from before a step still holds them after it.
+// tensors from before a step still holds them after it. With a pool, the
+// buffers of a dropped copy serve again: two sets in all.
 template <class Opt, class Options>
-void expect_aside_matches_step(Options options) {
+void expect_aside_matches_step(Options options, bool pooled = true) {
+  tensor_pool pool;
+  size_t per_set = 0;
   torch::manual_seed(5);
   std::vector<at::Tensor> a = {torch::randn({300, 211}).requires_grad_(true), torch::randn({37}).requires_grad_(true),
                                torch::randn({5, 3}).requires_grad_(true)};
@@ -93,7 +96,7 @@ void expect_aside_matches_step(Options options) {
       before_shared.push_back(p.detach());
       before_deep.push_back(p.detach().clone());
     }
-    step_aside(ours);
+    step_aside(ours, pooled ? &pool : nullptr);
     theirs.step();
     EXPECT_EQ(a[0].unsafeGetTensorImpl(), impl) << "the parameter is the same tensor, with new data";
     for (size_t i = 0; i < a.size(); ++i) {
@@ -111,6 +114,9 @@ void expect_aside_matches_step(Options options) {
     }
     auto mine = copy_optimizer_state(ours, a), reference = copy_optimizer_state(theirs, b);
     ASSERT_EQ(mine->tensors.size(), reference->tensors.size());
+    per_set = a.size();
+    for (const auto& ts : mine->tensors)
+      for (const auto& t : ts) per_set += t.defined() ? 1 : 0;
     for (size_t i = 0; i < mine->tensors.size(); ++i) {
       EXPECT_EQ(mine->steps[i], reference->steps[i]);
       ASSERT_EQ(mine->tensors[i].size(), reference->tensors[i].size());
@@ -122,10 +128,17 @@ void expect_aside_matches_step(Options options) {
       }
     }
   }
+  if (pooled) {
+    EXPECT_GT(pool.size(), 0u);
+    EXPECT_LE(pool.size(), 2 * per_set) << "the pool took more than two sets of buffers";
+  } else {
+    EXPECT_EQ(pool.size(), 0u);
+  }
 }
 
 TEST(StepAside, AdamStepsToTheBitsOfLibTorchsStepAndLeavesTheOldTensors) {
   expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01).betas({0.8, 0.95}).eps(1e-6));
+  expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01), /*pooled=*/false);
 }
 
 TEST(StepAside, AdamWithWeightDecayAndAmsgradToo) {
