@@ -193,6 +193,9 @@ caf::result<void> hold_copy(stage_ptr self, int32_t slot, int64_t step, const st
         [memory, asked, me, id, from](const std::string& why) {
           memory->settle(from);
           if (asked) caf::anon_send(me, kept_atom::value, id, why.empty() ? std::string("failed") : why);
+        },
+        [memory](const std::vector<int64_t>& shape, at::ScalarType dtype) {
+          return memory->buffers().take(shape, at::TensorOptions().dtype(dtype));
         });
   } catch (const transfer_error& e) {
     memory->settle(from);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "messages/payloads.hpp"
+#include "runtime/tensor_pool.hpp"
 
 namespace actorpipe {
 
@@ -73,10 +74,15 @@ public:
     return out;
   }
 
+  /// Buffers for the copies kept here that arrive from other processes:
+  /// those of a copy dropped from here serve the next one.
+  tensor_pool& buffers() { return buffers_; }
+
 private:
   mutable std::mutex mutex_;
   std::map<int, int> arriving_;  // by sending process
   std::map<int, std::map<int64_t, stage_snapshot>> by_slot_;
+  tensor_pool buffers_;
 };
 
 }  // namespace actorpipe

@@ -99,15 +99,6 @@ bool steps_aside(const torch::optim::Optimizer& opt) {
                                             dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr);
 }
 
-at::Tensor tensor_pool::like(const at::Tensor& t) {
-  for (const auto& h : held_)
-    if (h.use_count() == 1 && h.storage().use_count() == 1 && h.sizes().equals(t.sizes()) &&
-        h.scalar_type() == t.scalar_type() && h.device() == t.device())
-      return h;
-  held_.push_back(at::empty(t.sizes(), t.options()));
-  return held_.back();
-}
-
 namespace {
 
 at::Tensor fresh_like(tensor_pool* pool, const at::Tensor& t) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "messages/payloads.hpp"
+#include "runtime/tensor_pool.hpp"
 
 namespace torch::optim {
 class Optimizer;
@@ -34,20 +35,6 @@ std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::op
 
 /// Whether step_aside can step `opt` (Adam or SGD, one parameter group).
 bool steps_aside(const torch::optim::Optimizer& opt);
-
-/// Buffers for step_aside's new tensors, used again once nothing else
-/// holds them (the boundary copy that shared them was dropped): a new
-/// tensor every step made the allocator give memory back to the system
-/// and fault it in again, which doubled a run's system time.
-class tensor_pool {
-public:
-  /// A tensor of `t`'s sizes and options that no one else holds, or a new one.
-  at::Tensor like(const at::Tensor& t);
-  size_t size() const { return held_.size(); }
-
-private:
-  std::vector<at::Tensor> held_;
-};
 
 /// One step of `opt`, to the bit what opt.step() computes (LibTorch's op
 /// sequence, the first write into each tensor the same kernel with

@@ -212,7 +212,7 @@ std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int 
 
 void receive_snapshot_async(tensor_channel& channel, const std::string& described,
                             std::function<void(stage_snapshot)> done,
-                            std::function<void(const std::string&)> failed) {
+                            std::function<void(const std::string&)> failed, tensor_channel::buffer_for into) {
   auto a = std::make_shared<arrival>();
   parse(described, *a);
   a->done = std::move(done);
@@ -251,7 +251,7 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
           *target = std::move(t);
           a->one_ended();
         },
-        one_failed);
+        one_failed, into);
   }
   a->one_ended();
 }

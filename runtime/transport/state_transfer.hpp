@@ -10,10 +10,9 @@
 #include <string>
 
 #include "messages/payloads.hpp"
+#include "runtime/transport/tensor_channel.hpp"
 
 namespace actorpipe {
-
-class tensor_channel;
 
 /// Makes `s` own a copy of its tensors in one CPU buffer (s.flat, every
 /// tensor a view of it, in the order a transfer names them) and returns
@@ -37,10 +36,12 @@ stage_snapshot receive_snapshot(tensor_channel& channel, const std::string& desc
 /// Starts receiving what `described` describes, and returns at once; once
 /// every tensor is in, `done` is called with the snapshot, or `failed` with
 /// the first receive's reason, on one of the channel's receiving threads.
-/// A line that does not parse throws transfer_error here, before any
-/// receive starts.
+/// A snapshot sent tensor by tensor lands in `into`'s buffers where given
+/// (a packed one in a new buffer). A line that does not parse throws
+/// transfer_error here, before any receive starts.
 void receive_snapshot_async(tensor_channel& channel, const std::string& described,
                             std::function<void(stage_snapshot)> done,
-                            std::function<void(const std::string&)> failed);
+                            std::function<void(const std::string&)> failed,
+                            tensor_channel::buffer_for into = nullptr);
 
 }  // namespace actorpipe

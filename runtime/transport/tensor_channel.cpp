@@ -115,12 +115,13 @@ remote_tensor tensor_channel::post(const at::Tensor& t, int to) {
 }
 
 void tensor_channel::fetch(const remote_tensor& d, std::function<void(at::Tensor)> done,
-                           std::function<void(const std::string&)> failed) {
+                           std::function<void(const std::string&)> failed, buffer_for into) {
   impl* self = impl_.get();
-  self->receiver(d.from).push([self, d, done = std::move(done), failed = std::move(failed)] {
+  self->receiver(d.from).push([self, d, done = std::move(done), failed = std::move(failed), into = std::move(into)] {
     at::Tensor buffer;
     try {
-      buffer = at::empty(d.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(d.dtype)));
+      const auto dtype = static_cast<at::ScalarType>(d.dtype);
+      buffer = into ? into(d.shape, dtype) : at::empty(d.shape, at::TensorOptions().dtype(dtype));
       self->group.recv_into(buffer, d.from, d.tag).wait();
     } catch (const std::exception& e) {
       failed(e.what());

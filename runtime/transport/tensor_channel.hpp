@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "messages/wire.hpp"
 #include "runtime/transport/p2p_group.hpp"
@@ -38,12 +39,15 @@ public:
   /// `to`; what the control message carries in its place.
   remote_tensor post(const at::Tensor& t, int to);
 
+  /// Where a receive lands: a CPU tensor of the shape and dtype asked for.
+  using buffer_for = std::function<at::Tensor(const std::vector<int64_t>& shape, at::ScalarType dtype)>;
+
   /// Receives the tensor `d` describes (a CPU tensor of its dtype and
-  /// shape), then calls `done` with it, or `failed` with a one-line reason
-  /// (a peer gone, a timeout, a header that does not match), on the
-  /// receiving thread of d.from.
+  /// shape: `into`'s, or a new one), then calls `done` with it, or
+  /// `failed` with a one-line reason (a peer gone, a timeout, a header
+  /// that does not match), on the receiving thread of d.from.
   void fetch(const remote_tensor& d, std::function<void(at::Tensor)> done,
-             std::function<void(const std::string&)> failed);
+             std::function<void(const std::string&)> failed, buffer_for into = nullptr);
 
   /// The first failed send, empty when none failed.
   std::string send_failure() const;
