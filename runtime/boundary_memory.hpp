@@ -7,12 +7,15 @@
 // process also holds here the copies that the stages it keeps for (their
 // slots, not its own) sent after those steps.
 //
-// The four newest boundaries per slot are kept: when a run fails during
-// an apply, some stages hold the step it was applying and the others the
-// one before; and a keeper's copies of the newest two may still be on
-// their way (a dying sender's last copy never arrives, and under load the
-// one before it may not have either), so every slot must still hold the
-// one before those.
+// The newest boundaries per slot are kept, as many as `depth`: when a run
+// fails during an apply, some stages hold the step it was applying and the
+// others the one before, so two are needed (dp > 1: a donor is a live
+// replica, which holds its own). At dp = 1 a keeper's copies of the newest
+// two may still be on their way (a dying sender's last copy never arrives,
+// and under load the one before it may not have either), so every slot
+// must still hold the one before those: four. Each boundary held beyond
+// the live one is a set of the stage's weights and optimizer state in
+// memory (and, stepped aside, a set of buffers the stage writes in turn).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -26,13 +29,16 @@ namespace actorpipe {
 
 class boundary_memory {
 public:
+  /// At least two (the step being applied and the one before).
+  explicit boundary_memory(size_t depth = 4) : depth_(depth < 2 ? 2 : depth) {}
+
   /// Slot `slot` (replica d, stage r at d S + r) after step `step` (-1:
   /// before the first); called from the stage's thread.
   void keep(int slot, int64_t step, stage_snapshot s) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& steps = by_slot_[slot];
     steps[step] = std::move(s);
-    while (steps.size() > 4) steps.erase(steps.begin());
+    while (steps.size() > depth_) steps.erase(steps.begin());
   }
 
   /// The copy of `slot` after `step`, if kept.
@@ -79,6 +85,7 @@ public:
   tensor_pool& buffers() { return buffers_; }
 
 private:
+  size_t depth_;
   mutable std::mutex mutex_;
   std::map<int, int> arriving_;  // by sending process
   std::map<int, std::map<int64_t, stage_snapshot>> by_slot_;

@@ -1,5 +1,5 @@
 // runtime/boundary_memory: which step boundaries a process keeps per slot
-// (the four newest), and that a kept copy comes back as it went in.
+// (the four newest, or as many as asked), and that a kept copy comes back as it went in.
 #include "runtime/boundary_memory.hpp"
 
 #include <gtest/gtest.h>
@@ -24,6 +24,20 @@ TEST(BoundaryMemory, KeepsTheFourNewestPerSlot) {
   // Copies every third step (supervision.copy_every 3): after 2, 5, 8, 11.
   for (int64_t step : {-1, 2, 5, 8, 11}) m.keep(4, step, marked(step));
   EXPECT_EQ(m.steps(4), (std::vector<int64_t>{2, 5, 8, 11}));
+}
+
+// dp > 1 (a donor is a live replica): the step being applied and the one
+// before; fewer than two is not a depth that can roll back an apply.
+TEST(BoundaryMemory, KeepsAsManyAsAsked) {
+  boundary_memory two(2), one(1);
+  for (int64_t step = -1; step < 5; ++step) {
+    two.keep(3, step, marked(step));
+    one.keep(3, step, marked(step));
+  }
+  EXPECT_EQ(two.steps(3), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(one.steps(3), (std::vector<int64_t>{3, 4}));
+  ASSERT_TRUE(two.at(3, 3));
+  EXPECT_TRUE(torch::equal(two.at(3, 3)->weights[0].second, torch::full({2}, 3.0f)));
 }
 
 TEST(BoundaryMemory, AKeptCopyComesBackAsItWentIn) {

@@ -1,0 +1,84 @@
+// One Adam step over the seed MLP's first stage (layers 0-11 of
+// configs/seed_mlp.yaml at pp 2: 7.5 M floats) on one thread: LibTorch's
+// step in place, against step_aside (the step a stage takes after a kept
+// boundary shared its tensors), with as many boundaries kept as a stage's
+// boundary memory holds (1 to 4; the writes go to pool buffers that the
+// oldest dropped copy left).
+//
+//   build/optimizer_step_bench
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <deque>
+#include <vector>
+
+#include "runtime/optimizer_state.hpp"
+#include "runtime/tensor_pool.hpp"
+
+namespace {
+
+using namespace actorpipe;
+
+struct stage {
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::Adam> opt;
+
+  stage() {
+    at::set_num_threads(1);
+    torch::manual_seed(0);
+    const std::vector<std::pair<int64_t, int64_t>> shapes{{100, 1024}, {1024, 1024}, {1024, 2048}, {2048, 2048}};
+    for (auto [in, out] : shapes) {
+      params.push_back(torch::randn({out, in}).mul_(0.01).requires_grad_());
+      params.push_back(torch::zeros({out}).requires_grad_());
+    }
+    opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+    grads();
+    opt->step();  // the state exists from here on
+  }
+  void grads() {
+    for (auto& p : params) p.mutable_grad() = torch::randn_like(p).mul_(0.001);
+  }
+  // What a kept boundary holds: the tensors themselves (shared).
+  std::vector<at::Tensor> shared() const {
+    std::vector<at::Tensor> out;
+    for (const auto& p : params) {
+      out.push_back(p.detach());
+      auto& st = static_cast<torch::optim::AdamParamState&>(
+          *opt->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      out.push_back(st.exp_avg());
+      out.push_back(st.exp_avg_sq());
+    }
+    return out;
+  }
+};
+
+void BM_AdamInPlace(benchmark::State& state) {
+  stage s;
+  for (auto _ : state) {
+    s.opt->step();
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_AdamAside(benchmark::State& state) {
+  stage s;
+  tensor_pool pool;
+  std::deque<std::vector<at::Tensor>> kept;
+  const auto keep = static_cast<size_t>(state.range(0));
+  for (auto _ : state) {
+    state.PauseTiming();
+    kept.push_back(s.shared());
+    while (kept.size() > keep) kept.pop_front();
+    state.ResumeTiming();
+    step_aside(*s.opt, &pool);
+    benchmark::ClobberMemory();
+  }
+  state.counters["pool_buffers"] = static_cast<double>(pool.size());
+}
+
+BENCHMARK(BM_AdamInPlace)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_AdamAside)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();
