@@ -3,7 +3,7 @@
 restarting every rank from the newest checkpoint (TorchElastic's model).
 
     python3 bench/heal_bench.py [--build build] [--rounds 3] [--part all|recovery|cost]
-                                [--copy-every 1,8]
+                                [--copy-every 1,8] [--dp 2,1] [--steps 24] [--skip 3]
 
 The seed MLP (configs/seed_mlp.yaml) at dp 2 x pp 2 under
 `actorpipe launch --nprocs 4`, 8 steps, a checkpoint after every step. A
@@ -31,7 +31,11 @@ at dp 2 x pp 2 and at dp 1 x pp 2 under `launch --nprocs 2`, where stage 1
 also sends its copy to rank 0's process (its keeper) in the background;
 with supervision.copy_every K both happen after every K-th step only (one
 run per mesh and K in --copy-every); alternating; the median step time
-over steps 4.. of every round (from --results), and the ratios.
+over the steps after the first --skip of every round (from --results), and
+the ratios. A longer run skipping more (--steps 48 --skip 8) gives the
+steady state: the first steps after a kept boundary also fault in the
+buffers that the stepped-aside updates write (two or three sets of a
+stage's state, once).
 
 Python 3 standard library only.
 """
@@ -111,9 +115,9 @@ def restart_round(exe, cfg, resumed_cfg, dir_):
     return stop_ms + start_ms, [stop_ms, start_ms]
 
 
-def overhead_round(exe, dir_, restarts, dp, copy_every=1):
+def overhead_round(exe, dir_, restarts, dp, copy_every=1, steps=24, skip=3):
     cfg = config(dir_, restarts, fault=False, dp=dp, copy_every=copy_every)
-    text = open(cfg).read().replace("steps: 8", "steps: 24")
+    text = open(cfg).read().replace("steps: 8", f"steps: {steps}")
     text = re.sub(r"checkpoint: .*\n", "", text)
     open(cfg, "w").write(text)
     out = os.path.join(dir_, "results.json")
@@ -123,7 +127,7 @@ def overhead_round(exe, dir_, restarts, dp, copy_every=1):
         sys.exit(r.stdout + r.stderr)
     runs = json.load(open(out))
     run = runs[0] if isinstance(runs, list) else runs.get("runs", [runs])[0]
-    return [s["step_s"] * 1e3 for s in run["steps"][3:]]
+    return [s["step_s"] * 1e3 for s in run["steps"][skip:]]
 
 
 def main():
@@ -133,7 +137,10 @@ def main():
     ap.add_argument("--part", choices=("all", "recovery", "cost"), default="all",
                     help="recovery time, the cost to a run with no faults, or both")
     ap.add_argument("--copy-every", default="1,8",
-                    help="the supervision.copy_every values of the dp 1 cost runs, comma-separated")
+                    help="the supervision.copy_every values of the cost runs, comma-separated")
+    ap.add_argument("--dp", default="2,1", help="the meshes of the cost runs: dp values (pp 2), comma-separated")
+    ap.add_argument("--steps", type=int, default=24, help="steps of each cost run")
+    ap.add_argument("--skip", type=int, default=3, help="the first steps of each cost run left out of the median")
     a = ap.parse_args()
     exe = os.path.join(a.build, "actorpipe")
     if a.part in ("all", "recovery"):
@@ -142,7 +149,12 @@ def main():
         ks = [int(k) for k in a.copy_every.split(",") if k.strip()]
         if not ks or min(ks) < 1:
             sys.exit("heal_bench: --copy-every wants positive integers, e.g. 1,8")
-        cost(exe, a.rounds, ks)
+        dps = [int(x) for x in a.dp.split(",") if x.strip()]
+        if not dps or any(x not in (1, 2) for x in dps):
+            sys.exit("heal_bench: --dp wants 1, 2 or both, e.g. 2,1")
+        if a.steps < 2 or not 0 <= a.skip < a.steps:
+            sys.exit("heal_bench: --steps wants at least 2 and --skip fewer than --steps")
+        cost(exe, a.rounds, ks, dps, a.steps, a.skip)
 
 
 def recovery(exe, rounds):
@@ -172,7 +184,7 @@ def recovery(exe, rounds):
     print(f"\nfull restart / heal: {med(full) / med(heal):.1f}x")
 
 
-def cost(exe, rounds, ks):
+def cost(exe, rounds, ks, dps=(2, 1), n_steps=24, skip=3):
     """Step time with and without supervision, dp 2 x pp 2 (each stage keeps
     a copy in its own process's memory) and dp 1 x pp 2 (and stage 1 sends
     its copy to rank 0, its keeper, in the background), with copies after
@@ -180,27 +192,24 @@ def cost(exe, rounds, ks):
     runs."""
     med = statistics.median
     with tempfile.TemporaryDirectory() as d:
-        runs = [(2, 0, 1)] + [(2, 2, k) for k in ks] + [(1, 0, 1)] + [(1, 2, k) for k in ks]
+        runs = [run for dp in dps for run in [(dp, 0, 1)] + [(dp, 2, k) for k in ks]]
         steps = {run: [] for run in runs}
         for r in range(rounds):
             for dp, restarts, k in runs:
-                steps[(dp, restarts, k)] += overhead_round(exe, d, restarts, dp, k)
+                got = overhead_round(exe, d, restarts, dp, k, n_steps, skip)
+                steps[(dp, restarts, k)] += got
                 print(f"round {r + 1} dp {dp} max_restarts {restarts} copy_every {k}: "
-                      f"{med(steps[(dp, restarts, k)][-21:]):.1f} ms", file=sys.stderr)
+                      f"{med(got):.1f} ms", file=sys.stderr)
     print(f"\n| mesh | supervision.max_restarts 0 | 2 | with / without |")
     print("| --- | --- | --- | --- |")
     every = lambda k: "every step" if k == 1 else f"every {k}th step"
-    off = med(steps[(2, 0, 1)])
-    for k in ks:
-        on = med(steps[(2, 2, k)])
-        print(f"| dp 2 x pp 2, copy_every {k} (each stage's copy in its own process's memory after {every(k)}) "
-              f"| {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
-    off = med(steps[(1, 0, 1)])
-    for k in ks:
-        on = med(steps[(1, 2, k)])
-        print(f"| dp 1 x pp 2, copy_every {k} (and stage 1's copy sent to rank 0 after {every(k)}) "
-              f"| {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
-
+    what = {2: lambda k: f"dp 2 x pp 2, copy_every {k} (each stage's copy in its own process's memory after {every(k)})",
+            1: lambda k: f"dp 1 x pp 2, copy_every {k} (and stage 1's copy sent to rank 0 after {every(k)})"}
+    for dp in dps:
+        off = med(steps[(dp, 0, 1)])
+        for k in ks:
+            on = med(steps[(dp, 2, k)])
+            print(f"| {what[dp](k)} | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
 
 if __name__ == "__main__":
     main()
