@@ -665,6 +665,13 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   store->add(prefix + "/actorpipe/connected", 1);
   if (!store->wait_count(prefix + "/actorpipe/connected", env.world_size, cx.timeout))
     throw rendezvous_error(where + ": not every rank connected to the others within " + describe_timeout(cx.timeout));
+  // Healing from here on: rank 0's launcher waits for its "respawn";
+  // another node's launcher (its first worker has the line) lets its dead
+  // go, node 0 restarts them. A death before it (every rank still joining,
+  // nothing kept to heal from) ends the run at once, as without
+  // supervision, instead of leaving the others in the rendezvous until its
+  // timeout.
+  if (g == 0 && cx.boundary) tell_launcher("heal");
 
   generation_end end;
   if (env.rank != 0) {
@@ -835,9 +842,6 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   cx.boundary = boundary;
   heal_plan hp;
   hp.generation = start_generation();
-  // Rank 0's launcher waits for its "respawn"; another node's launcher
-  // (its first worker has the line) lets its dead go, node 0 restarts them.
-  if (supervised) tell_launcher("heal");
   for (;;) {
     generation_end end = run_generation(rt, cx, hp);
     if (!end.heal) {

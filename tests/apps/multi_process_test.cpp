@@ -723,6 +723,32 @@ TEST(HealFromOutside, AKillNineOfAWorkerIsHealedBitwise) {
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << run.output();
 }
 
+// A worker killed while the run sets up (before every rank has joined:
+// nothing is kept to heal from yet) ends the run at once, as any death
+// does without supervision, rather than leaving the others waiting in the
+// rendezvous and the launcher waiting for a replacement nobody asks for.
+TEST(HealFromOutside, AWorkerKilledDuringSetUpEndsTheRunAtOnce) {
+  background_launch run("setup_kill", {"--nprocs", "4", long_healing_config("setup_kill")});
+  ASSERT_TRUE(run.started());
+  // Found within 50 ms of its start (still loading LibTorch) and stopped
+  // there: the others cannot get past the rendezvous without it. It dies
+  // once rank 0 is well into its own set-up (its plan printed, a second
+  // more).
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGSTOP);
+  ASSERT_TRUE(run.wait_for_output("processes: 4")) << run.output();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ::kill(victim, SIGKILL);
+  EXPECT_EQ(run.wait(120), 1) << run.output();
+  EXPECT_NE(run.output().find("worker rank 2 (pid " + std::to_string(victim) +
+                              ") was killed by SIGKILL; stopping the other 3 workers"),
+            std::string::npos)
+      << run.output();
+  EXPECT_EQ(run.output().find("supervisor replaces it"), std::string::npos) << run.output();
+  EXPECT_EQ(run.output().find("step "), std::string::npos) << run.output();
+}
+
 // SIGSTOP of a worker: no heartbeat comes, it is taken for dead after
 // supervision.heartbeat_timeout_s, killed for good and replaced, and the
 // run ends on the clean bytes.
