@@ -191,6 +191,7 @@ void on_grads(driver_ptr self, grads_report& r) {
   s.applied = 0;
   s.applying = s.step;
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
+  if (s.setup.on_decided) s.setup.on_decided(s.step);
   // The next step need not wait for the optimizer acks (may_overlap says
   // when it must).
   s.overlapped = may_overlap(s.setup, s.step, !s.stop_reason.empty());

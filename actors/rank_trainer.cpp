@@ -305,6 +305,9 @@ struct rank_context {
   bool fresh = true;  // this process's first generation
   // Rank 0, healing: when the failure was seen and the replacement asked for.
   clock_type::time_point failed_at{}, asked_at{};
+  // The newest step whose applies rank 0's driver sent in this generation
+  // (dp > 1: every live stage will hold it).
+  std::shared_ptr<std::atomic<int64_t>> decided = std::make_shared<std::atomic<int64_t>>(-2);
 };
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
@@ -370,15 +373,20 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
-  // Boundaries are kept after every copy_every-th step only: the newest of
-  // those is the best there is. A lost stage heals from a replica's memory
-  // or, at dp = 1, from its keeper's; every stage rolls back to the newest
-  // boundary that all of them hold (the keeper's copy of the last one may
-  // still be on its way). When there is none, everything goes back to the
-  // newest checkpoint.
-  const copy_rule copies{cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
+  // dp > 1: every boundary is the live state (runtime/boundary_memory.hpp),
+  // and a step whose applies went out is applied by every live stage: the
+  // heal rolls forward to it, once every live slot holds it.
+  const bool live = cx.plan.dp > 1;
+  if (live) hp.resume_after = std::max(hp.resume_after, cx.decided->load());
+  // Boundaries are kept after every copy_every-th step only (at dp = 1):
+  // the newest of those is the best there is. A lost stage heals from a
+  // replica's memory or, at dp = 1, from its keeper's; every stage rolls
+  // back to the newest boundary that all of them hold (the keeper's copy of
+  // the last one may still be on its way). When there is none, everything
+  // goes back to the newest checkpoint.
+  const copy_rule copies{live ? 1 : cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
   const int64_t hoped = copies.newest_lasting(hp.resume_after);
-  if (dead.empty()) {
+  if (dead.empty() && !live) {
     hp.resume_after = hoped;
   } else {
     auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
@@ -390,14 +398,19 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
     // in full is in by then (a stopped sender's rest would hold the wait
     // to its end). None on the way twice in a row, 10 ms apart: none is
     // coming.
+    // Live (dp > 1): a stage is moments from applying the decided step
+    // (or in the middle of it, holding nothing): ask again for up to 2 s;
+    // an older common step could still be overwritten, so short of the
+    // decided one, everything goes back to disk.
     int idle = 0;
     const auto asked = clock_type::now();
-    for (const auto until = asked + milliseconds(250);
-         (!common || *common < hoped) && idle < 2 && clock_type::now() < until;) {
-      idle = copies_arriving(!common || clock_type::now() < asked + milliseconds(30)) ? 0 : idle + 1;
+    for (const auto until = asked + milliseconds(live ? 2000 : 250);
+         (!common || *common < hoped) && (live || idle < 2) && clock_type::now() < until;) {
+      if (!live) idle = copies_arriving(!common || clock_type::now() < asked + milliseconds(30)) ? 0 : idle + 1;
       std::this_thread::sleep_for(milliseconds(10));
       common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
     }
+    if (live && common && *common < hoped) common.reset();
     if (common)
       hp.resume_after = *common;
     else
@@ -606,6 +619,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
       st.copy_channel = copies;
     }
     st.copy_every = cx.cfg.supervision.copy_every;
+    st.live_boundary = cx.plan.dp > 1;
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
   // However this returns, this generation's stages are gone.
@@ -698,6 +712,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   }
   // Rank 0: which processes go down is seen on their directories.
   for (int q = 1; q < env.world_size; ++q) self->monitor(dirs[static_cast<size_t>(q)]);
+  cx.decided->store(-2);
+  opts.on_decided = [decided = cx.decided](int64_t step) { decided->store(step); };
   auto user_on_step = opts.on_step;
   opts.on_step = [&cx, user_on_step](const step_record& r) {
     cx.steps.push_back(r);

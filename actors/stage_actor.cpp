@@ -4,6 +4,8 @@
 
 #include <sys/prctl.h>
 
+#include <csignal>
+
 #include <algorithm>
 
 #include "actors/stage_state.hpp"
@@ -24,7 +26,7 @@ namespace {
 using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
-stage_snapshot snapshot_of(stage_state& st);
+stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint = false);
 std::string keep_boundary(stage_ptr self, int64_t step, bool start);
 int slot_of(const stage_state& st) { return st.setup.replica * st.setup.stages + st.setup.rank; }
 
@@ -51,7 +53,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
     for (const auto& p : chunk) s.params.push_back(p);
   s.opt = make_optimizer(s.setup.optimizer, s.params);
   if (s.setup.optimizer_copy) restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
-  s.aside = s.setup.boundary && !s.setup.async && steps_aside(*s.opt) &&
+  s.aside = s.setup.boundary && !s.setup.live_boundary && !s.setup.async && steps_aside(*s.opt) &&
             std::all_of(s.params.begin(), s.params.end(), [](const at::Tensor& p) { return p.is_cpu(); });
   if (s.setup.async) {
     if (s.split || s.setup.chunks != 1)
@@ -124,22 +126,25 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
 
 // The stage's weights and optimizer state on the CPU: the tensors
 // themselves where the next update steps aside (no later write reaches
-// them), otherwise a copy.
-stage_snapshot snapshot_of(stage_state& st) {
+// them) or, for a live boundary, where the stage forgets them before it
+// writes them (not for a checkpoint, written while the stage goes on);
+// otherwise a copy.
+stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint) {
   st.shared = st.aside;
+  const bool share = st.aside || (st.setup.live_boundary && st.setup.boundary && !for_checkpoint);
   stage_snapshot snap;
   snap.rank = st.setup.rank;
   std::vector<std::string> names;
   for (const auto& chunk : st.setup.layers)
     for (auto& [name, t] : chunk->named_parameters()) {
-      snap.weights.emplace_back(name, st.aside ? t.detach() : t.detach().to(torch::kCPU, t.scalar_type(), false, true));
+      snap.weights.emplace_back(name, share ? t.detach() : t.detach().to(torch::kCPU, t.scalar_type(), false, true));
       names.push_back(name);
     }
   // One tensor each, not one buffer for all: a buffer that large is a
   // fresh mapping (and page faults) every step (at dp 2 on two cores a
   // packed copy cost 27 % of a step, clones 12-19 %, shared tensors
   // nothing). A heal packs the copy it sends, once.
-  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names), st.aside);
+  snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names), share);
   return snap;
 }
 
@@ -153,7 +158,7 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   if (!st.setup.boundary) return {};
   // Only lasting boundaries are kept (supervision.copy_every): the others
   // cost a copy of the stage that no heal would use.
-  if (!start && !copy_rule{st.setup.copy_every}.lasting(step)) return {};
+  if (!start && !st.setup.live_boundary && !copy_rule{st.setup.copy_every}.lasting(step)) return {};
   std::optional<stage_snapshot> held;
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
   stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
@@ -236,6 +241,9 @@ caf::behavior running(stage_ptr self) {
         const int64_t begin = now_ns(self->state);
         apply_update(self, m);
         const int64_t end = now_ns(self->state);
+        // `after_op: update`: the process dies (or stops) right after it.
+        if (const auto kill = self->state.faults.kill_after_update(m.step))
+          ::raise(*kill == fault_kind::kill_process ? SIGKILL : SIGSTOP);
         const auto& su = self->state.setup;
         self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
                    m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
@@ -262,7 +270,7 @@ caf::behavior running(stage_ptr self) {
       },
       [=](eval_atom, eval_msg& m) { evaluate(self, std::move(m)); },
       [=](status_atom) -> stage_status { return status_of(self->state); },
-      [=](ckpt_atom) -> stage_snapshot { return snapshot_of(self->state); },
+      [=](ckpt_atom) -> stage_snapshot { return snapshot_of(self->state, true); },
       [=](weights_atom) -> named_params {
         named_params out;
         for (const auto& chunk : self->state.setup.layers)

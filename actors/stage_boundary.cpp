@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "actors/stage_state.hpp"
+#include "runtime/boundary_memory.hpp"
 #include "runtime/fnv1a.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/lr.hpp"
@@ -218,6 +219,10 @@ void apply_update(stage_ptr self, const apply_msg& m) {
       if (p.grad().defined()) p.grad().mul_(coef);
   }
   for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
+  // A live boundary shares these tensors: gone from memory before they
+  // change (the next one is kept once the update is done).
+  if (s.setup.live_boundary && s.setup.boundary)
+    s.setup.boundary->forget(s.setup.replica * s.setup.stages + s.setup.rank);
   // Aside: the boundary copy that shares the tensors before this step
   // keeps them as they are.
   if (s.shared)

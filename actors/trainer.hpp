@@ -17,6 +17,9 @@ namespace actorpipe {
 struct train_options {
   /// Called after every optimizer step, on the driver's thread.
   std::function<void(const step_record&)> on_step;
+  /// Called when the driver sends a step's applies (every stage's
+  /// gradients are in: each will apply it), on the driver's thread.
+  std::function<void(int64_t)> on_decided;
   /// A given per-rank op order (e.g. from `simulate --export`) to run as a
   /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
   std::vector<std::vector<op_id>> fixed_order;

@@ -41,6 +41,13 @@ public:
     while (steps.size() > depth_) steps.erase(steps.begin());
   }
 
+  /// Drops every boundary of `slot`: its stage is about to write the
+  /// tensors that the newest one shares.
+  void forget(int slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    by_slot_.erase(slot);
+  }
+
   /// The copy of `slot` after `step`, if kept.
   std::optional<stage_snapshot> at(int slot, int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);

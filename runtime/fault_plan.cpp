@@ -60,6 +60,14 @@ std::optional<fault_kind> fault_plan::kill_after(int64_t step, op_id op) const {
   return std::nullopt;
 }
 
+std::optional<fault_kind> fault_plan::kill_after_update(int64_t step) const {
+  for (const auto& a : faults_)
+    if ((a.spec.kind == fault_kind::kill_process || a.spec.kind == fault_kind::stop_process) && a.spec.step == step &&
+        a.spec.op == "update")
+      return a.spec.kind;
+  return std::nullopt;
+}
+
 std::optional<int64_t> fault_plan::stale_copy_from() const {
   std::optional<int64_t> from;
   for (const auto& a : faults_)

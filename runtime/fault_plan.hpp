@@ -34,6 +34,9 @@ public:
   /// `step`, kill_process (stop_process) when its whole process must die
   /// (stop); nothing otherwise.
   std::optional<fault_kind> kill_after(int64_t step, op_id op) const;
+  /// kill_process or stop_process with `after_op: update` at `step`: right
+  /// after the stage's optimizer update of that step.
+  std::optional<fault_kind> kill_after_update(int64_t step) const;
   /// True when microbatch `mb` of step `step` must carry a NaN at `where`.
   bool nan_at(int64_t step, int mb, nonfinite_site where) const;
   /// stale_message: the step from which on the first message sent (in an

@@ -56,7 +56,14 @@ void read_fault(reader& r, const Node& n, const std::string& key) {
   read_amounts(r, s, spec);
   if (const char* name = kind_info.op_key) {
     if (!r.read_string(s, name, spec.op)) r.fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
-    if (!parse_op(spec.op)) r.fail_key(key + "." + name, "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
+    // A process's kill or stop can also come right after the step's update.
+    const bool after_update = spec.op == "update" &&
+                              (spec.kind == fault_kind::kill_process || spec.kind == fault_kind::stop_process);
+    if (!after_update && !parse_op(spec.op))
+      r.fail_key(key + "." + name,
+                 spec.kind == fault_kind::kill_process || spec.kind == fault_kind::stop_process
+                     ? "expected an op such as F5, B2 or W3, or update, found " + quoted_input(spec.op)
+                     : "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
   }
   at.stage = read_index(r, s, "stage", spec.stage);
   at.replica = read_index(r, s, "replica", spec.replica);

@@ -615,11 +615,13 @@ INSTANTIATE_TEST_SUITE_P(Meshes, HealAKilledProcess, ::testing::Values(healing_c
                            return "pp" + std::to_string(info.param.stages) + "_dp" + std::to_string(info.param.dp);
                          });
 
-// supervision.copy_every 3: every stage keeps its boundary (and at dp 1
-// sends it to its keeper) after steps 2 and 5 only, and at the start. A
-// kill in step 4 rolls every stage back to after step 2, the newest copy
-// (at pp 3 the keeper's, at dp 2 x pp 2 the other replica's), re-runs
-// steps 3 and 4, and the run still ends on the clean run's bytes.
+// supervision.copy_every 3 at dp 1: every stage keeps its boundary and
+// sends it to its keeper after steps 2 and 5 only, and at the start. A
+// kill in step 4 rolls every stage back to after step 2, the keeper's
+// newest copy, re-runs steps 3 and 4, and the run still ends on the clean
+// run's bytes. At dp 2 x pp 2 the boundary is the live state, free after
+// every step whatever copy_every says: the same kill rolls back to after
+// step 3 only (the other replica's memory), and ends on the same bytes.
 TEST(HealWithSparseCopies, AKillRollsBackToTheNewestCopyAndEndsBitwise) {
   for (const healing_case c : {healing_case{3, 1}, healing_case{2, 2}}) {
     const std::string tag = "sparse_" + std::to_string(c.stages) + "x" + std::to_string(c.dp);
@@ -645,12 +647,45 @@ TEST(HealWithSparseCopies, AKillRollsBackToTheNewestCopyAndEndsBitwise) {
     auto r = actorpipe({"launch", "--nprocs", std::to_string(c.stages * c.dp), config, "--quiet", "--save", healed},
                        120);
     ASSERT_EQ(r.code, 0) << tag << describe(r);
-    EXPECT_NE(r.err.find("rolling back to after step 2"), std::string::npos) << tag << describe(r);
+    EXPECT_NE(r.err.find(c.dp > 1 ? "rolling back to after step 3" : "rolling back to after step 2"), std::string::npos)
+        << tag << describe(r);
     EXPECT_NE(r.err.find("its stage " + std::to_string(c.stages - 1) + " of replica " + std::to_string(c.dp - 1) +
                          " from rank " + std::to_string(donor) + "'s memory"),
               std::string::npos)
         << tag << describe(r);
     EXPECT_EQ(r.err.find("every stage from the"), std::string::npos) << tag << describe(r);
+    EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << tag << describe(r);
+    EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << tag << describe(r);
+    fs::remove_all(test_dir() / (tag + "_ckpt"));
+  }
+}
+
+// A process killed right after its update of step 3 (`after_op: update`),
+// once rank 0 has sent that step's applies. At dp 2 x pp 2 every live
+// stage applies step 3 too (its gradients were all in), and the heal rolls
+// forward to after step 3: the dead stage's replica holds it. At pp 3 the
+// dead stage's copy of step 3 never reached its keeper, and every stage
+// rolls back to after step 2, the copies it kept. Both end on the clean
+// run's bytes.
+TEST(HealAfterAnUpdate, AtDpTwoRollsForwardToTheDecidedStepAtDpOneBackAndEndsBitwise) {
+  for (const healing_case c : {healing_case{2, 2}, healing_case{3, 1}}) {
+    const std::string tag = "update_" + std::to_string(c.stages) + "x" + std::to_string(c.dp);
+    const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
+    const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
+    auto a = actorpipe({"train", healing_config(tag + "_clean", c.stages, c.dp), "--quiet", "--save", clean});
+    ASSERT_EQ(a.code, 0) << describe(a);
+    // Stage 1 of the last replica (rank 1 at pp 3, rank 3 at dp 2 x pp 2).
+    const int rank = (c.dp - 1) * c.stages + 1;
+    const std::string extra = "faults:\n  inject:\n    - {kind: kill_process, stage: 1, replica: " +
+                              std::to_string(c.dp - 1) + ", step: 3, after_op: update}\n";
+    auto r = actorpipe({"launch", "--nprocs", std::to_string(c.stages * c.dp), healing_config(tag, c.stages, c.dp, extra),
+                        "--quiet", "--save", healed},
+                       120);
+    ASSERT_EQ(r.code, 0) << tag << describe(r);
+    EXPECT_NE(r.err.find("worker rank " + std::to_string(rank) + " (pid"), std::string::npos) << tag << describe(r);
+    EXPECT_NE(r.err.find(c.dp > 1 ? "rolling back to after step 3" : "rolling back to after step 2"), std::string::npos)
+        << tag << describe(r);
+    EXPECT_NE(r.err.find("healed from memory"), std::string::npos) << tag << describe(r);
     EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << tag << describe(r);
     EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << tag << describe(r);
     fs::remove_all(test_dir() / (tag + "_ckpt"));
