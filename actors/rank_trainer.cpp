@@ -840,7 +840,8 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   caf::actor_system& sys = *rt.sys;
   caf::scoped_actor self{sys};
   const bool supervised = cfg.supervision.max_restarts > 0;
-  // dp > 1: a donor is a live replica, so two boundaries suffice; at
+  // dp > 1: the boundary is the live state, forgotten before each update
+  // (two only where a skipped step keeps the same tensors twice); at
   // dp = 1 the keepers' copies can lag (runtime/boundary_memory.hpp).
   auto boundary = supervised ? std::make_shared<boundary_memory>(cfg.parallel.dp > 1 ? 2 : 4) : nullptr;
   auto dir = sys.spawn(directory, caf::actor{self}, boundary);

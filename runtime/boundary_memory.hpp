@@ -7,13 +7,18 @@
 // process also holds here the copies that the stages it keeps for (their
 // slots, not its own) sent after those steps.
 //
-// The newest boundaries per slot are kept, as many as `depth`: when a run
-// fails during an apply, some stages hold the step it was applying and the
-// others the one before, so two are needed (dp > 1: a donor is a live
-// replica, which holds its own). At dp = 1 a keeper's copies of the newest
-// two may still be on their way (a dying sender's last copy never arrives,
-// and under load the one before it may not have either), so every slot
-// must still hold the one before those: four. Each boundary held beyond
+// The newest boundaries per slot are kept, as many as `depth`. At dp > 1
+// the boundary is the stage's live state itself (its tensors, shared): the
+// stage forgets it just before its update writes them and keeps the new
+// one after, and a heal waits until every live stage holds the step rank 0
+// decided (all its gradients were in, so every live stage applies it) and
+// rolls forward to it; a donor is a live replica, which holds its own. At
+// dp = 1 the boundary must outlive the update (the dead stage's gradients
+// die with it): when a run fails during an apply, some stages hold the
+// step it was applying and the others the one before; and a keeper's
+// copies of the newest two may still be on their way (a dying sender's
+// last copy never arrives, and under load the one before it may not have
+// either), so every slot must still hold the one before those: four. Each boundary held beyond
 // the live one is a set of the stage's weights and optimizer state in
 // memory (and, stepped aside, a set of buffers the stage writes in turn).
 #include <cstdint>
