@@ -25,12 +25,13 @@ Rounds alternate the two; the table gives medians, and heal's split as its
 `heal:` line prints it.
 
 The cost to a run with no faults (--part cost): the same config, 24 steps,
-no fault and no checkpoints, with supervision.max_restarts 0 and 2 (each
-stage copies its weights and optimizer state to memory after every step),
-at dp 2 x pp 2 and at dp 1 x pp 2 under `launch --nprocs 2`, where stage 1
-also sends its copy to rank 0's process (its keeper) in the background;
-with supervision.copy_every K both happen after every K-th step only (one
-run per mesh and K in --copy-every); alternating; the median step time
+no fault and no checkpoints, with supervision.max_restarts 0 and 2. At
+dp 2 x pp 2 each stage keeps its live state as its boundary after every
+step (copy_every does not apply); at dp 1 x pp 2 under `launch --nprocs 2`
+each stage keeps its boundary and stage 1 also sends a copy to rank 0's
+process (its keeper) in the background, after every K-th step with
+supervision.copy_every K (one run per mesh and K in --copy-every);
+alternating; the median step time
 over the steps after the first --skip of every round (from --results), and
 the ratios. A longer run skipping more (--steps 48 --skip 8) gives the
 steady state: the first steps after a kept boundary also fault in the
@@ -203,7 +204,7 @@ def cost(exe, rounds, ks, dps=(2, 1), n_steps=24, skip=3):
     print(f"\n| mesh | supervision.max_restarts 0 | 2 | with / without |")
     print("| --- | --- | --- | --- |")
     every = lambda k: "every step" if k == 1 else f"every {k}th step"
-    what = {2: lambda k: f"dp 2 x pp 2, copy_every {k} (each stage's copy in its own process's memory after {every(k)})",
+    what = {2: lambda k: f"dp 2 x pp 2, copy_every {k} (each stage's live state kept after every step, whatever K)",
             1: lambda k: f"dp 1 x pp 2, copy_every {k} (and stage 1's copy sent to rank 0 after {every(k)})"}
     for dp in dps:
         off = med(steps[(dp, 0, 1)])
