@@ -307,7 +307,7 @@ struct rank_context {
   clock_type::time_point failed_at{}, asked_at{};
   // The newest step whose applies rank 0's driver sent in this generation
   // (dp > 1: every live stage will hold it).
-  std::shared_ptr<std::atomic<int64_t>> decided = std::make_shared<std::atomic<int64_t>>(-2);
+  std::atomic<int64_t> decided{-2};
 };
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
@@ -377,7 +377,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // and a step whose applies went out is applied by every live stage: the
   // heal rolls forward to it, once every live slot holds it.
   const bool live = cx.plan.dp > 1;
-  if (live) hp.resume_after = std::max(hp.resume_after, cx.decided->load());
+  if (live) hp.resume_after = std::max(hp.resume_after, cx.decided.load());
   // Boundaries are kept after every copy_every-th step only (at dp = 1):
   // the newest of those is the best there is. A lost stage heals from a
   // replica's memory or, at dp = 1, from its keeper's; every stage rolls
@@ -619,7 +619,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
       st.copy_channel = copies;
     }
     st.copy_every = cx.cfg.supervision.copy_every;
-    st.live_boundary = cx.plan.dp > 1;
+    st.live_boundary = cx.boundary && cx.plan.dp > 1;
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
   }
   // However this returns, this generation's stages are gone.
@@ -712,8 +712,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   }
   // Rank 0: which processes go down is seen on their directories.
   for (int q = 1; q < env.world_size; ++q) self->monitor(dirs[static_cast<size_t>(q)]);
-  cx.decided->store(-2);
-  opts.on_decided = [decided = cx.decided](int64_t step) { decided->store(step); };
+  cx.decided.store(-2);
+  opts.on_decided = [&cx](int64_t step) { cx.decided.store(step); };
   auto user_on_step = opts.on_step;
   opts.on_step = [&cx, user_on_step](const step_record& r) {
     cx.steps.push_back(r);

@@ -28,7 +28,6 @@ using namespace stage_detail;
 caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint = false);
 std::string keep_boundary(stage_ptr self, int64_t step, bool start);
-int slot_of(const stage_state& st) { return st.setup.replica * st.setup.stages + st.setup.rank; }
 
 /// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
@@ -124,14 +123,14 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   };
 }
 
-// The stage's weights and optimizer state on the CPU: the tensors
-// themselves where the next update steps aside (no later write reaches
-// them) or, for a live boundary, where the stage forgets them before it
-// writes them (not for a checkpoint, written while the stage goes on);
-// otherwise a copy.
+// The stage's weights and optimizer state: the tensors themselves where
+// the next update steps aside (no later write reaches them) or, for a live
+// boundary, where the stage forgets them before it writes them (not for a
+// checkpoint, written while the stage goes on); otherwise a copy on the
+// CPU.
 stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint) {
   st.shared = st.aside;
-  const bool share = st.aside || (st.setup.live_boundary && st.setup.boundary && !for_checkpoint);
+  const bool share = st.aside || (st.setup.live_boundary && !for_checkpoint);
   stage_snapshot snap;
   snap.rank = st.setup.rank;
   std::vector<std::string> names;
@@ -157,7 +156,8 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   auto& st = self->state;
   if (!st.setup.boundary) return {};
   // Only lasting boundaries are kept (supervision.copy_every): the others
-  // cost a copy of the stage that no heal would use.
+  // cost a copy of the stage that no heal would use. A live one costs
+  // nothing and is kept after every step.
   if (!start && !st.setup.live_boundary && !copy_rule{st.setup.copy_every}.lasting(step)) return {};
   std::optional<stage_snapshot> held;
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);

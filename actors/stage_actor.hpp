@@ -131,10 +131,11 @@ struct stage_setup {
   /// wired) are kept, and go to the keeper (supervision.copy_every;
   /// copy_rule in runtime/heal_plan.hpp).
   int copy_every = 1;
-  /// dp > 1: the boundary kept is the stage's live state itself, after
-  /// every step (copy_every does not apply), forgotten just before each
-  /// update writes it; a heal rolls forward to the step rank 0 decided
-  /// rather than back to the one before (runtime/boundary_memory.hpp).
+  /// With `boundary`, at dp > 1: the boundary kept is the stage's live
+  /// state itself, after every step (copy_every does not apply), forgotten
+  /// just before each update writes it; a heal rolls forward to the step
+  /// rank 0 decided rather than back to the one before
+  /// (runtime/boundary_memory.hpp).
   bool live_boundary = false;
 };
 

@@ -221,8 +221,7 @@ void apply_update(stage_ptr self, const apply_msg& m) {
   for (auto& group : s.opt->param_groups()) group.options().set_lr(m.lr);
   // A live boundary shares these tensors: gone from memory before they
   // change (the next one is kept once the update is done).
-  if (s.setup.live_boundary && s.setup.boundary)
-    s.setup.boundary->forget(s.setup.replica * s.setup.stages + s.setup.rank);
+  if (s.setup.live_boundary) s.setup.boundary->forget(slot_of(s));
   // Aside: the boundary copy that shares the tensors before this step
   // keeps them as they are.
   if (s.shared)

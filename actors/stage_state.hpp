@@ -123,6 +123,8 @@ inline bool first_virtual(const stage_state& s, int chunk) { return s.plc.first(
 inline bool last_virtual(const stage_state& s, int chunk) { return s.plc.last(s.setup.rank, chunk); }
 inline int virtual_stage(const stage_state& s, int chunk) { return s.plc.virtual_stage(s.setup.rank, chunk); }
 inline int slot(const stage_state& s, int chunk, int mb) { return chunk * s.setup.microbatches + mb; }
+// The stage's slot in boundary memory: replica d, stage r at d S + r.
+inline int slot_of(const stage_state& s) { return s.setup.replica * s.setup.stages + s.setup.rank; }
 // Every backward (and, split, every weight gradient) of the step has run.
 inline bool step_done(const stage_state& s) { return s.board.done(); }
 inline bool computes(const stage_state& s) { return s.setup.work == stage_setup::work_kind::compute; }

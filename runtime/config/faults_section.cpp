@@ -57,13 +57,10 @@ void read_fault(reader& r, const Node& n, const std::string& key) {
   if (const char* name = kind_info.op_key) {
     if (!r.read_string(s, name, spec.op)) r.fail_key(key, std::string("needs ") + name + ", e.g. F5 or B2");
     // A process's kill or stop can also come right after the step's update.
-    const bool after_update = spec.op == "update" &&
-                              (spec.kind == fault_kind::kill_process || spec.kind == fault_kind::stop_process);
-    if (!after_update && !parse_op(spec.op))
-      r.fail_key(key + "." + name,
-                 spec.kind == fault_kind::kill_process || spec.kind == fault_kind::stop_process
-                     ? "expected an op such as F5, B2 or W3, or update, found " + quoted_input(spec.op)
-                     : "expected an op such as F5, B2 or W3, found " + quoted_input(spec.op));
+    const bool of_process = spec.kind == fault_kind::kill_process || spec.kind == fault_kind::stop_process;
+    if (!(of_process && spec.op == "update") && !parse_op(spec.op))
+      r.fail_key(key + "." + name, std::string("expected an op such as F5, B2 or W3") + (of_process ? ", or update" : "") +
+                                       ", found " + quoted_input(spec.op));
   }
   at.stage = read_index(r, s, "stage", spec.stage);
   at.replica = read_index(r, s, "replica", spec.replica);
