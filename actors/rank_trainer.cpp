@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <c10/core/GradMode.h>
 
 #include <unistd.h>
 

@@ -1,6 +1,7 @@
 #include "runtime/transport/state_transfer.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <atomic>
 #include <future>
@@ -182,7 +183,7 @@ bool pack_snapshot(stage_snapshot& s) {
     if (t->scalar_type() != targets.front()->scalar_type()) return false;
     total += t->numel();
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(targets.front()->scalar_type()));
   int64_t at = 0;
   for (auto* t : targets) {
