@@ -53,9 +53,13 @@ def load():
     return "%.2f %.2f %.2f" % os.getloadavg()
 
 
-def derive(src, out, data_dir, microbatches):
-    """bench/peers_mlp.yaml with the shared init and data, and M microbatches."""
+def derive(src, out, data_dir, microbatches, stages=2, device=None):
+    """bench/peers_mlp.yaml with the shared init and data, M microbatches, S
+    stages, and every stage on `device` when one is given."""
     text = open(src).read()
+    text = re.sub(r"stages: \d+", f"stages: {stages}", text)
+    if device:
+        text = text.replace("  intra_op_threads: 1", f"  intra_op_threads: 1\n  devices: [{', '.join([device] * stages)}]")
     text = text.replace("model:\n  layers:", f"model:\n  init_from: {data_dir}/init.pt\n  layers:", 1)
     text = re.sub(r"kind: synthetic\n\s*synthetic: \{[^}]*\}", f"kind: tensors\n  path: {data_dir}/data.pt", text)
     text = re.sub(r"microbatches: \d+", f"microbatches: {microbatches}", text)
@@ -106,6 +110,25 @@ def run_actorpipe(cmd, results, log):
     return [s["step_s"] * 1e3 for s in steps], extra
 
 
+# actorpipe's schedules and torch.distributed.pipelining's class for the same order
+TORCH_SCHEDULE = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "interleaved1f1b", "zb-v": "zbv"}
+
+
+def partition(actorpipe, config, schedule):
+    """Each rank's layers under `schedule`, as peers_torch.py's --layers takes
+    them, read off the stage lines of a one-step `actorpipe train`."""
+    p = subprocess.run([actorpipe, "train", config, "--schedule", schedule, "--steps", "1"], capture_output=True,
+                       text=True, timeout=RUN_TIMEOUT_S)
+    ranks = []
+    for line in p.stdout.splitlines():
+        m = re.match(r"\s+stage (\d+) on \S+: layers (.*)$", line)
+        if m:
+            ranks.append(",".join(c.strip().replace("..", "-") for c in m.group(2).split(",")))
+    if p.returncode != 0 or not ranks:
+        sys.exit(f"peers: cannot read the partition of {config} under {schedule}: exit {p.returncode}\n{p.stderr}")
+    return ";".join(ranks)
+
+
 def probe(python, module):
     code = f"import importlib, sys; importlib.import_module('{module}')"
     return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
@@ -123,6 +146,15 @@ def main():
     ap.add_argument("--baseline", default="", metavar="BINARY",
                     help="another actorpipe binary (an older build, say) whose train and launch rows run in the "
                          "same rounds, marked [baseline]")
+    ap.add_argument("--stages", type=int, default=2,
+                    help="pipeline stages (and launch/pipelining processes); torch's Pipe runs at 2 only")
+    ap.add_argument("--schedules", default="gpipe,1f1b",
+                    help="actorpipe schedules (gpipe, 1f1b, interleaved, zb-v); pipelining runs torch's own class "
+                         "for each, on actorpipe's partition")
+    ap.add_argument("--threads", type=int, default=2, help="intra-op threads of the one-process plain loops and Pipe")
+    ap.add_argument("--gpu", action="store_true",
+                    help="add actorpipe with every stage on cuda:0 and torch.distributed.pipelining's "
+                         "multi-stage schedules (interleaved1f1b, loopedbfs) with every stage on one rank on cuda:0")
     a = ap.parse_args()
     try:
         ms = [int(m) for m in a.microbatches.split(",")]
@@ -130,6 +162,11 @@ def main():
         ap.error(f"--microbatches expects a comma-separated list of integers, got '{a.microbatches}'")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.warmup >= a.steps:
         ap.error("--rounds and --steps must be positive, and --warmup below --steps")
+    scheds = a.schedules.split(",")
+    if any(x not in TORCH_SCHEDULE for x in scheds):
+        ap.error(f"--schedules takes {', '.join(TORCH_SCHEDULE)}; got '{a.schedules}'")
+    if a.stages < 2 or a.threads < 1:
+        ap.error("--stages must be at least 2 and --threads positive")
     if any(m < 1 or 256 % m for m in ms):
         ap.error("every --microbatches must divide the batch (256)")
     actorpipe = os.path.join(a.build, "actorpipe")
@@ -157,45 +194,71 @@ def main():
     tmp = tempfile.mkdtemp(prefix="actorpipe-peers-")
     try:
         subprocess.run([a.python, torch_py, "prepare", tmp], check=True)
-        configs = {}
+        configs, gpu_configs, layers = {}, {}, {}
+        src = os.path.join(HERE, "peers_mlp.yaml")
         for m in ms:
             configs[m] = os.path.join(tmp, f"m{m}.yaml")
-            derive(os.path.join(HERE, "peers_mlp.yaml"), configs[m], tmp, m)
+            derive(src, configs[m], tmp, m, a.stages)
+            if a.gpu:
+                gpu_configs[m] = os.path.join(tmp, f"m{m}_gpu.yaml")
+                derive(src, gpu_configs[m], tmp, m, a.stages, "cuda:0")
+        if has_pipelining:
+            for sched in scheds:
+                layers[sched] = partition(actorpipe, configs[ms[0]], sched)
+        S = str(a.stages)
+        threads = ["--threads", str(a.threads)]
         steps = ["--steps", str(a.steps)]
         res = os.path.join(tmp, "r.json")
         # (table key, M or None for the whole batch, label, set-up, run())
         peers = [
-            (None, "python plain", "torch, whole batch, 2 threads",
-             lambda m: run_json([a.python, torch_py, "plain", tmp] + steps, log)),
-            (None, "libtorch plain", "LibTorch, whole batch, 2 threads",
-             lambda m: run_json([plain_bin, configs[ms[0]]] + steps, log)),
+            (None, "python plain", f"torch, whole batch, {a.threads} threads",
+             lambda m: run_json([a.python, torch_py, "plain", tmp] + steps + threads, log)),
+            (None, "libtorch plain", f"LibTorch, whole batch, {a.threads} threads",
+             lambda m: run_json([plain_bin, configs[ms[0]]] + steps + threads, log)),
         ]
         for m in ms:
             peers += [
-                (m, "libtorch plain", f"LibTorch, {m} microbatches accumulated, 2 threads",
-                 lambda m: run_json([plain_bin, configs[m], "--microbatches", str(m)] + steps, log)),
+                (m, "libtorch plain", f"LibTorch, {m} microbatches accumulated, {a.threads} threads",
+                 lambda m: run_json([plain_bin, configs[m], "--microbatches", str(m)] + steps + threads, log)),
             ]
-            if has_pipe:
-                peers.append((m, "torch Pipe", f"2 partitions, {m} chunks, checkpoint never, 2 threads",
-                              lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m)] + steps, log)))
+            if has_pipe and a.stages == 2:
+                peers.append((m, "torch Pipe", f"2 partitions, {m} chunks, checkpoint never, {a.threads} threads",
+                              lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m)] + steps
+                                                 + threads, log)))
                 peers.append((m, "torch Pipe, its default", f"the same with checkpoint except_last (recomputes)",
                               lambda m: run_json([a.python, torch_py, "pipe", tmp, "--chunks", str(m),
-                                                  "--checkpoint", "except_last"] + steps, log)))
+                                                  "--checkpoint", "except_last"] + steps + threads, log)))
             for binary, mark in binaries:
-                for sched in ("gpipe", "1f1b"):
-                    peers.append((m, f"actorpipe {sched}{mark}", "train, 2 stages, 1 thread each",
+                for sched in scheds:
+                    peers.append((m, f"actorpipe {sched}{mark}", f"train, {S} stages, 1 thread each",
                                   lambda m, s=sched, b=binary: run_actorpipe(
                                       [b, "train", configs[m], "--schedule", s] + steps, res, log)))
             for binary, mark in binaries:
-                for sched in ("gpipe", "1f1b"):
-                    peers.append((m, f"launch {sched}{mark}", "launch --nprocs 2, a stage per process, 1 thread each",
+                for sched in scheds:
+                    peers.append((m, f"launch {sched}{mark}", f"launch --nprocs {S}, a rank per stage, 1 thread each",
                                   lambda m, s=sched, b=binary: run_actorpipe(
-                                      [b, "launch", "--nprocs", "2", configs[m], "--schedule", s] + steps, res, log)))
+                                      [b, "launch", "--nprocs", S, configs[m], "--schedule", s] + steps, res, log)))
             if has_pipelining:
-                for sched in ("gpipe", "1f1b"):
-                    peers.append((m, f"pipelining {sched}", "torch.distributed.pipelining, 2 Gloo ranks, 1 thread each",
-                                  lambda m, s=sched: run_json([a.python, torch_py, "pipelining", tmp, "--chunks", str(m),
-                                                               "--schedule", s] + steps, log)))
+                for sched in scheds:
+                    t = TORCH_SCHEDULE[sched]
+                    peers.append((m, f"pipelining {t}",
+                                  f"torch.distributed.pipelining, {S} Gloo ranks, 1 thread each, {sched}'s partition",
+                                  lambda m, t=t, s=sched: run_json(
+                                      [a.python, torch_py, "pipelining", tmp, "--chunks", str(m), "--schedule", t,
+                                       "--ranks", S, "--layers", layers[s]] + steps, log)))
+            if a.gpu:
+                for sched in scheds:
+                    peers.append((m, f"actorpipe {sched} on cuda:0", f"train, {S} stages on one GPU",
+                                  lambda m, s=sched: run_actorpipe(
+                                      [actorpipe, "train", gpu_configs[m], "--schedule", s] + steps, res, log)))
+                if has_pipelining and "1f1b" in layers:
+                    one_rank = layers["1f1b"].replace(";", ",")
+                    for t in ("interleaved1f1b", "loopedbfs"):
+                        peers.append((m, f"pipelining {t} on cuda:0",
+                                      f"torch.distributed.pipelining, 1 rank holding {S} stages (1f1b's partition)",
+                                      lambda m, t=t: run_json(
+                                          [a.python, torch_py, "pipelining", tmp, "--chunks", str(m), "--schedule", t,
+                                           "--ranks", "1", "--layers", one_rank, "--device", "cuda"] + steps, log)))
         if a.only:
             peers = [p for p in peers if re.search(a.only, p[1])]
         samples = {}
@@ -222,7 +285,7 @@ def main():
     load_end = load()
     med = {k: statistics.median(v) for k, v in samples.items() if v}
     best = {k: min(v) for k, v in rounds_of.items() if v}
-    print(f"bash bench/peers.sh --rounds {a.rounds} --steps {a.steps} --warmup {a.warmup}: torch {version}, "
+    print(f"bash bench/peers.sh {' '.join(sys.argv[1:])}: torch {version}, "
           f"{os.cpu_count()} cores, load average {load_start} at the start, {load_end} at the end, "
           f"{time.time() - started:.0f} s")
     print()
@@ -236,7 +299,7 @@ def main():
         print()
         print(f"M = {m} (microbatches of {256 // m} rows)")
         print()
-        print("| peer | set-up | ms/step | best round | vs Pipe | vs python plain | stage busy ms (0 / 1) |")
+        print("| peer | set-up | ms/step | best round | vs Pipe | vs python plain | stage busy ms (0 / 1 / ...) |")
         print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
         for pm, name, setup, _ in peers:
             if pm not in (None, m):

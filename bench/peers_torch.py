@@ -4,7 +4,8 @@
     peers_torch.py prepare DIR [--samples N] [--seed S]
     peers_torch.py plain DIR [--steps N] [--threads T]
     peers_torch.py pipe DIR --chunks M [--steps N] [--threads T]
-    peers_torch.py pipelining DIR --chunks M --schedule gpipe|1f1b [--steps N] [--threads T]
+    peers_torch.py pipelining DIR --chunks M --schedule NAME [--ranks R] [--layers SPEC]
+                   [--device cpu|cuda] [--steps N] [--threads T]
 
 prepare writes DIR/init.pt (the model's state dict, seeded) and DIR/data.pt
 ({"x": float32 [N, 100], "y": int64 [N]}) for actorpipe's model.init_from
@@ -21,10 +22,14 @@ line {"step_ms": [...]} with every step's wall time (warm-up included):
               chunk's forward but the last's), T intra-op threads (default 2).
               On the CPU every partition shares
               one worker thread, and the backward runs on the calling thread;
-  pipelining  torch.distributed.pipelining (torch >= 2.4) ScheduleGPipe or
-              Schedule1F1B on 2 Gloo ranks started by torch.multiprocessing, a
-              stage per rank, T intra-op threads per rank (default 1). Times are
-              rank 1's (the last stage), each step starting after a barrier.
+  pipelining  torch.distributed.pipelining (torch >= 2.4): ScheduleGPipe,
+              Schedule1F1B, ScheduleInterleaved1F1B, ScheduleLoopedBFS or
+              ScheduleZBVZeroBubble on R Gloo ranks (--ranks, default 2)
+              started by torch.multiprocessing, the stages' layers given by
+              --layers (actorpipe's partition), T intra-op threads per rank
+              (default 1); --device cuda runs one rank that holds every stage
+              on cuda:0 (a multi-stage schedule, NCCL). Times are those of the
+              rank holding the last stage, each step starting after a barrier.
 
 Exit 3 (with a line on stderr) where the installed torch lacks the module.
 """
@@ -135,40 +140,93 @@ def pipe(a):
     rpc.shutdown()
 
 
+# torch.distributed.pipelining's schedules: (class name, stages per rank).
+# The multi-stage ones place stage s on rank s mod R (interleaved, looped
+# BFS) or in a V (ZBV: rank r holds stages r and 2R - 1 - r).
+SCHEDULES = {
+    "gpipe": ("ScheduleGPipe", 1),
+    "1f1b": ("Schedule1F1B", 1),
+    "interleaved1f1b": ("ScheduleInterleaved1F1B", None),
+    "loopedbfs": ("ScheduleLoopedBFS", None),
+    "zbv": ("ScheduleZBVZeroBubble", 2),
+}
+
+
+def rank_chunks(a):
+    """Each rank's chunks as (first layer, last layer) pairs, from --layers
+    ("0-5,11-11;6-7,12-12;..."): ranks split by ';', a rank's chunks by ','.
+    Without it, the 2-stage cut of the MLP."""
+    if not a.layers:
+        n = len(build())
+        return [[(0, CUT - 1)], [(CUT, n - 1)]]
+    return [[tuple(int(v) for v in c.split("-")) for c in r.split(",")] for r in a.layers.split(";")]
+
+
+def stage_ids(schedule, rank, ranks, per_rank):
+    if schedule == "zbv":
+        return [rank, 2 * ranks - 1 - rank]
+    return [rank + k * ranks for k in range(per_rank)]
+
+
 def pipelining_rank(rank, a, port, out_path):
+    import inspect
     import torch.distributed as dist
     from torch.distributed import pipelining as pp
     torch.set_num_threads(a.threads)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    cuda = a.device == "cuda"
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=a.ranks)
     net, x, y = load(a.dir)
+    if cuda:
+        net = net.to(device)
+        x, y = x.to(device), y.to(device)
     layers = list(net.children())
-    part = nn.Sequential(*(layers[:CUT] if rank == 0 else layers[CUT:]))
+    chunks = rank_chunks(a)[rank]
+    cls_name, _ = SCHEDULES[a.schedule]
+    ids = stage_ids(a.schedule, rank, a.ranks, len(chunks))
+    n_stages = a.ranks * len(chunks)
     mb = BATCH // a.chunks
-    example = torch.zeros(mb, WIDTHS[0] if rank == 0 else part[0].in_features)
-    stage = pp.PipelineStage(part, rank, 2, torch.device("cpu"), input_args=(example,))
+    stages, params = [], []
+    for sid, (lo, hi) in zip(ids, chunks):
+        part = nn.Sequential(*layers[lo:hi + 1])
+        params += list(part.parameters())
+        # layer 2k is the k-th Linear, 2k + 1 its ReLU: both take WIDTHS[k]
+        # features... except the ReLU, which takes the Linear's output
+        example = torch.zeros(mb, WIDTHS[(lo + 1) // 2], device=device)
+        try:
+            stage = pp.PipelineStage(part, sid, n_stages, device, input_args=(example,))
+        except TypeError:
+            stage = pp.PipelineStage(part, sid, n_stages, device)
+        stages.append(stage)
+    kind = getattr(pp, cls_name)
+    scaled = "scale_grads" in inspect.signature(kind.__init__).parameters
 
     def loss_fn(out, target):
-        return F.cross_entropy(out, target) / a.chunks  # the mean over the batch, as the other peers take
+        # the mean over the batch, as the other peers take (torch >= 2.6
+        # divides the gradients by the microbatch count itself)
+        loss = F.cross_entropy(out, target)
+        return loss if scaled else loss / a.chunks
 
-    kind = pp.ScheduleGPipe if a.schedule == "gpipe" else pp.Schedule1F1B
-    sched = kind(stage, n_microbatches=a.chunks, loss_fn=loss_fn)
-    opt = torch.optim.Adam(part.parameters(), lr=LR)
+    sched = kind(stages[0] if SCHEDULES[a.schedule][1] == 1 else stages, n_microbatches=a.chunks, loss_fn=loss_fn)
+    opt = torch.optim.Adam(params, lr=LR)
+    holds_first, holds_last = 0 in ids, n_stages - 1 in ids
     times = []
     for step in range(a.steps):
         xb, yb = batch(x, y, step)
         dist.barrier()
         t = time.perf_counter()
         opt.zero_grad()
-        if rank == 0:
-            sched.step(xb)
-        else:
-            sched.step(target=yb, losses=[])
+        args = (xb,) if holds_first else ()
+        kwargs = {"target": yb, "losses": []} if holds_last else {}
+        sched.step(*args, **kwargs)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     dist.barrier()
-    if rank == 1:
+    if holds_last:
         with open(out_path, "w") as f:
             json.dump(times, f)
     dist.destroy_process_group()
@@ -182,12 +240,19 @@ def pipelining(a):
         print(f"peers_torch.py: torch {torch.__version__} has no torch.distributed.pipelining ({e})",
               file=sys.stderr)
         sys.exit(EXIT_MISSING)
+    chunks = rank_chunks(a)
+    if len(chunks) != a.ranks:
+        sys.exit(f"peers_torch.py: --layers names {len(chunks)} ranks, --ranks is {a.ranks}")
+    per_rank = SCHEDULES[a.schedule][1]
+    if per_rank is not None and any(len(c) != per_rank for c in chunks):
+        sys.exit(f"peers_torch.py: {a.schedule} takes {per_rank} stage(s) per rank")
     out_path = os.path.join(a.dir, f"pipelining_{os.getpid()}.json")
-    mp.spawn(pipelining_rank, args=(a, free_port(), out_path), nprocs=2, join=True)
+    mp.spawn(pipelining_rank, args=(a, free_port(), out_path), nprocs=a.ranks, join=True)
     with open(out_path) as f:
         times = json.load(f)
     os.remove(out_path)
-    emit(times, threads_per_rank=a.threads, ranks=2, chunks=a.chunks, schedule=a.schedule)
+    emit(times, threads_per_rank=a.threads, ranks=a.ranks, stages=sum(len(c) for c in chunks), chunks=a.chunks,
+         schedule=a.schedule, device=a.device)
 
 
 def main():
@@ -199,7 +264,14 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
+    ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="gpipe",
+                    help="pipelining: the torch schedule class (multi-stage ones need --layers)")
+    ap.add_argument("--ranks", type=int, default=2, help="pipelining: processes (default 2)")
+    ap.add_argument("--layers", default="",
+                    help="pipelining: each rank's layers, ranks split by ';' and a rank's stages by ',', "
+                         "e.g. 0-5,11-11;6-7,12-12 (default: the 2-stage cut)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="pipelining: cuda puts every stage on cuda:0 (NCCL; --ranks 1)")
     ap.add_argument("--checkpoint", choices=["never", "except_last", "always"], default="never",
                     help="pipe: Pipe's activation checkpointing (torch's default is except_last)")
     a = ap.parse_args()
@@ -207,6 +279,8 @@ def main():
         ap.error("--steps, --chunks and --threads must be positive and --samples at least 256")
     if BATCH % a.chunks:
         ap.error(f"--chunks must divide the batch ({BATCH})")
+    if a.device == "cuda" and a.ranks != 1:
+        ap.error("--device cuda takes --ranks 1 (NCCL refuses two ranks on one GPU)")
     if a.threads is None:
         a.threads = 1 if a.mode == "pipelining" else 2
     {"prepare": prepare, "plain": plain, "pipe": pipe, "pipelining": pipelining}[a.mode](a)
