@@ -7,6 +7,7 @@
 // Callers (apps/main.cpp) print it and exit with code 2.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -121,6 +122,8 @@ struct pipeline_config {
   /// activations are empty tensors: what is left is the runtime) and
   /// "sim" (an op does no work but takes sim_ms of its kind).
   std::vector<std::string> devices;
+  /// The devices came from `auto` (written or left out).
+  bool auto_devices = false;
   /// The sim device's op times in ms, as the simulator's cost model: a full
   /// backward (policies that do not split it) takes B + W.
   double sim_f_ms = 1.0, sim_b_ms = 1.0, sim_w_ms = 0.0;
@@ -237,9 +240,16 @@ struct config {
   config_error error_at(const std::string& key, const std::string& msg) const;
 };
 
-/// What the machine offers; the config is checked against it.
+/// What the machine offers, and where this process sits in a run; the
+/// config is checked against it.
 struct load_env {
   int cuda_devices = 0;
+  /// Set only in a multi-process run: this process's rank among those on
+  /// its machine. `auto` then puts all of its stages on cuda:local_rank
+  /// (torchrun's one process per GPU).
+  std::optional<int> local_rank;
+  int rank = 0;                                    ///< the process's rank, for messages
+  std::string local_rank_variable = "LOCAL_RANK";  ///< where local_rank came from, for messages
 };
 
 /// Reads and validates `path`. Throws config_error.

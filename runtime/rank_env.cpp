@@ -180,6 +180,29 @@ const char* launcher_name(rank_launcher launcher) {
   return "none";
 }
 
+const char* local_rank_variable(rank_launcher launcher) {
+  switch (launcher) {
+    case rank_launcher::openmpi:
+      return openmpi_vars.local_rank;
+    case rank_launcher::slurm:
+      return slurm_vars.local_rank;
+    case rank_launcher::torchrun:
+    case rank_launcher::none:
+      break;
+  }
+  return torchrun_vars.local_rank;
+}
+
+load_env load_env_for(const rank_env& ranks, int cuda_devices) {
+  load_env out;
+  out.cuda_devices = cuda_devices;
+  if (!ranks.multi_process()) return out;
+  out.local_rank = ranks.local_rank;
+  out.rank = ranks.rank;
+  out.local_rank_variable = local_rank_variable(ranks.launcher);
+  return out;
+}
+
 rank_env read_rank_env(const env_lookup& env) {
   rank_env out;
   read_torchelastic(env, out);

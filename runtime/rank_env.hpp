@@ -47,6 +47,10 @@ enum class rank_launcher { none, torchrun, slurm, openmpi };
 /// "none", "torchrun/env", "slurm" or "openmpi".
 const char* launcher_name(rank_launcher launcher);
 
+/// The variable that gives the local rank under `launcher`: "LOCAL_RANK"
+/// (torchrun, and none), "OMPI_COMM_WORLD_LOCAL_RANK" or "SLURM_LOCALID".
+const char* local_rank_variable(rank_launcher launcher);
+
 /// The port MASTER_PORT defaults to (torchrun's default).
 constexpr int default_master_port = 29500;
 
@@ -74,6 +78,12 @@ struct rank_env {
   /// Whether this rank hosts the rendezvous store (rank 0 without an agent).
   bool hosts_store() const { return multi_process() && rank == 0 && !use_agent_store; }
 };
+
+/// What load_config checks the config against: `cuda_devices`, and in a
+/// multi-process run this process's rank and local rank, so that `auto`
+/// puts its stages on cuda:LOCAL_RANK. One process: the local rank stays
+/// unset and `auto` keeps its round-robin.
+load_env load_env_for(const rank_env& ranks, int cuda_devices);
 
 /// One environment variable's value, or nullopt when it is not set.
 using env_lookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -37,6 +37,7 @@ void replica_shares_split_into_microbatches(const reader& r);
 void device_lists_match_the_replicas(const reader& r);
 void devices_match_the_stages(const reader& r);
 void measuring_devices_run_every_stage(const reader& r);
+void auto_device_fits_the_local_rank(const reader& r);
 void sim_times_need_the_sim_device(const reader& r);
 void shared_threads_need_the_null_device(const reader& r);
 void shared_threads_run_one_replica(const reader& r);

@@ -33,6 +33,7 @@ const std::vector<cross_check>& cross_checks() {
       {"device_lists_match_the_replicas", device_lists_match_the_replicas},
       {"devices_match_the_stages", devices_match_the_stages},
       {"measuring_devices_run_every_stage", measuring_devices_run_every_stage},
+      {"auto_device_fits_the_local_rank", auto_device_fits_the_local_rank},
       {"sim_times_need_the_sim_device", sim_times_need_the_sim_device},
       {"shared_threads_need_the_null_device", shared_threads_need_the_null_device},
       {"shared_threads_run_one_replica", shared_threads_run_one_replica},
@@ -179,6 +180,7 @@ void resolve(reader& r) {
   }
   auto& p = cfg.pipeline;
   for (const auto& [first, last] : f.partition) p.partition.emplace_back(static_cast<int>(first), static_cast<int>(last));
+  p.auto_devices = cfg.replica_devices.empty() && !f.device_list;
   cfg.replica_devices = planned_devices(cfg, r.env());
   p.devices = cfg.replica_devices.front();
   if (p.threads.empty()) p.threads = p.devices.front() == "null" && cfg.parallel.dp == 1 ? "shared" : "dedicated";

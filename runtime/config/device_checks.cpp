@@ -1,6 +1,7 @@
 // The devices' cross-section checks: one device per stage of the final
-// stage count, one list per replica, and what the devices allow (sim times,
-// shared threads, NCCL); then recompute's one value per stage.
+// stage count, one list per replica, auto's GPU for this rank, and what the
+// devices allow (sim times, shared threads, NCCL); then recompute's one
+// value per stage.
 #include "runtime/config/checks.hpp"
 #include "runtime/config/sections.hpp"
 
@@ -40,6 +41,18 @@ void measuring_devices_run_every_stage(const reader& r) {
       if ((is_measuring_device(d) || is_measuring_device(first)) && d != first)
         r.fail_key("pipeline.devices", "the " + (is_measuring_device(d) ? d : first) +
                                            " device runs every stage or none; found " + first + " next to " + d);
+}
+
+// One process per GPU: rank k's stages go on cuda:LOCAL_RANK, which must exist.
+void auto_device_fits_the_local_rank(const reader& r) {
+  const load_env& env = r.env();
+  const bool is_auto = r.cfg().replica_devices.empty() && !r.facts().device_list;
+  if (!is_auto || !env.local_rank || env.cuda_devices <= 0 || *env.local_rank < env.cuda_devices) return;
+  const std::string local = std::to_string(*env.local_rank);
+  r.fail_key("pipeline.devices", "auto puts rank " + std::to_string(env.rank) + " (" + env.local_rank_variable + " " +
+                                     local + ") on cuda:" + local + ", but this machine has " +
+                                     std::to_string(env.cuda_devices) + " CUDA device" +
+                                     (env.cuda_devices == 1 ? "" : "s"));
 }
 
 void sim_times_need_the_sim_device(const reader& r) {

@@ -61,20 +61,24 @@ void read_devices(reader& r, const entry& e) {
   for (size_t i = 0; i < e.value.size(); ++i) read_device_name(r, e.value[i], item(path, i), p.devices);
 }
 
+std::string auto_device(const load_env& env, int slot) {
+  if (env.cuda_devices <= 0) return "cpu";
+  return "cuda:" + std::to_string(env.local_rank ? *env.local_rank : slot % env.cuda_devices);
+}
+
 std::string first_device(const config& cfg, const load_env& env) {
   if (!cfg.replica_devices.empty()) return cfg.replica_devices.front().front();
   if (!cfg.pipeline.devices.empty()) return cfg.pipeline.devices.front();
-  return env.cuda_devices > 0 ? "cuda:0" : "cpu";
+  return auto_device(env, 0);
 }
 
 std::vector<std::vector<std::string>> planned_devices(const config& cfg, const load_env& env) {
   if (!cfg.replica_devices.empty()) return cfg.replica_devices;
   const int dp = cfg.parallel.dp, stages = cfg.pipeline.stages;
   if (!cfg.pipeline.devices.empty()) return std::vector<std::vector<std::string>>(dp, cfg.pipeline.devices);
-  std::vector<std::vector<std::string>> out(dp);  // auto: replica d, stage r on GPU (d S + r) mod n
+  std::vector<std::vector<std::string>> out(dp);
   for (int d = 0; d < dp; ++d)
-    for (int i = 0; i < stages; ++i)
-      out[d].push_back(env.cuda_devices > 0 ? "cuda:" + std::to_string((d * stages + i) % env.cuda_devices) : "cpu");
+    for (int i = 0; i < stages; ++i) out[d].push_back(auto_device(env, d * stages + i));
   return out;
 }
 

@@ -51,8 +51,16 @@ struct cross_check {
 /// Every cross-section check, in the order they run.
 const std::vector<cross_check>& cross_checks();
 
+/// `auto`'s device for the (replica, stage) at index `slot` (d S + r): cpu
+/// without a GPU; in a multi-process run the process's cuda:LOCAL_RANK,
+/// whatever the slot (one process per GPU, as torchrun has it); in one
+/// process GPU slot mod n, round-robin.
+std::string auto_device(const load_env& env, int slot);
+
 /// Every stage's device, replica by replica: the lists the config gave, or
-/// replica d, stage r on GPU (d S + r) mod n (cpu without one) for `auto`.
+/// auto_device for each. In a multi-process run this is the process's own
+/// view: its own stages are right; another process's read as this one's GPU
+/// (only their kind, cpu or cuda, holds there).
 std::vector<std::vector<std::string>> planned_devices(const config& cfg, const load_env& env);
 
 /// Fills in the defaults that depend on several sections; after the checks.

@@ -35,6 +35,13 @@ std::string load_error(const std::string& file, const load_env& env = {}) {
   return "(no error)";
 }
 
+/// A machine with `n` (fake) CUDA devices, one process.
+load_env gpus(int n) {
+  load_env env;
+  env.cuda_devices = n;
+  return env;
+}
+
 const char* const small_model = R"(model:
   layers:
     - {type: linear, in: 64, out: 256}
@@ -213,14 +220,72 @@ TEST(LoadConfig, DevicesAutoIsCpuWithoutCuda) {
 TEST(LoadConfig, DevicesAutoRoundRobinsOverCudaDevices) {
   const config cfg = load_config(
       write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 3, devices: auto}\n"),
-      load_env{2});
+      gpus(2));
   EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0"}));
+}
+
+/// One rank of a multi-process run: `rank` with `local_rank` on a machine
+/// with `n` (fake) CUDA devices.
+load_env rank_of_several(int n, int rank, int local_rank) {
+  load_env env = gpus(n);
+  env.rank = rank;
+  env.local_rank = local_rank;
+  return env;
+}
+
+TEST(LoadConfig, DevicesAutoPutsEveryStageOfARankOnItsLocalRanksGpu) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+parallel: {dp: 2}
+pipeline: {stages: 3, devices: auto}
+)");
+  const config cfg = load_config(file, rank_of_several(2, 1, 1));
+  const std::vector<std::string> gpu1(3, "cuda:1");
+  EXPECT_EQ(cfg.pipeline.devices, gpu1);
+  EXPECT_EQ(cfg.replica_devices, (std::vector<std::vector<std::string>>{gpu1, gpu1}));
+  EXPECT_TRUE(cfg.pipeline.auto_devices);
+  EXPECT_EQ(load_config(file, rank_of_several(2, 0, 0)).pipeline.devices, std::vector<std::string>(3, "cuda:0"));
+  // Left out, devices are auto too.
+  const config unsaid = load_config(write(test_dir() / "unsaid.yaml", std::string(small_model) + "pipeline: {stages: 2}\n"),
+                                    rank_of_several(4, 3, 3));
+  EXPECT_EQ(unsaid.pipeline.devices, std::vector<std::string>(2, "cuda:3"));
+}
+
+TEST(LoadConfig, DevicesAutoOnARankWithoutCudaIsCpu) {
+  const config cfg = load_config(
+      write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 3, devices: auto}\n"),
+      rank_of_several(0, 1, 1));
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cpu", "cpu", "cpu"}));
+}
+
+TEST(LoadConfig, DevicesAutoPastTheMachinesGpusNamesTheRankAndItsVariable) {
+  const std::string file =
+      write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 3, devices: auto}\n");
+  EXPECT_EQ(load_error(file, rank_of_several(1, 1, 1)),
+            file + ":6:32: pipeline.devices: auto puts rank 1 (LOCAL_RANK 1) on cuda:1, but this machine has 1 CUDA "
+                   "device");
+  load_env slurm = rank_of_several(2, 6, 2);
+  slurm.local_rank_variable = "SLURM_LOCALID";
+  EXPECT_EQ(load_error(file, slurm), file + ":6:32: pipeline.devices: auto puts rank 6 (SLURM_LOCALID 2) on cuda:2, "
+                                            "but this machine has 2 CUDA devices");
+  // Left out: at the pipeline section.
+  const std::string unsaid = write(test_dir() / "unsaid.yaml", std::string(small_model) + "pipeline:\n  stages: 3\n");
+  EXPECT_EQ(load_error(unsaid, rank_of_several(1, 1, 1)),
+            unsaid + ":6:1: pipeline.devices: auto puts rank 1 (LOCAL_RANK 1) on cuda:1, but this machine has 1 CUDA "
+                     "device");
+}
+
+TEST(LoadConfig, DeviceListsIgnoreTheLocalRank) {
+  const config cfg = load_config(
+      write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 2, devices: [cuda:0, cpu]}\n"),
+      rank_of_several(1, 1, 1));
+  EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cuda:0", "cpu"}));
+  EXPECT_FALSE(cfg.pipeline.auto_devices);
 }
 
 TEST(LoadConfig, ExplicitCudaDevicesWithinTheMachine) {
   const config cfg = load_config(
       write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 2, devices: [cuda:1, cpu]}\n"),
-      load_env{2});
+      gpus(2));
   EXPECT_EQ(cfg.pipeline.devices, (std::vector<std::string>{"cuda:1", "cpu"}));
 }
 
@@ -489,8 +554,8 @@ TEST(BadConfigTable, CudaCountMatters) {
   for (const auto& c : bad_configs()) {
     if (!c.assumes_no_cuda) continue;
     const std::string file = write(test_dir() / "config.yaml", c.yaml);
-    EXPECT_NO_THROW(load_config(file, load_env{2}));
-    EXPECT_EQ(load_error(file, load_env{1}),
+    EXPECT_NO_THROW(load_config(file, gpus(2)));
+    EXPECT_EQ(load_error(file, gpus(1)),
               file + ":8:18: pipeline.devices[1]: cuda:1 requested but this machine has 1 CUDA device");
   }
 }

@@ -272,6 +272,34 @@ TEST(RankEnv, TorchrunWinsThenOpenMpiThenSlurm) {
   EXPECT_EQ(one.launcher, rank_launcher::none);
 }
 
+// ---- what the config is loaded against ------------------------------------
+
+TEST(LoadEnvFor, OneProcessLeavesTheLocalRankUnset) {
+  const load_env e = load_env_for(read_rank_env(env_map{}), 2);
+  EXPECT_EQ(e.cuda_devices, 2);
+  EXPECT_FALSE(e.local_rank.has_value());  // auto keeps its round-robin
+  EXPECT_EQ(e.rank, 0);
+  // WORLD_SIZE 1 with a LOCAL_RANK is still one process.
+  EXPECT_FALSE(load_env_for(read_rank_env(env_map{{"WORLD_SIZE", "1"}, {"LOCAL_RANK", "3"}}), 4).local_rank);
+}
+
+TEST(LoadEnvFor, EachLauncherGivesItsRankLocalRankAndVariable) {
+  const load_env t = load_env_for(read_rank_env(torchrun_env), 4);
+  EXPECT_EQ(t.cuda_devices, 4);
+  EXPECT_EQ(t.local_rank, std::optional<int>(1));
+  EXPECT_EQ(t.rank, 5);
+  EXPECT_EQ(t.local_rank_variable, "LOCAL_RANK");
+  const load_env s = load_env_for(read_rank_env(slurm_env), 0);
+  EXPECT_EQ(s.local_rank, std::optional<int>(2));
+  EXPECT_EQ(s.rank, 6);
+  EXPECT_EQ(s.local_rank_variable, "SLURM_LOCALID");
+  const load_env o = load_env_for(read_rank_env(openmpi_env), 1);
+  EXPECT_EQ(o.local_rank, std::optional<int>(1));
+  EXPECT_EQ(o.rank, 3);
+  EXPECT_EQ(o.local_rank_variable, "OMPI_COMM_WORLD_LOCAL_RANK");
+  EXPECT_STREQ(local_rank_variable(rank_launcher::none), "LOCAL_RANK");
+}
+
 // ---- errors ----------------------------------------------------------------
 
 TEST(RankEnvErrors, NumbersAndRanges) {
