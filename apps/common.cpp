@@ -127,10 +127,8 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
   return n;
 }
 
-config load(const std::string& path) {
-  load_env env;
-  env.cuda_devices = static_cast<int>(torch::cuda::device_count());
-  return load_config(path, env);
+config load(const std::string& path, const rank_env& ranks) {
+  return load_config(path, load_env_for(ranks, static_cast<int>(torch::cuda::device_count())));
 }
 
 void set_schedule(config& cfg, std::string name) {

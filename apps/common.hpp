@@ -66,8 +66,9 @@ args parse(int argc, char** argv, int first, const command_spec& spec);
 /// `v` as an integer in 1..INT_MAX, or a usage_error naming `flag`.
 int64_t parse_count(const std::string& flag, const std::string& v);
 
-/// The config at `path`, checked against this machine's CUDA devices.
-config load(const std::string& path);
+/// The config at `path`, checked against this machine's CUDA devices; in
+/// a multi-process run `ranks` puts `auto`'s stages on cuda:LOCAL_RANK.
+config load(const std::string& path, const rank_env& ranks = {});
 
 /// --schedule NAME (or one of compare's NAMEs, NAME+recompute too) over the
 /// config's pipeline section, with the chunk and microbatch rules it needs.

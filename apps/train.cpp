@@ -201,15 +201,6 @@ std::string run_digest(const config& cfg, const std::string& import_path) {
   return text;
 }
 
-// Started as one rank of several (torchrun, launch, Slurm, mpirun): the
-// environment and the placement are checked before anything is built.
-rank_env rank_environment(const config& cfg) {
-  rank_env env = read_rank_env();
-  if (!env.multi_process()) return env;
-  check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
-  return env;
-}
-
 // A language model's run ends with what it learned to write: `count`
 // samples from the final weights, each after a newline, seed k for the
 // k-th, in one process (runtime/generate).
@@ -268,7 +259,10 @@ int cmd_train(int argc, char** argv) {
   }
   if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
   check_outputs(a, {"--save", "--trace", "--timeline", "--memory", "--results", "--report"});
-  auto cfg = load(a.positional[0]);
+  // Started as one rank of several (torchrun, launch, Slurm, mpirun): the
+  // environment is read first, as `auto` places this rank's stages by it.
+  const rank_env env = read_rank_env();
+  auto cfg = load(a.positional[0], env);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
   int64_t samples = cfg.data.kind == "text" ? 3 : 0;
@@ -280,7 +274,7 @@ int cmd_train(int argc, char** argv) {
       throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
   }
   check_async_stream(cfg);
-  const rank_env env = rank_environment(cfg);
+  if (env.multi_process()) check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
   // Rank 0 speaks for a multi-process run; the others stay quiet.
   const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;
@@ -288,11 +282,16 @@ int cmd_train(int argc, char** argv) {
   imported_schedule imported;
   if (a.has("--import") && !import_order(a.options["--import"], cfg, imported, speaks)) return exit_stuck;
   if (speaks) print_plan(cfg);
-  if (speaks && env.multi_process())
-    std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks; master %s:%d\n",
+  if (speaks && env.multi_process()) {
+    // The plan above is rank 0's view: under auto, every other rank's
+    // stages are on its own GPU.
+    const bool per_rank_gpu = cfg.pipeline.auto_devices && cfg.pipeline.devices.front().rfind("cuda:", 0) == 0;
+    std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
                 env.world_size, launcher_name(env.launcher),
                 rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size).actors_per_rank(),
+                per_rank_gpu ? (std::string(", each on its cuda:") + local_rank_variable(env.launcher)).c_str() : "",
                 env.master_addr.c_str(), env.master_port);
+  }
   std::string resume;
   if (a.has("--resume")) {
     resume = a.options["--resume"];
