@@ -247,9 +247,15 @@ void evaluate(stage_ptr self, eval_msg m) {
   auto& s = self->state;
   ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
-  // Later stages get their input on this device already (the sender moved it).
-  if (first_virtual(s, m.chunk)) m.x = on_device(s, m.x, s.setup.dtype);
-  else if (s.queue) s.queue->wait(m.ready, m.x);
+  // A later stage's input is on this device already when the sender is in
+  // this process (it moved it); from another process it comes on the host.
+  if (first_virtual(s, m.chunk)) {
+    m.x = on_device(s, m.x, s.setup.dtype);
+  } else if (m.x.device() != torch::Device(s.setup.device)) {
+    m.x = m.x.to(torch::Device(s.setup.device));
+  } else if (s.queue) {
+    s.queue->wait(m.ready, m.x);
+  }
   auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed);
   if (!last_virtual(s, m.chunk)) {
     s.link->send_eval(m.chunk, eval_msg{out, m.y, 0, nullptr});

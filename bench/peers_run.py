@@ -198,7 +198,7 @@ def main():
         src = os.path.join(HERE, "peers_mlp.yaml")
         for m in ms:
             configs[m] = os.path.join(tmp, f"m{m}.yaml")
-            derive(src, configs[m], tmp, m, a.stages)
+            derive(src, configs[m], tmp, m, a.stages, "cpu")  # not auto: that is cuda:0 on a GPU machine
             if a.gpu:
                 gpu_configs[m] = os.path.join(tmp, f"m{m}_gpu.yaml")
                 derive(src, gpu_configs[m], tmp, m, a.stages, "cuda:0")
