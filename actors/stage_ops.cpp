@@ -51,12 +51,44 @@ void note_stash(stage_state& s) {
   s.stats.peak_stash_bytes = std::max(s.stats.peak_stash_bytes, s.compute.stash_bytes());
 }
 
+// OVERLAP_F_B on CUDA: the pair's F and B go on two streams of the stage.
+// A B's kernels run on the stream its F's ran on (autograd's rule), so the
+// F takes the one its partner's F did not: the side, or the stage's own.
+// Returns whether it takes the side.
+bool pair_on_side(stage_state& s) {
+  const auto b = s.pol->next(s.board.view(s.setup.rank, s.setup.stages, s.measured));
+  return !b || !s.on_side[static_cast<size_t>(slot(s, b->chunk, b->mb))];
+}
+
+// Work queued while it lives goes on the queue's side.
+struct side_scope {
+  device_stream* q;
+  side_scope(device_stream* queue, bool on) : q(on ? queue : nullptr) {
+    if (q) q->side(true);
+  }
+  ~side_scope() {
+    if (q) q->side(false);
+  }
+  side_scope(const side_scope&) = delete;
+  side_scope& operator=(const side_scope&) = delete;
+};
+
 void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point start) {
   auto& s = self->state;
   const int k = slot(s, chunk, mb);
   const bool first = first_virtual(s, chunk), last = last_virtual(s, chunk);
   auto msg = std::move(s.inputs[k]);
   const bool work = computes(s);
+  // The pair starts after the work queued so far, on either stream.
+  const bool paired = s.pair_open && s.queue && work;
+  const bool side = paired && pair_on_side(s);
+  if (paired) {
+    s.queue->fork();
+    s.on_side[static_cast<size_t>(k)] = side;
+    s.pair_b_side = !side;
+    ++s.stats.two_stream_pairs;
+  }
+  side_scope on(s.queue.get(), side);
   at::Tensor x = msg.x;
   if (!work)
     x = s.nothing;
@@ -116,6 +148,7 @@ void begin_step(stage_state& s, int64_t step) {
   s.link->begin_step();
   s.grads_in.assign(slots, at::Tensor());
   s.grads_ready.assign(slots, nullptr);
+  s.on_side.assign(s.queue ? slots : 0, 0);
   s.compute.begin_step();
   s.stats = stage_stats{};
   // Sized once per step: no reallocation on the firing path.
@@ -172,7 +205,8 @@ bool fire_one(stage_ptr self) {
   auto op = s.pol->next(view);
   if (!op) return false;
   // An overlapped F and B is one action: on a CPU one runs after the
-  // other, with nothing in between.
+  // other, with nothing in between; on CUDA they go on two streams.
+  const bool closes = s.pair_open;  // op is the B of the pair
   s.pair_open = s.pol->overlaps_next(view);
   if (auto what = s.faults.throw_in(s.step, *op)) throw std::runtime_error(*what);
   // One clock read: the trace's start is the instant the op's padding and
@@ -181,12 +215,23 @@ bool fire_one(stage_ptr self) {
   const int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start - s.setup.origin).count();
   s.board.fire(*op);
   s.padded = false;
-  if (op->kind == op_kind::F)
+  // What a side F wrote (the loss sums) is read by the next F, whichever
+  // stream that takes: the side's work so far goes first.
+  if (op->kind == op_kind::F && s.queue) s.queue->join();
+  if (op->kind == op_kind::F) {
     fire_forward(self, op->chunk, op->mb, start);
-  else if (op->kind == op_kind::B)
-    fire_backward(self, op->chunk, op->mb, start);
-  else
+  } else if (op->kind == op_kind::B) {
+    // A pair's B whose kernels go on the side runs with the side current,
+    // else autograd would start them after the F on the stage's stream.
+    const bool side = closes && s.queue && s.pair_b_side;
+    {
+      side_scope on(s.queue.get(), side);
+      fire_backward(self, op->chunk, op->mb, start);
+    }
+    if (side) s.queue->join();
+  } else {
     s.compute.weight(op->chunk, op->mb);
+  }
   if (!s.padded) pad(s, start, op->kind);  // an op that sent nothing: padded here, once
   int64_t end_ns = now_ns(s);
   ++s.fired_total;
@@ -215,7 +260,10 @@ bool fire_one(stage_ptr self) {
   s.stats.memory.emplace_back(end_ns, s.compute.stash_bytes());
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;
-  if (step_done(s)) report_grads(self);
+  if (step_done(s)) {
+    if (s.queue) s.queue->join();  // before the allreduce, the sums and the update
+    report_grads(self);
+  }
   return true;
 }
 

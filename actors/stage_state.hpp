@@ -103,6 +103,10 @@ struct stage_state {
   /// The op just fired opened an overlapped F and B (OVERLAP_F_B): its B
   /// fires next, before any message is looked at.
   bool pair_open = false;
+  /// CUDA, by slot: its F ran on the queue's side (and so, autograd's rule,
+  /// do its B and W). Empty elsewhere.
+  std::vector<char> on_side;
+  bool pair_b_side = false;  // CUDA: the open pair's B goes on the side
   bool padded = false;  // the op being fired was padded before it sent (pad runs once per op)
   finite_watch finite;  // which op first produced a NaN or an infinity
   at::Tensor nothing;  // null and sim devices: every activation and gradient

@@ -81,6 +81,8 @@ struct stage_stats {
   uint64_t injected_drops = 0;       ///< messages it never sent, on purpose
   uint64_t resend_requests = 0;      ///< inputs it asked for again after op_timeout
   uint64_t retransmits = 0;          ///< messages it sent again when asked
+  /// OVERLAP_F_B pairs whose F and B ran on two CUDA streams of the stage.
+  uint64_t two_stream_pairs = 0;
   /// Data parallel: the gradient allreduce over this stage's replicas
   /// (trace time, ns; both 0 when there was none).
   int64_t allreduce_start_ns = 0;
@@ -192,8 +194,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_stats& x) {
   return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.peak_stash, x.peak_stash_bytes, x.duplicates,
            x.stale_epochs, x.peak_versions, x.injected_duplicates, x.injected_delays, x.injected_drops,
-           x.resend_requests, x.retransmits, x.allreduce_start_ns, x.allreduce_end_ns, x.optimizer_start_ns,
-           x.optimizer_end_ns, x.memory, x.cuda_memory, x.pid);
+           x.resend_requests, x.retransmits, x.two_stream_pairs, x.allreduce_start_ns, x.allreduce_end_ns,
+           x.optimizer_start_ns, x.optimizer_end_ns, x.memory, x.cuda_memory, x.pid);
 }
 
 template <class Inspector>

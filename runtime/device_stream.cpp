@@ -19,9 +19,17 @@ struct device_mark {
 
 namespace {
 
+// A second stream of the pool, not the stage's own (the pool hands its
+// streams round robin, so the next one differs).
+c10::cuda::CUDAStream other_than(const c10::cuda::CUDAStream& own) {
+  auto s = c10::cuda::getStreamFromPool(false, own.device_index());
+  return s == own ? c10::cuda::getStreamFromPool(false, own.device_index()) : s;
+}
+
 class cuda_stream final : public device_stream {
 public:
-  explicit cuda_stream(c10::DeviceIndex index) : stream_(c10::cuda::getStreamFromPool(false, index)) {}
+  explicit cuda_stream(c10::DeviceIndex index)
+      : stream_(c10::cuda::getStreamFromPool(false, index)), side_(other_than(stream_)), current_(stream_) {}
 
   void enter() override {
     c10::cuda::set_device(stream_.device_index());
@@ -34,25 +42,53 @@ public:
   device_mark_ptr mark(const at::Tensor& t) const override {
     if (!t.defined() || !t.is_cuda()) return nullptr;
     auto m = std::make_shared<device_mark>();
-    // The stream that wrote t on its device: this stage's own, or (after a
-    // copy to another GPU) that device's current stream on this thread.
+    // The stream that wrote t on its device: this stage's own (or its side),
+    // or (after a copy to another GPU) that device's current stream on this
+    // thread.
     m->event.record(c10::cuda::getCurrentCUDAStream(t.device().index()));
     return m;
   }
 
   void wait(const device_mark_ptr& m, const at::Tensor& t) const override {
-    if (m) m->event.block(stream_);
+    if (m) m->event.block(current_);
     // t was allocated on the sender's stream: without this, the caching
     // allocator could hand its memory to the sender's next kernel while
-    // this stream's kernels have yet to read it.
-    if (t.defined() && t.is_cuda() && t.has_storage())
+    // this stage's kernels have yet to read it. Once the side has been
+    // used, either stream may read it: autograd runs a backward on the
+    // stream its forward ran on.
+    if (t.defined() && t.is_cuda() && t.has_storage()) {
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+      if (sided_) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), side_);
+    }
+  }
+
+  void fork() override {
+    to_side_.record(stream_);
+    to_side_.block(side_);
+  }
+
+  void side(bool on) override {
+    current_ = on ? side_ : stream_;
+    if (on) sided_ = pending_ = true;
+    c10::cuda::setCurrentCUDAStream(current_);
+  }
+
+  void join() override {
+    if (!pending_) return;
+    from_side_.record(side_);
+    from_side_.block(stream_);
+    pending_ = false;
   }
 
   void* native() const override { return stream_.stream(); }
 
 private:
   c10::cuda::CUDAStream stream_;
+  c10::cuda::CUDAStream side_;     // OVERLAP_F_B: one of the pair
+  c10::cuda::CUDAStream current_;  // stream_, or side_ while side(true)
+  at::cuda::CUDAEvent to_side_, from_side_;
+  bool sided_ = false;    // the side was used: received tensors are kept for it too
+  bool pending_ = false;  // work went on the side since the last join
 };
 
 }  // namespace

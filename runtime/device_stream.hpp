@@ -8,8 +8,10 @@
 // A tensor sent to another stage travels with a mark: a CUDA event recorded
 // after the kernels that wrote it. The receiver's stream waits for the mark
 // on the device (the host never blocks), and the tensor's memory is kept
-// from reuse until the receiver's kernels have run. Elsewhere (CPU, null,
-// sim) there is no queue and every call below does nothing.
+// from reuse until the receiver's kernels have run. OVERLAP_F_B's F may go
+// on a second stream of the stage's (side), so the GPU runs it beside the
+// B. Elsewhere (CPU, null, sim) there is no queue and every call below does
+// nothing.
 #include <memory>
 #include <string>
 
@@ -28,9 +30,18 @@ public:
   virtual void enter() = 0;
   /// A mark after the work queued so far on t's device.
   virtual device_mark_ptr mark(const at::Tensor& t) const = 0;
-  /// Later work on this queue waits for `m`; t's memory is not reused
-  /// before that work has run. A null mark is ignored.
+  /// Later work on the current queue (this one, or the side while it is
+  /// entered) waits for `m`; t's memory is not reused before the work of
+  /// either queue has run. A null mark is ignored.
   virtual void wait(const device_mark_ptr& m, const at::Tensor& t) const = 0;
+  /// Later work on the side (the stage's second queue) waits for all the
+  /// work queued on this one so far.
+  virtual void fork() = 0;
+  /// Work goes on the side (true) or on this queue (false) from here on.
+  virtual void side(bool on) = 0;
+  /// Later work on this queue waits for all the work queued on the side
+  /// (nothing, if none went there since the last join).
+  virtual void join() = 0;
   /// The raw stream (a cudaStream_t), for collectives that queue their own
   /// work after this stage's.
   virtual void* native() const = 0;

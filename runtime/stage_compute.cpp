@@ -72,10 +72,18 @@ stage_compute::forward_out stage_compute::forward(int chunk, int mb, const forwa
     auto yd = shape_.to_device(y, y.scalar_type());
     r.loss = loss_of(r.out, yd);
     if (tally) {
-      auto l = r.loss.detach().to(torch::kDouble);
+      auto l = r.loss.detach().to(torch::kDouble, /*non_blocking=*/false, /*copy=*/true);
       auto c = r.out.argmax(-1).eq(yd).sum();
-      loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
-      correct_sum_ = correct_sum_.defined() ? correct_sum_ + c : c;
+      // In place: on CUDA this F may run on a second stream of the stage's,
+      // and a replaced sum's memory would go back to the other stream's pool
+      // while this one has yet to read it.
+      if (loss_sum_.defined()) {
+        loss_sum_.add_(l);
+        correct_sum_.add_(c);
+      } else {
+        loss_sum_ = l;
+        correct_sum_ = c;
+      }
       samples_ += yd.numel();  // positions: a sequence predicts each of its tokens
     }
     e.output = shape_.recompute ? at::Tensor() : r.loss;

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include "actors/trainer.hpp"
+#include "runtime/canonical.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 #include "tests/test_util.hpp"
 
@@ -57,6 +58,37 @@ TEST(CudaPipelineSchedules, GpipeAndOneFOneBAreBitwiseIdenticalOnTheGpu) {
 // and the split backward and the two chunks per stage take other paths.
 INSTANTIATE_TEST_SUITE_P(Schedules, CudaPipeline, ::testing::Values("gpipe", "1f1b", "zb-h1", "interleaved", "zb-v"),
                          [](const auto& info) { return testing_util::param_name(info.param); });
+
+// DualPipeV with both stages on one GPU: each OVERLAP_F_B pair's F and B go
+// on two streams of the stage, so the GPU may run them side by side. The
+// weights still equal 1F1B's on the same stages bit for bit, dropout masks
+// included, and every pair of the reference's order ran on two streams.
+TEST(CudaPipelineSchedules, DualPipeVPairsRunOnTwoStreamsAndMatchOneFOneBBitwise) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int stages = 2, microbatches = 8;
+  for (const bool dropout : {false, true}) {
+    auto f = small_config("1f1b", stages, microbatches, dropout);
+    auto d = small_config("dualpipev", stages, microbatches, dropout);
+    f.pipeline.devices.assign(stages, "cuda:0");
+    d.pipeline.devices.assign(stages, "cuda:0");
+    const auto a = run_training(f);
+    const auto b = run_training(d);
+    EXPECT_TRUE(bitwise_equal(a.weights, b.weights)) << (dropout ? "with dropout" : "without dropout");
+    uint64_t per_step = 0;
+    for (int r = 0; r < stages; ++r)
+      for (const char o : canonical::dualpipev_program(stages, r, microbatches).overlap) per_step += o ? 1 : 0;
+    ASSERT_GT(per_step, 0u);
+    ASSERT_EQ(b.result.steps.size(), static_cast<size_t>(d.train.steps));
+    for (const auto& step : b.result.steps) {
+      uint64_t pairs = 0;
+      for (const auto& st : step.stages) pairs += st.two_stream_pairs;
+      EXPECT_EQ(pairs, per_step) << "step " << step.step;
+    }
+    // 1F1B has no pairs: its stages stay on their own streams.
+    for (const auto& step : a.result.steps)
+      for (const auto& st : step.stages) EXPECT_EQ(st.two_stream_pairs, 0u);
+  }
+}
 
 // Two replicas of a 2-stage pipeline, all on one GPU. NCCL refuses two ranks
 // on one device: asked for explicitly, or chosen by auto, the run falls back

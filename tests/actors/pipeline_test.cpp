@@ -190,6 +190,9 @@ TEST(Schedules, DualPipeVGivesWeightsBitwiseIdenticalToOneFOneB) {
   auto d2 = run_training(small_config("dualpipev", 2, 4, true));
   auto f2 = run_training(small_config("1f1b", 2, 4, true));
   EXPECT_TRUE(bitwise_equal(f2.weights, d2.weights));
+  // On a CPU a pair runs in turn, on no second stream.
+  for (const auto& step : d.result.steps)
+    for (const auto& st : step.stages) EXPECT_EQ(st.two_stream_pairs, 0u);
 }
 
 // Rank 0 holds the first and the last virtual stage (the V), and computes
