@@ -113,29 +113,47 @@ int layer::parameter_tensors() const {
   return impl_->linear || impl_->norm ? 2 : 0;
 }
 
-at::Tensor layer::transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params) const {
+std::vector<int> layer::parameter_groups() const {
+  const int n = parameter_tensors();
+  if (spec_.type == "gpt_block") return std::vector<int>(static_cast<size_t>(n / 2), 2);
+  return n > 0 ? std::vector<int>{n} : std::vector<int>{};
+}
+
+at::Tensor layer::transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
+                                      std::vector<at::Tensor>* param_outputs) const {
   auto w = [&](size_t i) -> const at::Tensor& { return params ? params[i] : impl_->own[i].second; };
+  // Where a group of parameters enters: kept for a split backward's W.
+  auto entered = [&](at::Tensor t) {
+    if (param_outputs) param_outputs->push_back(t);
+    return t;
+  };
   const auto& s = spec_;
   if (s.type == "embedding") {
     auto pos = at::arange(x.size(1), at::TensorOptions().dtype(at::kLong).device(x.device()));
-    return drop(at::embedding(w(0), x) + at::embedding(w(1), pos), s.p, ctx, index_, 0);
+    return entered(drop(at::embedding(w(0), x) + at::embedding(w(1), pos), s.p, ctx, index_, 0));
   }
-  if (s.type == "lm_head") return at::matmul(x, w(0).t());
+  if (s.type == "lm_head") return entered(at::matmul(x, w(0).t()));
   // gpt_block: pre-LayerNorm attention and MLP, each on a residual branch.
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / s.heads;
-  auto qkv = at::linear(layer_norm(x, w(0), w(1)), w(2), w(3)).split(d, 2);
+  auto qkv = entered(at::linear(entered(layer_norm(x, w(0), w(1))), w(2), w(3))).split(d, 2);
   auto heads = [&](const at::Tensor& z) { return z.view({b, t, s.heads, hd}).transpose(1, 2); };
   std::function<at::Tensor(const at::Tensor&)> drop_probs;
   if (ctx.training && s.p > 0.0) drop_probs = [&](const at::Tensor& a) { return drop(a, s.p, ctx, index_, 1); };
   auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), drop_probs).transpose(1, 2).reshape({b, t, d});
-  auto h = x + drop(at::linear(y, w(4), w(5)), s.p, ctx, index_, 2);
-  auto m = at::linear(at::gelu(at::linear(layer_norm(h, w(6), w(7)), w(8), w(9))), w(10), w(11));
+  auto h = x + drop(entered(at::linear(y, w(4), w(5))), s.p, ctx, index_, 2);
+  auto m = entered(at::linear(at::gelu(entered(at::linear(entered(layer_norm(h, w(6), w(7))), w(8), w(9)))), w(10), w(11)));
   return h + drop(m, s.p, ctx, index_, 3);
 }
 
-at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params) const {
+at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
+                          std::vector<at::Tensor>* param_outputs) const {
   const auto& t = spec_.type;
-  if (is_transformer(t)) return transformer_forward(x, ctx, params);
+  if (is_transformer(t)) return transformer_forward(x, ctx, params, param_outputs);
+  if (param_outputs && parameter_tensors() > 0) {
+    at::Tensor out = forward(x, ctx, params);
+    param_outputs->push_back(out);
+    return out;
+  }
   if (params && t == "linear") return torch::nn::functional::linear(x, params[0], params[1]);
   if (params && t == "layernorm")
     return torch::nn::functional::layer_norm(
@@ -189,8 +207,7 @@ at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* a
   for (const auto& l : layers_) {
     const at::Tensor* mine = params ? params->data() + next : nullptr;
     next += static_cast<size_t>(l.parameter_tensors());
-    x = l.forward(x, ctx, mine);
-    if (param_outputs && l.parameter_tensors() > 0) param_outputs->push_back(x);
+    x = l.forward(x, ctx, mine, param_outputs);
     if (act_bytes) *act_bytes += static_cast<int64_t>(x.numel() * x.element_size());
   }
   return x;

@@ -46,17 +46,26 @@ public:
   const layer_spec& spec() const { return spec_; }
   /// With `params` (this layer's parameters() in order), runs with those
   /// tensors instead of its own: an older weight version.
-  at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params = nullptr) const;
+  /// `param_outputs`, when given, receives the outputs at which this
+  /// layer's parameters enter, one per parameter_groups() entry.
+  at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params = nullptr,
+                     std::vector<at::Tensor>* param_outputs = nullptr) const;
   /// (local name, tensor): "weight", "bias"; empty for parameterless layers.
   std::vector<std::pair<std::string, at::Tensor>> parameters() const;
   int64_t parameter_count() const;
   /// Number of parameter tensors (0; 2 for weight and bias; a transformer
   /// layer's: 2 embedding, 12 gpt_block, 1 lm_head).
   int parameter_tensors() const;
+  /// How parameter_tensors() split into groups that each enter at one
+  /// output (what a split backward's weight pass starts from): a gpt_block's
+  /// six weight-and-bias pairs (ln1, qkv, proj, ln2, fc1, fc2); one group of
+  /// all of them for any other layer with parameters; none without.
+  std::vector<int> parameter_groups() const;
   void to(const std::string& device, at::ScalarType dtype = at::kFloat);
 
 private:
-  at::Tensor transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params) const;
+  at::Tensor transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
+                                 std::vector<at::Tensor>* param_outputs) const;
   struct impl;
   int index_;
   layer_spec spec_;
@@ -72,9 +81,12 @@ public:
   /// Runs every layer; adds each intermediate output's bytes to *act_bytes
   /// (what autograd keeps alive for the backward).
   /// `params`, when given, replaces parameters() (same order and shapes).
-  /// `param_outputs`, when given, receives the output of every layer that
-  /// has parameters, in order: a split backward takes the gradient at each
-  /// of them, so that its weight pass needs no input gradient again.
+  /// `param_outputs`, when given, receives, in order, every output at which
+  /// a group of parameters enters (layer::parameter_groups): a split
+  /// backward takes the gradient at each of them, so that its weight pass
+  /// needs no input gradient again. For a layer with one group that is the
+  /// layer's output; a gpt_block gives the outputs of its six inner
+  /// parameterised ops, so that W runs none of its attention again.
   at::Tensor forward(at::Tensor x, const forward_ctx& ctx, int64_t* act_bytes,
                      const std::vector<at::Tensor>* params = nullptr,
                      std::vector<at::Tensor>* param_outputs = nullptr) const;

@@ -171,22 +171,23 @@ void stage_compute::weight_grads(int chunk, const stash_entry& e) const {
     for (size_t i = 0; i < params.size(); ++i) accumulate(params[i], grads[i]);
     return;
   }
-  // Layer by layer: each one's weight gradient from its output and the
+  // Group by group (a layer's parameters, or a gpt_block's inner op's):
+  // each one's weight gradient from the output it enters at and the
   // gradient B left there.
   size_t p = 0, j = 0;
-  for (const auto& l : shape_.layers[chunk]->layers()) {
-    const auto n = static_cast<size_t>(l.parameter_tensors());
-    if (n == 0) continue;
-    const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
-                                       params.begin() + static_cast<std::ptrdiff_t>(p + n));
-    if (e.param_grads.at(j).defined()) {
-      auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-      for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
+  for (const auto& l : shape_.layers[chunk]->layers())
+    for (const int group : l.parameter_groups()) {
+      const auto n = static_cast<size_t>(group);
+      const std::vector<at::Tensor> mine(params.begin() + static_cast<std::ptrdiff_t>(p),
+                                         params.begin() + static_cast<std::ptrdiff_t>(p + n));
+      if (e.param_grads.at(j).defined()) {
+        auto grads = torch::autograd::grad({e.param_outs[j]}, mine, {e.param_grads[j]}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t i = 0; i < n; ++i) accumulate(params[p + i], grads[i]);
+      }
+      p += n;
+      ++j;
     }
-    p += n;
-    ++j;
-  }
 }
 
 void stage_compute::weight(int chunk, int mb) {
