@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/cpu_only.hpp"
 #include "runtime/config.hpp"
 #include "runtime/state_dict.hpp"
 #include "tests/apps/child_process.hpp"

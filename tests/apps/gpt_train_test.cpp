@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cpu_only.hpp"
 #include "runtime/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"

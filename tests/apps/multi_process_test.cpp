@@ -24,6 +24,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "tests/cpu_only.hpp"
 #include "tests/apps/child_process.hpp"
 #include "runtime/seed.hpp"
 #include "runtime/transport/net_address.hpp"

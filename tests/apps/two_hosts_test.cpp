@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cpu_only.hpp"
 #include "tests/apps/child_process.hpp"
 #include "runtime/transport/net_address.hpp"
 #include "tests/test_util.hpp"
