@@ -1,61 +1,99 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds against Python torch's CUDA LibTorch
-# (scripts/build-cuda), then runs, writing every log and page to OUT_DIR:
-#   - nvidia-smi's device name;
-#   - the CUDA and NCCL tests (cuda_pipeline_test, collectives_test);
-#   - build-cuda/gpu_bench: 4 stages on one GPU against the plain loop;
-#   - compare on configs/gpu_blocks_s4.yaml with its report (timelines and
-#     the CUDA allocator's memory plots of GPipe, 1F1B and ZB-H1);
-#   - configs/hybrid_dp2_pp2.yaml on the GPU (device map, Gloo fallback);
-#   - the whole test suite against the CUDA build.
-# Usage: bench/gpu.sh [OUT_DIR]   (default gpu-results; BUILD_DIR: build-cuda)
+# (scripts/build-cuda; ACTORPIPE_DEPS_PREFIX from scripts/gpu-deps where
+# Debian's packages are missing), then runs the steps named in STEPS, each
+# under its own time limit, writing every log to OUT_DIR:
+#   tests   cuda_pipeline_test (incl. dualpipev's two streams),
+#           collectives_test, cuda_launch_test ([cpu, cuda:0] ranks)
+#   gpt     gpt_bench: the 1.06 B GPT of configs/gpt_h100.yaml, gpipe, 1f1b
+#           and zb-h1 against the plain loop (tokens/s, MFU, peak memory)
+#   pairs   dualpipev against zb-v and 1f1b on configs/gpu_blocks_s4.yaml
+#   csv     torch's own schedule dumps against tests/data/schedule_csv, and
+#           torch's _load_csv reading back our simulate --export files
+#   peers   bench/peers.sh at 4 stages with torch.distributed.pipelining on
+#           4 Gloo ranks, and --gpu (actorpipe and torch on cuda:0)
+#   blocks  gpu_bench, compare with its report, hybrid dp2 x pp2 on one GPU
+#   suite   the whole test suite against the CUDA build
+# Usage: bench/gpu.sh [OUT_DIR]   (default gpu-results; BUILD_DIR: build-cuda;
+#        STEPS default "tests gpt pairs csv": about 8 minutes on an H100 with the
+#        build; run STEPS=peers as a call of its own, it takes about 4 more)
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
+case "${1:-}" in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mkdir -p "${1:-gpu-results}" && cd "${1:-gpu-results}" && pwd)
 build=${BUILD_DIR:-$here/build-cuda}
+steps=" ${STEPS:-tests gpt pairs csv} "
 [ -n "${ACTORPIPE_DEPS_PREFIX:-}" ] && export LD_LIBRARY_PATH="$ACTORPIPE_DEPS_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 step() { echo; echo "== $* ($(date +%T))"; }
+wants() { [[ "$steps" == *" $1 "* ]]; }
 
 step device
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$out/device.txt"
 
 step build
 t0=$(date +%s)
-"$here/scripts/build-cuda" "$build" > "$out/build.log" 2>&1
+timeout 400 "$here/scripts/build-cuda" "$build" > "$out/build.log" 2>&1
 echo "build rc=$? in $(( $(date +%s) - t0 )) s"
-grep -E "error|FAILED" "$out/build.log" | sort | uniq | head -40
-
+grep -E "error:|FAILED:" "$out/build.log" | sort | uniq | head -40
 cd "$build" || exit 1
-step CUDA and NCCL tests
-for t in cuda_pipeline_test collectives_test; do
-  [ -x "$t" ] && timeout 300 "./$t" > "$out/$t.log" 2>&1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|^note|using gloo" "$out/$t.log"
-done
 
-step gpu_bench
-[ -x gpu_bench ] && timeout 300 ./gpu_bench ${GPU_BENCH_ARGS:-} 2>&1 | tee "$out/gpu_bench.log"
+if wants tests; then
+  step CUDA tests
+  for t in cuda_pipeline_test collectives_test cuda_launch_test; do
+    [ -x "$t" ] && timeout 150 "./$t" > "$out/$t.log" 2>&1; echo "$t rc=$?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^note" "$out/$t.log" | head -20
+  done
+fi
 
-step compare on the GPU
-timeout 300 ./actorpipe compare "$here/configs/gpu_blocks_s4.yaml" --schedules gpipe,1f1b,zb-h1 \
-  --report "$out/compare_gpu.html" 2>&1 | tee "$out/compare_gpu.log" | tail -12
-timeout 300 ./actorpipe train "$here/configs/gpu_blocks_s4.yaml" --quiet --memory "$out/memory_1f1b_gpu.svg" \
-  --timeline "$out/timeline_1f1b_gpu.svg" --results "$out/results_1f1b_gpu.json" 2>&1 | tail -12
-timeout 300 ./actorpipe train "$here/configs/gpu_blocks_s4.yaml" --quiet --schedule gpipe \
-  --memory "$out/memory_gpipe_gpu.svg" 2>&1 | tail -6
+if wants gpt; then
+  step GPT on the GPU
+  timeout 200 ./gpt_bench --device cuda:0 --blocks 24 --dim 1920 --heads 15 --seq 1024 --batch 32 --stages 4 \
+    --microbatches 8 --dtype bfloat16 --steps 5 --rounds 2 --schedules gpipe,1f1b,zb-h1 2>&1 | tee "$out/gpt_bench.log" | tail -7
+fi
 
-step hybrid on one GPU
-timeout 120 ./actorpipe train "$here/configs/hybrid_dp2_pp2.yaml" --steps 20 --quiet --verify-replicas 2>&1 | tee "$out/hybrid_gpu.log"
-sed 's/allreduce: auto /allreduce: nccl /' "$here/configs/hybrid_dp2_pp2.yaml" > "$out/hybrid_nccl.yaml"
-timeout 120 ./actorpipe train "$out/hybrid_nccl.yaml" --steps 20 --quiet --verify-replicas 2>&1 | tee -a "$out/hybrid_gpu.log"
+if wants pairs; then
+  step "dualpipev's pairs on two streams, against zb-v and 1f1b"
+  for s in dualpipev zb-v 1f1b dualpipev zb-v 1f1b; do
+    timeout 60 ./actorpipe train "$here/configs/gpu_blocks_s4.yaml" --schedule "$s" --quiet 2>&1 | grep -E "^\| (dualpipev|zb-v|1f1b) "
+  done | tee "$out/pairs.log"
+fi
 
-[ "${RUN_SUITE:-1}" = 1 ] || exit 0
-step whole suite
-timeout "${SUITE_TIMEOUT:-300}" ctest -j "${SUITE_JOBS:-12}" --timeout 240 > "$out/ctest.log" 2>&1
-grep -E "tests passed|Failed|\(Failed\)|Timeout|Not Run" "$out/ctest.log" | head -40
-if grep -q "tests failed" "$out/ctest.log"; then
-  step the failed tests again, with their output
-  timeout 120 ctest --rerun-failed --output-on-failure > "$out/ctest_failed.log" 2>&1
-  tail -c 20000 "$out/ctest_failed.log" | grep -v "^\s*$" | tail -150
+if wants csv; then
+  step "torch's schedules and our exports"
+  timeout 60 python3 "$here/tests/data/make_schedule_fixtures.py" --out "$out/torch_csv" --compare > "$out/csv_compare.log" 2>&1
+  grep -E ": (same|DIFFERS)" "$out/csv_compare.log"
+  mkdir -p "$out/exports" && specs=()
+  for s in gpipe 1f1b interleaved zb-v dualpipev; do
+    v=1; [ "$s" = interleaved ] || [ "$s" = zb-v ] || [ "$s" = dualpipev ] && v=2
+    for form in compute comms; do
+      f="$out/exports/${s}_$form.csv"
+      ./actorpipe simulate --stages 4 --microbatches 8 --schedule "$s" --export "$f" --export-format "$form" > /dev/null
+      specs+=("$f:$([ $form = comms ] && echo compute_comms || echo compute_only):4:$v:8")
+    done
+  done
+  timeout 60 python3 "$here/tests/data/torch_reads_export.py" "${specs[@]}" 2>&1 | tee "$out/torch_reads.log" | sed "s|$out/exports/||"
+fi
+
+if wants peers; then
+  step peers at 4 stages, with the GPU rows
+  timeout 300 bash "$here/bench/peers.sh" --build "$build" --python python3 --stages 4 --schedules gpipe,1f1b,zb-v \
+    --threads 4 --rounds 1 --steps 8 --warmup 3 --microbatches 8 --gpu > "$out/peers.md" 2> "$out/peers.err"
+  echo "peers rc=$?"; grep -v "^$" "$out/peers.md" | tail -22; grep "!" "$out/peers.err" | cut -c1-200 | head
+fi
+
+if wants blocks; then
+  step gpu_bench
+  [ -x gpu_bench ] && timeout 300 ./gpu_bench ${GPU_BENCH_ARGS:-} 2>&1 | tee "$out/gpu_bench.log"
+  step compare on the GPU
+  timeout 300 ./actorpipe compare "$here/configs/gpu_blocks_s4.yaml" --schedules gpipe,1f1b,zb-h1 \
+    --report "$out/compare_gpu.html" 2>&1 | tee "$out/compare_gpu.log" | tail -12
+  step hybrid on one GPU
+  timeout 120 ./actorpipe train "$here/configs/hybrid_dp2_pp2.yaml" --steps 20 --quiet --verify-replicas 2>&1 | tee "$out/hybrid_gpu.log"
+fi
+
+if wants suite; then
+  step whole suite
+  timeout "${SUITE_TIMEOUT:-400}" ctest -j "${SUITE_JOBS:-12}" --timeout 240 > "$out/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\(Failed\)|Timeout|Not Run" "$out/ctest.log" | head -40
 fi
