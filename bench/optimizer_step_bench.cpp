@@ -10,9 +10,6 @@
 #include <torch/torch.h>
 
 #include <deque>
-#include <sstream>
-#include <string>
-#include <type_traits>
 #include <vector>
 
 #include "runtime/optimizer_state.hpp"
@@ -21,20 +18,6 @@
 namespace {
 
 using namespace actorpipe;
-
-// LibTorch keys an optimizer's state by the tensor's address: a string up to
-// 1.x, the pointer from 2.0 on.
-template <class T = torch::optim::Optimizer>
-auto state_key(const at::Tensor& p) {
-  using key = typename std::decay_t<decltype(std::declval<const T&>().state())>::key_type;
-  if constexpr (std::is_same_v<key, std::string>) {
-    std::ostringstream out;
-    out << p.unsafeGetTensorImpl();
-    return out.str();
-  } else {
-    return static_cast<key>(p.unsafeGetTensorImpl());
-  }
-}
 
 struct stage {
   std::vector<at::Tensor> params;
@@ -61,7 +44,7 @@ struct stage {
     for (const auto& p : params) {
       out.push_back(p.detach());
       auto& st = static_cast<torch::optim::AdamParamState&>(
-          *opt->state().at(state_key(p)));
+          *state_of(*opt, p));
       out.push_back(st.exp_avg());
       out.push_back(st.exp_avg_sq());
     }

@@ -39,6 +39,12 @@ at::Tensor copy_to(const at::Tensor& t, const at::Tensor& like) {
 
 }  // namespace
 
+torch::optim::OptimizerParamState* state_of(const torch::optim::Optimizer& opt, const at::Tensor& p) {
+  const auto& state = opt.state();
+  auto it = state.find(key_of(p));
+  return it == state.end() ? nullptr : it->second.get();
+}
+
 std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::optim::Optimizer& opt,
                                                                  const std::vector<at::Tensor>& params,
                                                                  std::vector<std::string> names, bool share) {

@@ -16,6 +16,7 @@
 
 namespace torch::optim {
 class Optimizer;
+class OptimizerParamState;
 }
 
 namespace actorpipe {
@@ -32,6 +33,11 @@ std::shared_ptr<const optimizer_state_copy> copy_optimizer_state(const torch::op
                                                                  const std::vector<at::Tensor>& params,
                                                                  std::vector<std::string> names = {},
                                                                  bool share = false);
+
+/// The state `opt` holds for parameter `p`, or nullptr before its first
+/// step. LibTorch keys it by the tensor's address: as a string up to 1.x,
+/// as the pointer from 2.0 on; this hides which.
+torch::optim::OptimizerParamState* state_of(const torch::optim::Optimizer& opt, const at::Tensor& p);
 
 /// Whether step_aside can step `opt` (Adam or SGD, one parameter group).
 bool steps_aside(const torch::optim::Optimizer& opt);
