@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "actors/attempt_setup.hpp"
 #include "actors/stage_actor.hpp"
@@ -48,8 +49,10 @@ struct directory_state {
   caf::actor waiter;  // told when rank 0 says stop or heal
   std::shared_ptr<boundary_memory> boundary;  // this process's (null: no healing)
   // Rank 0: what the other ranks registered, by generation and rank: their
-  // directory, then their stages.
+  // directory, then their stages; and each stage's device as that rank
+  // resolved it (under auto on CUDA, its own cuda:LOCAL_RANK).
   std::map<uint32_t, std::map<int, std::vector<caf::actor>>> registered;
+  std::map<uint32_t, std::map<int, std::vector<std::string>>> devices;
   static inline const char* name = "rank_directory";
 };
 
@@ -58,19 +61,24 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
   self->state.waiter = std::move(waiter);
   self->state.boundary = std::move(boundary);
   return {
-      // Rank 0: rank q registers its directory and stages of generation g.
-      [=](stages_atom, int32_t rank, uint32_t g, caf::actor dir, std::vector<caf::actor> stages) {
+      // Rank 0: rank q registers its directory, stages and their devices
+      // of generation g.
+      [=](stages_atom, int32_t rank, uint32_t g, caf::actor dir, std::vector<caf::actor> stages,
+          std::vector<std::string> devices) {
         stages.insert(stages.begin(), std::move(dir));
         self->state.registered[g][rank] = std::move(stages);
+        self->state.devices[g][rank] = std::move(devices);
       },
       // Rank 0, locally: generation g's registrations in rank order once
-      // `ranks` came (empty before).
+      // `ranks` came (empty before), and the devices of their stages.
       [=](stages_atom, int32_t ranks, uint32_t g) {
         std::vector<caf::actor> out;
+        std::vector<std::string> devices;
         auto& got = self->state.registered[g];
-        if (static_cast<int32_t>(got.size()) < ranks) return out;
+        if (static_cast<int32_t>(got.size()) < ranks) return std::make_tuple(out, devices);
         for (auto& [rank, actors] : got) out.insert(out.end(), actors.begin(), actors.end());
-        return out;
+        for (auto& [rank, names] : self->state.devices[g]) devices.insert(devices.end(), names.begin(), names.end());
+        return std::make_tuple(out, devices);
       },
       [=](stop_atom, int32_t code) { self->send(self->state.waiter, stop_atom::value, code); },
       [=](heal_atom, uint32_t g) { self->send(self->state.waiter, heal_atom::value, g); },
@@ -579,6 +587,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
 
   auto abandon = std::make_shared<std::atomic<bool>>(false);
   std::vector<caf::actor> mine;
+  std::vector<std::string> mine_on;  // each one's device, as this process resolved it
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
@@ -622,6 +631,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     st.copy_every = cx.cfg.supervision.copy_every;
     st.live_boundary = cx.boundary && cx.plan.dp > 1;
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
+    mine_on.push_back(cx.plan.replica_devices.at(slot.replica).at(slot.stage));
   }
   // However this returns, this generation's stages are gone.
   struct stopper {
@@ -639,8 +649,9 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   // One direct CAF connection per pair of ranks, opened by the higher rank
   // (both opening one at once raced in CAF's handshake: a request over the
   // connection that lost was never answered). Rank q then registers its
-  // directory and stages with rank 0, which alone needs every handle; a
-  // stage learns its neighbours from rank 0's wire message.
+  // directory and stages with rank 0, which alone needs every handle (and
+  // their devices, which rank 0 reports); a stage learns its neighbours
+  // from rank 0's wire message.
   std::vector<caf::actor> dirs(static_cast<size_t>(env.world_size));
   for (int q = 0; q < env.rank; ++q) {
     auto [qhost, qport] = split_endpoint(met.endpoints[static_cast<size_t>(q)]);
@@ -657,20 +668,28 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
                              met.endpoints[static_cast<size_t>(q)] + ": " + rt.sys->render(remote.error()));
     dirs[static_cast<size_t>(q)] = *remote;
   }
-  if (env.rank > 0) self->send(dirs[0], stages_atom::value, int32_t{env.rank}, g, cx.dir, mine);
+  if (env.rank > 0) self->send(dirs[0], stages_atom::value, int32_t{env.rank}, g, cx.dir, mine, mine_on);
   std::vector<caf::actor> all = mine;
+  std::vector<std::string> all_on = mine_on;  // rank 0: as `all`, slot d * S + r
   if (env.rank == 0) {
     const auto deadline = clock_type::now() + cx.timeout;
     const size_t per_rank = static_cast<size_t>(cx.places.actors_per_rank());
     std::vector<caf::actor> got;
+    std::vector<std::string> got_on;
     poll_backoff wait(milliseconds(5));
     while (got.empty()) {
       if (clock_type::now() > deadline)
         throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(cx.timeout));
       self->request(cx.dir, cx.timeout, stages_atom::value, int32_t{env.world_size - 1}, g)
-          .receive([&](std::vector<caf::actor>& v) { got = std::move(v); }, [](caf::error&) {});
+          .receive(
+              [&](std::vector<caf::actor>& v, std::vector<std::string>& on) {
+                got = std::move(v);
+                got_on = std::move(on);
+              },
+              [](caf::error&) {});
       if (got.empty()) wait.pause();
     }
+    all_on.insert(all_on.end(), got_on.begin(), got_on.end());
     for (int q = 1; q < env.world_size; ++q) {
       auto first = got.begin() + static_cast<std::ptrdiff_t>((q - 1) * (per_rank + 1));
       dirs[static_cast<size_t>(q)] = *first;
@@ -725,6 +744,15 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   run_failure failure{run_errc::none, -1, -1, -1, {}};
   const int64_t resumed = g > 0 ? hp.resume_after : rp.ckpt.step;
   end.out = drive(*rt.sys, cfg, opts, cx.plan, all, resumed, origin, cx.timeout, failure);
+  // The devices as the ranks that run the stages resolved them: under auto
+  // on CUDA another rank's are on its own GPU, not on this one's.
+  if (all_on.size() == all.size()) {
+    const auto S = static_cast<std::ptrdiff_t>(cx.plan.stages);
+    auto& res = end.out.result;
+    res.replica_devices.clear();
+    for (auto at = all_on.begin(); at != all_on.end(); at += S) res.replica_devices.emplace_back(at, at + S);
+    res.devices = res.replica_devices.front();
+  }
   // The ranks whose process went (a connection lost closes every proxy of
   // it at once; wait a little for the directory's).
   std::vector<int> dead;

@@ -22,6 +22,7 @@
 #include "runtime/partition.hpp"
 #include "runtime/policies/registry.hpp"
 #include "runtime/policy.hpp"
+#include "runtime/rank_placement.hpp"
 #include "runtime/run_report.hpp"
 #include "runtime/text.hpp"
 
@@ -210,7 +211,7 @@ void check_async_stream(const config& cfg) {
                       std::to_string(INT_MAX) + " in all");
 }
 
-void print_plan(const config& cfg) {
+void print_plan(const config& cfg, const rank_env& ranks) {
   std::printf("actorpipe: %s  schedule %s  stages %d  microbatches %d  batch %lld  steps %lld\n",
               cfg.path.c_str(), cfg.pipeline.schedule.c_str(), cfg.pipeline.stages,
               cfg.pipeline.microbatches, static_cast<long long>(cfg.train.batch_size),
@@ -230,6 +231,9 @@ void print_plan(const config& cfg) {
   if (cfg.train.batch_size != share * dp)
     std::printf(" (the last one %lld)", static_cast<long long>(cfg.train.batch_size - share * (dp - 1)));
   std::printf("\n");
+  // Which rank runs each (replica, stage); one process runs them all.
+  const load_env env = load_env_for(ranks, static_cast<int>(torch::cuda::device_count()));
+  const rank_placement places(dp, stages, ranks.multi_process() ? ranks.world_size : 1);
   for (int r = 0; r < stages; ++r) {
     std::printf("  pipeline stage %d, layers", r);
     for (int c = 0; c < plc.chunks; ++c) {
@@ -237,7 +241,9 @@ void print_plan(const config& cfg) {
       std::printf("%s %d..%d", c ? "," : "", range.first, range.second);
     }
     std::printf(":");
-    for (int d = 0; d < dp; ++d) std::printf("%s replica %d on %s", d ? "," : "", d, cfg.replica_devices[d][r].c_str());
+    for (int d = 0; d < dp; ++d)
+      std::printf("%s replica %d on %s", d ? "," : "", d,
+                  device_label(cfg, env, d, r, places.owner(d, r)).c_str());
     std::printf("\n");
   }
   std::fflush(stdout);

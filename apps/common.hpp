@@ -78,8 +78,9 @@ void set_schedule(config& cfg, std::string name);
 /// int; the config checks its own steps, --steps comes after.
 void check_async_stream(const config& cfg);
 
-/// The run's first line, and with dp > 1 the device map.
-void print_plan(const config& cfg);
+/// The run's first line, and with dp > 1 the device map; in a
+/// multi-process run (`ranks`) as device_label names what other ranks run.
+void print_plan(const config& cfg, const rank_env& ranks = {});
 
 /// run_training with progress every `log_every` steps (0: none): a live bar
 /// on a terminal, plain lines otherwise.

@@ -281,10 +281,11 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--quiet")) log_every = 0;
   imported_schedule imported;
   if (a.has("--import") && !import_order(a.options["--import"], cfg, imported, speaks)) return exit_stuck;
-  if (speaks) print_plan(cfg);
+  if (speaks) print_plan(cfg, env);
   if (speaks && env.multi_process()) {
-    // The plan above is rank 0's view: under auto, every other rank's
-    // stages are on its own GPU.
+    // Under auto, every other rank's stages are on its own GPU: the plan
+    // above names it by the variable (device_label), the stage lines after
+    // the run by what each rank said it resolved.
     const bool per_rank_gpu = cfg.pipeline.auto_devices && cfg.pipeline.devices.front().rfind("cuda:", 0) == 0;
     std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
                 env.world_size, launcher_name(env.launcher),

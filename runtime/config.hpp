@@ -255,6 +255,14 @@ struct load_env {
 /// Reads and validates `path`. Throws config_error.
 config load_config(const std::string& path, const load_env& env = {});
 
+/// How this process names the device of stage (replica, stage), which rank
+/// `owner` runs, before the ranks meet: its name in cfg.replica_devices,
+/// the same on every rank, except under `auto` on CUDA in a multi-process
+/// run, where another rank's stages are on that rank's own GPU, whose local
+/// rank this process does not know: "cuda:LOCAL_RANK of rank 1" (the
+/// variable as env.local_rank_variable names it).
+std::string device_label(const config& cfg, const load_env& env, int replica, int stage, int owner);
+
 /// Schedules the runtime knows, for messages and suggestions.
 const std::vector<std::string>& known_schedules();
 

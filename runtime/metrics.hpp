@@ -48,7 +48,11 @@ struct train_result {
   std::vector<int64_t> skipped_steps;    ///< steps dropped for a NaN or an infinity
   int restarts = 0;                      ///< supervised restarts after a stage died
   double recovery_s = 0.0;               ///< wall time of the attempts that failed
-  std::vector<std::string> devices;
+  std::vector<std::string> devices;  ///< per stage, replica 0's
+  /// Every (replica, stage)'s device, [replica][stage], as the rank that
+  /// runs it resolved it (a multi-process run); empty: `devices` for
+  /// every replica.
+  std::vector<std::vector<std::string>> replica_devices;
   std::vector<std::pair<int, int>> partition;  ///< per virtual stage
   std::vector<step_record> steps;
   double test_accuracy = -1.0;  ///< -1 when there is no test split

@@ -132,9 +132,11 @@ std::string chrome_trace_json(const train_result& run, const std::string& config
                         {"args", {{"name", "actorpipe (pid " + std::to_string(pid) + ")"}}}});
     }
     const int r = t % std::max(1, run.stages), d = t / std::max(1, run.stages);
+    const auto& devices =
+        d < static_cast<int>(run.replica_devices.size()) ? run.replica_devices[static_cast<size_t>(d)] : run.devices;
     const std::string name = (run.dp > 1 ? "replica " + std::to_string(d) + " " : std::string()) + "stage " +
                              std::to_string(r) + " (" +
-                             (r < static_cast<int>(run.devices.size()) ? run.devices[r] : "") + ")";
+                             (r < static_cast<int>(devices.size()) ? devices[static_cast<size_t>(r)] : "") + ")";
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", name}}}});
   }
   auto us = [](int64_t ns) { return json_number("%.3f", static_cast<double>(ns) / 1e3); };

@@ -83,3 +83,14 @@ std::vector<std::vector<std::string>> planned_devices(const config& cfg, const l
 }
 
 }  // namespace actorpipe::config_detail
+
+namespace actorpipe {
+
+std::string device_label(const config& cfg, const load_env& env, int replica, int stage, int owner) {
+  const std::string& name = cfg.replica_devices.at(static_cast<size_t>(replica)).at(static_cast<size_t>(stage));
+  const bool per_rank = cfg.pipeline.auto_devices && env.local_rank && name.rfind("cuda:", 0) == 0;
+  if (!per_rank || owner == env.rank) return name;
+  return "cuda:" + env.local_rank_variable + " of rank " + std::to_string(owner);
+}
+
+}  // namespace actorpipe

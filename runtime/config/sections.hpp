@@ -60,7 +60,7 @@ std::string auto_device(const load_env& env, int slot);
 /// Every stage's device, replica by replica: the lists the config gave, or
 /// auto_device for each. In a multi-process run this is the process's own
 /// view: its own stages are right; another process's read as this one's GPU
-/// (only their kind, cpu or cuda, holds there).
+/// (only their kind, cpu or cuda, holds there; device_label names them).
 std::vector<std::vector<std::string>> planned_devices(const config& cfg, const load_env& env);
 
 /// Fills in the defaults that depend on several sections; after the checks.

@@ -169,6 +169,26 @@ TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelines
   expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
 }
 
+// Rank 0 reports every stage on the device its own rank registered (under
+// auto on CUDA, that rank's cuda:LOCAL_RANK); without CUDA every rank's
+// auto is cpu, and the plan, the stage lines, the results and the trace
+// say so as one process does.
+TEST(LaunchReportsDevices, EveryStageOnTheDeviceItsRankRegistered) {
+  const auto dir = test_dir();
+  const std::string config = write_config("dp2pp2", config_text(2, 4, "1f1b", 2));
+  const std::string results = (dir / "results.json").string(), trace = (dir / "trace.json").string();
+  auto r = actorpipe({"launch", "--nprocs", "4", config, "--quiet", "--results", results, "--trace", trace});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find(": replica 0 on cpu, replica 1 on cpu\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  stage 0 on cpu: layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  stage 1 on cpu: layers"), std::string::npos) << r.out;
+  EXPECT_NE(bytes_of(results).find("\"devices\": [\n    \"cpu\",\n    \"cpu\"\n  ]"), std::string::npos)
+      << bytes_of(results);
+  const std::string json = bytes_of(trace);
+  for (const char* lane : {"replica 0 stage 0", "replica 0 stage 1", "replica 1 stage 0", "replica 1 stage 1"})
+    EXPECT_NE(json.find("\"name\":\"" + std::string(lane) + " (cpu)\""), std::string::npos) << lane;
+}
+
 // Control messages across processes held back, sent twice and dropped
 // (then asked for again), drawn from faults.seed: every schedule still ends
 // on the bytes of a clean run in one process. Each duplicate and resend is a

@@ -274,6 +274,39 @@ TEST(LoadConfig, DevicesAutoPastTheMachinesGpusNamesTheRankAndItsVariable) {
                      "device");
 }
 
+// Rank 0's plan of a dp 2 x pp 2 run on 4 ranks (rank q runs slot q):
+// under auto on CUDA the other ranks' stages are on their own GPUs, which
+// rank 0 names by the variable; without CUDA, with a list, or in one
+// process, every rank has the same names.
+TEST(LoadConfig, DeviceLabelNamesAnotherRanksAutoGpuByItsVariable) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+parallel: {dp: 2}
+pipeline: {stages: 2, devices: auto}
+)");
+  const load_env rank0 = rank_of_several(2, 0, 0);
+  const config cfg = load_config(file, rank0);
+  EXPECT_EQ(device_label(cfg, rank0, 0, 0, 0), "cuda:0");
+  EXPECT_EQ(device_label(cfg, rank0, 0, 1, 1), "cuda:LOCAL_RANK of rank 1");
+  EXPECT_EQ(device_label(cfg, rank0, 1, 1, 3), "cuda:LOCAL_RANK of rank 3");
+  load_env slurm = rank_of_several(2, 2, 0);
+  slurm.local_rank_variable = "SLURM_LOCALID";
+  const config on2 = load_config(file, slurm);
+  EXPECT_EQ(device_label(on2, slurm, 1, 0, 2), "cuda:0");  // its own
+  EXPECT_EQ(device_label(on2, slurm, 0, 0, 0), "cuda:SLURM_LOCALID of rank 0");
+  // Without CUDA auto is cpu on every rank.
+  const load_env cpu_only = rank_of_several(0, 0, 0);
+  EXPECT_EQ(device_label(load_config(file, cpu_only), cpu_only, 1, 1, 3), "cpu");
+  // One process: the round-robin it resolved is the truth.
+  const config one = load_config(file, gpus(2));
+  EXPECT_EQ(device_label(one, gpus(2), 1, 1, 0), "cuda:1");
+  // A list: the same names on every rank.
+  const std::string listed = write(test_dir() / "listed.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+parallel: {dp: 2}
+pipeline: {stages: 2, devices: [cuda:0, cuda:1]}
+)");
+  EXPECT_EQ(device_label(load_config(listed, rank0), rank0, 1, 1, 3), "cuda:1");
+}
+
 TEST(LoadConfig, DeviceListsIgnoreTheLocalRank) {
   const config cfg = load_config(
       write(test_dir() / "config.yaml", std::string(small_model) + "pipeline: {stages: 2, devices: [cuda:0, cpu]}\n"),
