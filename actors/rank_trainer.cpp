@@ -385,7 +385,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // dp > 1: every boundary is the live state (runtime/boundary_memory.hpp),
   // and a step whose applies went out is applied by every live stage: the
   // heal rolls forward to it, once every live slot holds it.
-  const bool live = cx.plan.dp > 1;
+  const bool live = live_boundaries(cx.plan.dp);
   if (live) hp.resume_after = std::max(hp.resume_after, cx.decided.load());
   // Boundaries are kept after every copy_every-th step only (at dp = 1):
   // the newest of those is the best there is. A lost stage heals from a
@@ -629,7 +629,7 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
       st.copy_channel = copies;
     }
     st.copy_every = cx.cfg.supervision.copy_every;
-    st.live_boundary = cx.boundary && cx.plan.dp > 1;
+    st.live_boundary = cx.boundary && live_boundaries(cx.plan.dp);
     mine.push_back(spawn_stage(*rt.sys, std::move(st)));
     mine_on.push_back(cx.plan.replica_devices.at(slot.replica).at(slot.stage));
   }
@@ -872,7 +872,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   // dp > 1: the boundary is the live state, forgotten before each update
   // (two only where a skipped step keeps the same tensors twice); at
   // dp = 1 the keepers' copies can lag (runtime/boundary_memory.hpp).
-  auto boundary = supervised ? std::make_shared<boundary_memory>(cfg.parallel.dp > 1 ? 2 : 4) : nullptr;
+  auto boundary = supervised ? std::make_shared<boundary_memory>(live_boundaries(cfg.parallel.dp) ? 2 : 4) : nullptr;
   auto dir = sys.spawn(directory, caf::actor{self}, boundary);
   struct dir_stopper {
     caf::scoped_actor& self;

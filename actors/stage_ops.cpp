@@ -215,10 +215,10 @@ bool fire_one(stage_ptr self) {
   const int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start - s.setup.origin).count();
   s.board.fire(*op);
   s.padded = false;
-  // What a side F wrote (the loss sums) is read by the next F, whichever
-  // stream that takes: the side's work so far goes first.
-  if (op->kind == op_kind::F && s.queue) s.queue->join();
   if (op->kind == op_kind::F) {
+    // What a side F wrote (the loss sums) is read by the next F, whichever
+    // stream that takes: the side's work so far goes first.
+    if (s.queue) s.queue->join();
     fire_forward(self, op->chunk, op->mb, start);
   } else if (op->kind == op_kind::B) {
     // A pair's B whose kernels go on the side runs with the side current,

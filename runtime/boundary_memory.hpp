@@ -33,6 +33,11 @@
 
 namespace actorpipe {
 
+/// Whether a run of `dp` replicas keeps live boundaries (the stage's state
+/// itself, rolled forward in a heal; above): at dp > 1, where a donor is a
+/// live replica. At dp = 1 a boundary must outlive the update.
+inline bool live_boundaries(int dp) { return dp > 1; }
+
 class boundary_memory {
 public:
   /// At least two (the step being applied and the one before).

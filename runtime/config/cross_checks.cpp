@@ -180,7 +180,7 @@ void resolve(reader& r) {
   }
   auto& p = cfg.pipeline;
   for (const auto& [first, last] : f.partition) p.partition.emplace_back(static_cast<int>(first), static_cast<int>(last));
-  p.auto_devices = cfg.replica_devices.empty() && !f.device_list;
+  p.auto_devices = devices_auto(cfg, f);
   cfg.replica_devices = planned_devices(cfg, r.env());
   p.devices = cfg.replica_devices.front();
   if (p.threads.empty()) p.threads = p.devices.front() == "null" && cfg.parallel.dp == 1 ? "shared" : "dedicated";

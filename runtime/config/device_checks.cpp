@@ -46,8 +46,7 @@ void measuring_devices_run_every_stage(const reader& r) {
 // One process per GPU: rank k's stages go on cuda:LOCAL_RANK, which must exist.
 void auto_device_fits_the_local_rank(const reader& r) {
   const load_env& env = r.env();
-  const bool is_auto = r.cfg().replica_devices.empty() && !r.facts().device_list;
-  if (!is_auto || !env.local_rank || env.cuda_devices <= 0 || *env.local_rank < env.cuda_devices) return;
+  if (!devices_auto(r.cfg(), r.facts()) || !env.local_rank || env.cuda_devices <= 0 || *env.local_rank < env.cuda_devices) return;
   const std::string local = std::to_string(*env.local_rank);
   r.fail_key("pipeline.devices", "auto puts rank " + std::to_string(env.rank) + " (" + env.local_rank_variable + " " +
                                      local + ") on cuda:" + local + ", but this machine has " +

@@ -61,6 +61,10 @@ void read_devices(reader& r, const entry& e) {
   for (size_t i = 0; i < e.value.size(); ++i) read_device_name(r, e.value[i], item(path, i), p.devices);
 }
 
+bool devices_auto(const config& cfg, const read_facts& facts) {
+  return cfg.replica_devices.empty() && !facts.device_list;
+}
+
 std::string auto_device(const load_env& env, int slot) {
   if (env.cuda_devices <= 0) return "cpu";
   return "cuda:" + std::to_string(env.local_rank ? *env.local_rank : slot % env.cuda_devices);

@@ -51,6 +51,9 @@ struct cross_check {
 /// Every cross-section check, in the order they run.
 const std::vector<cross_check>& cross_checks();
 
+/// Whether the config left its devices to `auto` (written, or no key).
+bool devices_auto(const config& cfg, const read_facts& facts);
+
 /// `auto`'s device for the (replica, stage) at index `slot` (d S + r): cpu
 /// without a GPU; in a multi-process run the process's cuda:LOCAL_RANK,
 /// whatever the slot (one process per GPU, as torchrun has it); in one
