@@ -33,6 +33,7 @@
 #include "runtime/transport/p2p_group.hpp"
 #include "runtime/transport/poll_backoff.hpp"
 #include "runtime/transport/rendezvous.hpp"
+#include "runtime/transport/shared_segments.hpp"
 #include "runtime/transport/state_transfer.hpp"
 #include "runtime/transport/tensor_channel.hpp"
 
@@ -525,7 +526,22 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   };
   std::shared_ptr<tensor_channel> channel = join_channel("p2p");
   const bool keeps_copies = cx.boundary && cx.plan.dp == 1 && env.world_size > 1;
+  // Each rank says which machine's memory it is in (before the channel
+  // forms, so every rank's is set once it has): a copy for a keeper in the
+  // same one goes through shared memory.
+  if (keeps_copies) store->set(prefix + "/actorpipe/machine/" + std::to_string(env.rank), machine_id());
   std::shared_ptr<tensor_channel> copies = keeps_copies ? join_channel("copies") : nullptr;
+  auto segments_for = [&](int index, int keeper_process) -> std::shared_ptr<segment_ring> {
+    const std::string mine = machine_id();
+    if (mine.empty() || store->get(prefix + "/actorpipe/machine/" + std::to_string(keeper_process)) != mine)
+      return nullptr;
+    // Named by run, rank, generation and slot: a process started again
+    // never meets its predecessor's files, and launch removes the run's.
+    // As many as the keeper's memory holds, two more for copies in flight.
+    return std::make_shared<segment_ring>(shm_dir() + "/" + segment_run_id() + ".r" + std::to_string(env.rank) + ".g" +
+                                              std::to_string(g) + ".s" + std::to_string(index),
+                                          static_cast<size_t>(cx.boundary->depth()) + 2);
+  };
   std::map<int, std::shared_ptr<allreduce_group>> groups, ties;
   try {
     groups = join_replica_groups(cx.places, env.rank, store, prefix, cx.host, cx.timeout);
@@ -627,6 +643,8 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
     if (copies) {
       st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
       st.copy_channel = copies;
+      if (st.keeper_stage >= 0)
+        st.copy_segments = segments_for(index, st.process_of.at(static_cast<size_t>(st.keeper_stage)));
     }
     st.copy_every = cx.cfg.supervision.copy_every;
     st.live_boundary = cx.boundary && live_boundaries(cx.plan.dp);

@@ -11,6 +11,7 @@
 #include "actors/stage_state.hpp"
 #include "runtime/optimizer_state.hpp"
 #include "runtime/transport/p2p_group.hpp"  // transfer_error
+#include "runtime/transport/shared_segments.hpp"
 #include "runtime/transport/state_transfer.hpp"
 
 namespace actorpipe {
@@ -163,7 +164,16 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
   stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
   std::string described;
-  if (st.keeper && st.setup.copy_channel)
+  if (st.keeper && st.setup.copy_segments) {
+    std::string why;
+    described = write_shared(*st.setup.copy_segments, snap, &why);
+    if (described.empty() && !st.said_why_socket) {
+      st.said_why_socket = true;
+      std::fprintf(stderr, "actorpipe: stage %d sends its boundary copies through the socket: %s\n", st.setup.rank,
+                   why.c_str());
+    }
+  }
+  if (described.empty() && st.keeper && st.setup.copy_channel)
     described = send_snapshot(*st.setup.copy_channel, snap,
                               st.setup.process_of.at(static_cast<size_t>(st.setup.keeper_stage)));
   if (!held) st.setup.boundary->keep(slot_of(st), step, std::move(snap));

@@ -28,6 +28,7 @@
 namespace actorpipe {
 class allreduce_group;
 struct optimizer_state_copy;
+class segment_ring;
 class tensor_channel;
 class boundary_memory;
 }
@@ -127,6 +128,10 @@ struct stage_setup {
   /// queued behind them.
   int keeper_stage = -1;
   std::shared_ptr<tensor_channel> copy_channel;
+  /// Where the keeper is on this machine: the copies go through these
+  /// shared-memory segments instead (one copy, no socket), and through
+  /// `copy_channel` only when no segment can be had.
+  std::shared_ptr<segment_ring> copy_segments;
   /// Only the boundaries after every copy_every-th step (and the one when
   /// wired) are kept, and go to the keeper (supervision.copy_every;
   /// copy_rule in runtime/heal_plan.hpp).

@@ -58,6 +58,7 @@ struct stage_state {
   caf::actor keeper;
   std::map<uint64_t, caf::response_promise> owed_copies;
   uint64_t copies_asked = 0;
+  bool said_why_socket = false;  // a copy that could not go through shared memory, said once
 
   int64_t step = -1;
   // Ready sets, in-order promotion, duplicate detection and the policy's

@@ -42,6 +42,8 @@ class boundary_memory {
 public:
   /// At least two (the step being applied and the one before).
   explicit boundary_memory(size_t depth = 4) : depth_(depth < 2 ? 2 : depth) {}
+  /// How many boundaries it keeps per slot.
+  size_t depth() const { return depth_; }
 
   /// Slot `slot` (replica d, stage r at d S + r) after step `step` (-1:
   /// before the first); called from the stage's thread.

@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "runtime/transport/net_address.hpp"
+#include "runtime/transport/shared_segments.hpp"
 
 extern char** environ;
 
@@ -349,6 +350,7 @@ int run_workers(const launch_options& o) {
   } catch (...) {
     signal_live(ws, SIGKILL);
     for (auto& w : ws) ::waitpid(w.pid, nullptr, 0);  // SIGKILLed: returns promptly
+    remove_segments_of(run_id);
     throw;
   }
 
@@ -470,6 +472,11 @@ int run_workers(const launch_options& o) {
       signal_live(ws, s);
     }
   }
+  // Every worker is gone: the shared-memory copies they left (a killed
+  // sender cannot remove its own) go too.
+  if (const size_t left = remove_segments_of(run_id))
+    notice("removed " + std::to_string(left) + " shared-memory boundary cop" + (left == 1 ? "y" : "ies") +
+           " that killed workers left in " + shm_dir());
   if (failed_code >= 0) return failed_code;
   if (got_signal) return 128 + got_signal;
   return 0;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/transport/p2p_group.hpp"
+#include "runtime/transport/shared_segments.hpp"
 #include "runtime/transport/tensor_channel.hpp"
 
 namespace actorpipe {
@@ -43,7 +44,9 @@ struct arrival {
   std::shared_ptr<optimizer_state_copy> opt = std::make_shared<optimizer_state_copy>();
   std::vector<std::pair<remote_tensor, at::Tensor*>> wanted;
   bool v2 = false;       // one packed transfer (`packed`, cut by `shapes`), not `wanted`
-  remote_tensor packed;  // v2
+  remote_tensor packed;  // v2 (v3: its dtype and length only)
+  std::string shared;    // v3: the segment that holds the packed buffer
+  uint64_t shared_seq = 0;
   std::vector<std::pair<std::vector<int64_t>, at::Tensor*>> shapes;  // v2, in the buffer's order
   std::atomic<size_t> left{0};
   std::mutex mutex;
@@ -79,9 +82,18 @@ void parse(const std::string& described, arrival& a) {
   auto bad = [&] {
     return transfer_error("a state transfer's description does not parse: '" + described.substr(0, 80) + "'");
   };
-  if (!(is >> version) || (version != "v1" && version != "v2")) throw bad();
-  const bool v2 = a.v2 = version == "v2";
-  if (v2) a.packed = read_description(is);
+  if (!(is >> version) || (version != "v1" && version != "v2" && version != "v3")) throw bad();
+  const bool v2 = a.v2 = version != "v1";
+  if (version == "v2") a.packed = read_description(is);
+  if (version == "v3") {
+    int dtype = 0;
+    int64_t total = 0;
+    if (!(is >> a.shared >> a.shared_seq >> dtype >> total) || total < 0 || dtype < 0 ||
+        dtype >= static_cast<int>(at::ScalarType::NumOptions))
+      throw bad();
+    a.packed.dtype = static_cast<int8_t>(dtype);
+    a.packed.shape = {total};
+  }
   // The tensor after a name or a "+": its transfer (v1) or its shape (v2).
   auto tensor = [&](at::Tensor* t) {
     if (!v2) return a.wanted.emplace_back(read_description(is), t), void();
@@ -146,22 +158,39 @@ void describe_optimizer(std::ostream& os, const stage_snapshot& s, Describe&& on
   }
 }
 
-// v2: the packed buffer as one transfer, then each tensor's shape.
-std::string send_packed(tensor_channel& channel, const stage_snapshot& s, int to) {
-  auto shape = [](std::ostream& os, const at::Tensor& t) {
+// v2 and v3 after the packed buffer: each tensor's shape, in its order.
+void describe_shapes(std::ostream& os, const stage_snapshot& s) {
+  auto shape = [&os](const at::Tensor& t) {
     os << ' ' << t.dim();
     for (int64_t x : t.sizes()) os << ' ' << x;
   };
-  std::ostringstream os;
-  os << "v2";
-  describe(os, channel.post(s.flat, to));
   os << ' ' << s.rank << ' ' << s.weights.size();
   for (const auto& [name, t] : s.weights) {
     os << ' ' << name;
-    shape(os, t);
+    shape(t);
   }
-  describe_optimizer(os, s, [&](const at::Tensor& t) { shape(os, t); });
+  describe_optimizer(os, s, shape);
+}
+
+// v2: the packed buffer as one transfer, then each tensor's shape.
+std::string send_packed(tensor_channel& channel, const stage_snapshot& s, int to) {
+  std::ostringstream os;
+  os << "v2";
+  describe(os, channel.post(s.flat, to));
+  describe_shapes(os, s);
   return os.str();
+}
+
+// The packed buffer's views, into the snapshot's tensors (checked when the
+// line was read).
+void cut(arrival& a, at::Tensor flat) {
+  int64_t at = 0;
+  for (auto& [shape, target] : a.shapes) {
+    const int64_t n = numel_of(shape);
+    *target = flat.narrow(0, at, n).view(shape);
+    at += n;
+  }
+  a.snap.flat = std::move(flat);
 }
 
 }  // namespace
@@ -211,6 +240,47 @@ std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int 
   return os.str();
 }
 
+std::string write_shared(segment_ring& ring, const stage_snapshot& s, std::string* why) {
+  auto refuse = [&](std::string text) {
+    if (why) *why = std::move(text);
+    return std::string();
+  };
+  std::vector<const at::Tensor*> tensors;
+  for (const auto& [name, t] : s.weights) tensors.push_back(&t);
+  if (s.optimizer)
+    for (const auto& fields : s.optimizer->tensors)
+      for (const auto& t : fields)
+        if (t.defined()) tensors.push_back(&t);
+  if (tensors.empty()) return refuse("nothing to copy");
+  const at::ScalarType dtype = tensors.front()->scalar_type();
+  int64_t total = 0;
+  for (const auto* t : tensors) {
+    if (t->scalar_type() != dtype) return refuse("its tensors have more than one dtype");
+    total += t->numel();
+  }
+  auto lease = ring.take(static_cast<size_t>(total) * c10::elementSize(dtype), why);
+  if (!lease) return {};
+  if (lease->path.find_first_of(" \t\n") != std::string::npos) {
+    ring.give_back(*lease);
+    return refuse("its path has a space: " + lease->path);
+  }
+  {
+    c10::NoGradGuard no_grad;
+    at::Tensor flat = at::from_blob(lease->data, {total}, at::TensorOptions().dtype(dtype));
+    int64_t at = 0;
+    for (const auto* t : tensors) {
+      const int64_t n = t->numel();
+      flat.narrow(0, at, n).view(t->sizes()).copy_(t->detach());
+      at += n;
+    }
+  }
+  ring.publish(*lease);
+  std::ostringstream os;
+  os << "v3 " << lease->path << ' ' << lease->seq << ' ' << static_cast<int>(dtype) << ' ' << total;
+  describe_shapes(os, s);
+  return os.str();
+}
+
 void receive_snapshot_async(tensor_channel& channel, const std::string& described,
                             std::function<void(stage_snapshot)> done,
                             std::function<void(const std::string&)> failed, tensor_channel::buffer_for into) {
@@ -220,6 +290,18 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
   a->failed = std::move(failed);
   // One more than the receives: the last one to end cannot be a receive
   // that ends before the others have started.
+  if (!a->shared.empty()) {
+    // v3: in this machine's shared memory already, nothing to receive.
+    at::Tensor flat;
+    try {
+      flat = map_segment(a->shared, a->shared_seq, static_cast<at::ScalarType>(a->packed.dtype), a->packed.shape[0]);
+    } catch (const transfer_error& e) {
+      return a->failed(e.what());
+    }
+    cut(*a, std::move(flat));
+    a->snap.optimizer = std::move(a->opt);
+    return a->done(std::move(a->snap));
+  }
   a->left = a->wanted.size() + (a->v2 ? 1 : 0) + 1;
   auto one_failed = [a](const std::string& why) {
     {
@@ -233,13 +315,7 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
     channel.fetch(
         a->packed,
         [a](at::Tensor flat) {
-          int64_t at = 0;
-          for (auto& [shape, target] : a->shapes) {
-            const int64_t n = numel_of(shape);  // checked when the line was read
-            *target = flat.narrow(0, at, n).view(shape);
-            at += n;
-          }
-          a->snap.flat = std::move(flat);
+          cut(*a, std::move(flat));
           a->one_ended();
         },
         one_failed);

@@ -28,6 +28,15 @@ bool pack_snapshot(stage_snapshot& s);
 /// transfer per tensor.
 std::string send_snapshot(tensor_channel& channel, const stage_snapshot& s, int to, bool pack = false);
 
+class segment_ring;
+
+/// Writes `s` into a free segment of `ring` (runtime/transport/shared_segments:
+/// one copy, no socket) for a process of this machine, and returns the line
+/// that describes it (receive_snapshot_async reads it as the others). Empty,
+/// holding nothing, when it cannot: the tensors have more than one dtype, or
+/// no segment can be had (`why` says which); the caller then sends it.
+std::string write_shared(segment_ring& ring, const stage_snapshot& s, std::string* why = nullptr);
+
 /// Receives what `described` (send_snapshot's line) describes, blocking
 /// until every tensor is in. Throws transfer_error for a peer gone, a
 /// timeout, or a line that does not parse.

@@ -713,6 +713,48 @@ TEST(HealAfterAnUpdate, AtDpTwoRollsForwardToTheDecidedStepAtDpOneBackAndEndsBit
   }
 }
 
+// At dp 1 a stage's keeper on the same machine holds its copies in shared
+// memory (runtime/transport/shared_segments), and through the socket with
+// ACTORPIPE_SHM_DISABLE=1. A kill of stage 2 mid-step heals bitwise either
+// way (from the newest copy that had landed). The killed process's
+// segments outlive it until launch, at the end, removes them (and says
+// so), which leaves ACTORPIPE_SHM_DIR empty.
+TEST(HealFromAKeeper, ThroughSharedMemoryOrTheSocketEndsBitwiseAndLeavesNoSegment) {
+  const std::string tag = "keeper_3x1";
+  const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
+  auto a = actorpipe({"train", healing_config(tag + "_clean", 3, 1), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  const fs::path dir = test_dir() / (tag + "_shm");
+  for (const bool shared : {true, false}) {
+    const std::string what = shared ? "shared memory" : "socket";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ::setenv("ACTORPIPE_SHM_DIR", dir.c_str(), 1);
+    if (!shared) ::setenv("ACTORPIPE_SHM_DISABLE", "1", 1);
+    const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
+    fs::remove(healed);
+    auto r = actorpipe({"launch", "--nprocs", "3",
+                        healing_config(tag, 3, 1, "faults:\n  inject:\n    - {kind: kill_process, stage: 2, step: 4, "
+                                                  "after_op: B1}\n"),
+                        "--quiet", "--save", healed},
+                       120);
+    ::unsetenv("ACTORPIPE_SHM_DIR");
+    ::unsetenv("ACTORPIPE_SHM_DISABLE");
+    ASSERT_EQ(r.code, 0) << what << describe(r);
+    // After step 3 where its copy had landed, or step 2 (a copy through the
+    // socket may still be on its way when the sender dies).
+    EXPECT_NE(r.err.find("rolling back to after step "), std::string::npos) << what << describe(r);
+    EXPECT_NE(r.err.find("its stage 2 of replica 0 from rank 1's memory"), std::string::npos) << what << describe(r);
+    EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << what << describe(r);
+    EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << what << describe(r);
+    EXPECT_EQ(r.err.find("through the socket:"), std::string::npos) << what << describe(r);
+    EXPECT_EQ(r.err.find("shared-memory boundary cop") != std::string::npos, shared) << what << describe(r);
+    EXPECT_TRUE(fs::is_empty(dir)) << what;
+    fs::remove_all(test_dir() / (tag + "_ckpt"));
+  }
+  fs::remove_all(dir);
+}
+
 // Old generations: no message of one is applied. A stale_message fault
 // makes stages 0 and 2 each send, in the healed generation, a copy of
 // their first message under generation 0's epoch, naming the tensor

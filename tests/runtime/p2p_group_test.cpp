@@ -19,10 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include <filesystem>
 #include <future>
+#include <optional>
+
+#include <unistd.h>
 
 #include "messages/payloads.hpp"
 #include "runtime/transport/p2p_group.hpp"
+#include "runtime/transport/shared_segments.hpp"
 #include "runtime/transport/state_transfer.hpp"
 #include "runtime/transport/tensor_channel.hpp"
 #include "tests/child_process.hpp"
@@ -31,6 +36,7 @@ using namespace actorpipe;
 using actorpipe::test_support::child_process;
 using actorpipe::test_support::env_or;
 using actorpipe::test_support::say;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -218,11 +224,11 @@ bool same_snapshot(const stage_snapshot& a, const stage_snapshot& b) {
 // The description line of a snapshot goes as two tensors after it (its
 // length, then its bytes): the channel's tags count per destination from
 // 0, so rank 1 knows where each one is.
-void post_line(tensor_channel& ch, const std::string& line) {
-  ch.post(at::full({1}, static_cast<int64_t>(line.size()), at::kLong), 1);
+void post_line(tensor_channel& ch, const std::string& line, int to = 1) {
+  ch.post(at::full({1}, static_cast<int64_t>(line.size()), at::kLong), to);
   at::Tensor bytes = at::empty({static_cast<int64_t>(line.size())}, at::kByte);
   std::memcpy(bytes.data_ptr(), line.data(), line.size());
-  ch.post(bytes, 1);
+  ch.post(bytes, to);
 }
 
 at::Tensor fetch_now(tensor_channel& ch, int from, uint32_t tag, at::ScalarType dtype, std::vector<int64_t> shape) {
@@ -239,9 +245,9 @@ at::Tensor fetch_now(tensor_channel& ch, int from, uint32_t tag, at::ScalarType 
   return arrived.get();
 }
 
-std::string fetch_line(tensor_channel& ch, uint32_t tag) {
-  const int64_t size = fetch_now(ch, 0, tag, at::kLong, {1}).item<int64_t>();
-  at::Tensor bytes = fetch_now(ch, 0, tag + 1, at::kByte, {size});
+std::string fetch_line(tensor_channel& ch, uint32_t tag, int from = 0) {
+  const int64_t size = fetch_now(ch, from, tag, at::kLong, {1}).item<int64_t>();
+  at::Tensor bytes = fetch_now(ch, from, tag + 1, at::kByte, {size});
   return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size));
 }
 
@@ -312,6 +318,64 @@ void scenario_snapshot(p2p_group g) {
   ch.post(at::ones({1}, at::kLong), 0);
 }
 
+// Boundary copies through shared memory (runtime/transport/shared_segments)
+// between the two processes, in ACTORPIPE_SHM_DIR. Rank 0 writes copy 1;
+// rank 1 maps it and sends it back through the socket (as a keeper sends
+// a copy to a process started again). While rank 1 holds copy 1, copy 2
+// takes a second segment, and a third finds both held. Once rank 1 drops
+// both, copy 3 reuses a segment, and copy 1's line is refused: its segment
+// holds another copy now. Copy 3 stays readable after rank 0's segments
+// are gone (as after a SIGKILL).
+void scenario_shared(p2p_group g) {
+  tensor_channel ch(std::move(g));
+  const auto one = snapshot_case(1.5f), two = snapshot_case(-0.25f), three = snapshot_case(4.0f);
+  const std::string dir = env_or("ACTORPIPE_SHM_DIR", "/dev/shm");
+  if (ch.rank() == 0) {
+    auto ring = std::make_unique<segment_ring>(dir + "/shared_test.r0", 2);
+    post_line(ch, write_shared(*ring, one));  // tags 0, 1
+    const stage_snapshot back = receive_snapshot(ch, fetch_line(ch, 1, 1));
+    say(std::string("sent back bitwise equal: ") + (same_snapshot(back, one) ? "yes" : "no"));
+    const std::string line2 = write_shared(*ring, two);
+    say("segments while copy 1 is held: " + std::to_string(ring->size()));
+    std::string why;
+    const std::string line3 = write_shared(*ring, three, &why);
+    say("a third copy: " + (line3.empty() ? "refused, " + why : "written"));
+    post_line(ch, line2);        // tags 2, 3
+    fetch_now(ch, 1, 3, at::kLong, {1});  // rank 1 dropped both
+    const std::string again = write_shared(*ring, three, &why);
+    say("after both were dropped: " + (again.empty() ? "refused, " + why : "written") + ", segments " +
+        std::to_string(ring->size()));
+    post_line(ch, again);  // tags 4, 5
+    fetch_now(ch, 1, 4, at::kLong, {1});  // rank 1 holds copy 3
+    ring.reset();
+    ch.post(at::ones({1}, at::kLong), 1);  // tag 6: the segments are gone
+    fetch_now(ch, 1, 5, at::kLong, {1});
+    return;
+  }
+  const std::string line1 = fetch_line(ch, 0);
+  say("line " + line1.substr(0, 2));
+  std::optional<stage_snapshot> first = receive_snapshot(ch, line1);
+  say(std::string("shared copy bitwise equal: ") + (same_snapshot(*first, one) ? "yes" : "no"));
+  post_line(ch, send_snapshot(ch, *first, 0, /*pack=*/true), 0);  // tags 0, 1, 2
+  std::optional<stage_snapshot> second = receive_snapshot(ch, fetch_line(ch, 2));
+  say(std::string("second copy bitwise equal: ") + (same_snapshot(*second, two) ? "yes" : "no"));
+  first.reset();
+  second.reset();
+  ch.post(at::ones({1}, at::kLong), 0);  // tag 3
+  const stage_snapshot third = receive_snapshot(ch, fetch_line(ch, 4));
+  try {
+    receive_snapshot(ch, line1);
+    say("copy 1 read again");
+  } catch (const transfer_error& e) {
+    say(std::string("copy 1 again: ") + e.what());
+  }
+  ch.post(at::ones({1}, at::kLong), 0);  // tag 4
+  fetch_now(ch, 0, 6, at::kLong, {1});
+  say(std::string("third copy after the sender's segments went: ") +
+      (same_snapshot(third, three) ? "bitwise equal" : "changed"));
+  ch.post(at::ones({1}, at::kLong), 0);  // tag 5
+}
+
 int run_child(const std::string& scenario) {
   try {
     p2p_options o;
@@ -328,6 +392,7 @@ int run_child(const std::string& scenario) {
     else if (scenario == "size_mismatch") scenario_size_mismatch(g);
     else if (scenario == "lost_peer") scenario_lost_peer(g);
     else if (scenario == "snapshot") scenario_snapshot(std::move(g));
+    else if (scenario == "shared") scenario_shared(std::move(g));
     else throw std::runtime_error("unknown scenario " + scenario);
     say("CHILD DONE");
     return 0;
@@ -504,6 +569,30 @@ TEST(StateTransfer, ABoundaryCopyArrivesBitwiseAsynchronouslyOrBlocking) {
   EXPECT_TRUE(has(f.out1, "malformed line refused: a state transfer's description does not parse")) << f.out1;
   EXPECT_TRUE(has(f.out1, "malformed v2 line refused: a state transfer's description does not parse")) << f.out1;
   EXPECT_FALSE(has(f.out1, "MALFORMED")) << f.out1;
+}
+
+TEST(StateTransfer, ACopyThroughSharedMemoryArrivesBitwiseAndItsSegmentIsWrittenOnlyOnceFree) {
+  const fs::path dir = fs::temp_directory_path() / ("actorpipe_shm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ::setenv("ACTORPIPE_SHM_DIR", dir.c_str(), 1);
+  auto ranks = start_ranks("shared", 20000);
+  auto f = finish(ranks);
+  ::unsetenv("ACTORPIPE_SHM_DIR");
+  EXPECT_EQ(f.code0, 0) << f.out0;
+  ASSERT_EQ(f.code1, 0) << f.out1;
+  EXPECT_TRUE(has(f.out1, "line v3")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "shared copy bitwise equal: yes")) << f.out1;
+  EXPECT_TRUE(has(f.out0, "sent back bitwise equal: yes")) << f.out0;
+  EXPECT_TRUE(has(f.out0, "segments while copy 1 is held: 2")) << f.out0;
+  EXPECT_TRUE(has(f.out0, "a third copy: refused, all 2 segments are held")) << f.out0;
+  EXPECT_TRUE(has(f.out1, "second copy bitwise equal: yes")) << f.out1;
+  EXPECT_TRUE(has(f.out0, "after both were dropped: written, segments 2")) << f.out0;
+  EXPECT_TRUE(has(f.out1, "copy 1 again: the shared copy")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "no longer holds copy 1")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "third copy after the sender's segments went: bitwise equal")) << f.out1;
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
 }
 
 TEST(P2PGroup, MessagesSentOutOfOrderAreMatchedByTag) {
