@@ -117,6 +117,36 @@ at::Tensor mul_into(at::Tensor out, const at::Tensor& t, double x) {
   return out;
 }
 
+// Adam's step after the bias corrections, block by block (step_aside):
+// per element, the ops and operands of the whole-tensor code below.
+void adam_blocked(torch::optim::AdamParamState& st, const at::Tensor& p, const at::Tensor& grad, tensor_pool* pool,
+                  int64_t block, double beta1, double beta2, double step_size, double root_correction2, double eps) {
+  const int64_t n = p.numel();
+  auto flat = [n](const at::Tensor& t) { return t.view({n}); };  // contiguous, as step_aside checked
+  const at::Tensor g = flat(grad), m = flat(st.exp_avg()), v = flat(st.exp_avg_sq()), from = flat(p.detach());
+  at::Tensor exp_avg = fresh_like(pool, st.exp_avg()), exp_avg_sq = fresh_like(pool, st.exp_avg_sq());
+  at::Tensor moved = fresh_like(pool, p);
+  const at::Tensor m_out = exp_avg.view({n}), v_out = exp_avg_sq.view({n}), p_out = moved.view({n});
+  at::Tensor denom = at::empty({std::min(block, n)}, p.options());
+  const at::Tensor root = at::native::wrapped_scalar_tensor(root_correction2);
+  for (int64_t at = 0; at < n; at += block) {
+    const int64_t len = std::min(block, n - at);
+    const at::Tensor gb = g.narrow(0, at, len);
+    at::Tensor mb = m_out.narrow(0, at, len), vb = v_out.narrow(0, at, len), pb = p_out.narrow(0, at, len);
+    mul_into(mb, m.narrow(0, at, len), beta1).add_(gb, 1 - beta1);
+    mul_into(vb, v.narrow(0, at, len), beta2).addcmul_(gb, gb, 1 - beta2);
+    // (exp_avg_sq.sqrt() / root_correction2).add_(eps)
+    at::Tensor db = denom.narrow(0, 0, len);
+    at::sqrt_out(db, vb);
+    at::div_out(db, db, root);
+    db.add_(eps);
+    at::addcdiv_out(pb, from.narrow(0, at, len), mb, db, -step_size);
+  }
+  p.set_data(moved);
+  st.exp_avg(exp_avg);
+  st.exp_avg_sq(exp_avg_sq);
+}
+
 }  // namespace
 
 // LibTorch 1.13's Adam::step and SGD::step, op for op; where they write
@@ -124,7 +154,7 @@ at::Tensor mul_into(at::Tensor out, const at::Tensor& t, double x) {
 // op into another tensor (mul_out, add_out, addcdiv_out: one kernel either
 // way) and the rest land in that tensor. optimizer_state_test holds the
 // two to the bit.
-void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool) {
+void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool, int64_t block) {
   if (!steps_aside(opt)) throw std::invalid_argument("step_aside: only Adam and SGD with one parameter group");
   torch::NoGradGuard no_grad;
   auto& group = opt.param_groups().front();
@@ -150,6 +180,12 @@ void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool) {
       const double bias_correction1 = 1 - std::pow(beta1, st.step());
       const double bias_correction2 = 1 - std::pow(beta2, st.step());
       if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
+      if (block > 0 && !o.amsgrad() && p.is_cpu() && p.is_contiguous() && grad.is_contiguous() &&
+          st.exp_avg().is_contiguous() && st.exp_avg_sq().is_contiguous()) {
+        adam_blocked(st, p, grad, pool, block, beta1, beta2, o.lr() / bias_correction1, std::sqrt(bias_correction2),
+                     o.eps());
+        continue;
+      }
       auto exp_avg = mul_into(fresh_like(pool, st.exp_avg()), st.exp_avg(), beta1);
       exp_avg.add_(grad, 1 - beta1);
       auto exp_avg_sq = mul_into(fresh_like(pool, st.exp_avg_sq()), st.exp_avg_sq(), beta2);

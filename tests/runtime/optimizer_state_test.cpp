@@ -74,12 +74,12 @@ TEST(OptimizerStateCopy, AParameterCountMismatchIsRefused) {
 // tensors from before a step still holds them after it. With a pool, the
 // buffers of a dropped copy serve again: two sets in all.
 template <class Opt, class Options>
-void expect_aside_matches_step(Options options, bool pooled = true) {
+void expect_aside_matches_step(Options options, bool pooled = true, int64_t block = aside_block) {
   tensor_pool pool;
   size_t per_set = 0;
   torch::manual_seed(5);
   std::vector<at::Tensor> a = {torch::randn({300, 211}).requires_grad_(true), torch::randn({37}).requires_grad_(true),
-                               torch::randn({5, 3}).requires_grad_(true)};
+                               torch::randn({5, 3}).requires_grad_(true), torch::randn({700, 301}).requires_grad_(true)};
   auto b = clone_params(a);
   Opt ours(a, options), theirs(b, options);
   for (int s = 0; s < 4; ++s) {
@@ -96,7 +96,7 @@ void expect_aside_matches_step(Options options, bool pooled = true) {
       before_shared.push_back(p.detach());
       before_deep.push_back(p.detach().clone());
     }
-    step_aside(ours, pooled ? &pool : nullptr);
+    step_aside(ours, pooled ? &pool : nullptr, block);
     theirs.step();
     EXPECT_EQ(a[0].unsafeGetTensorImpl(), impl) << "the parameter is the same tensor, with new data";
     for (size_t i = 0; i < a.size(); ++i) {
@@ -139,6 +139,23 @@ void expect_aside_matches_step(Options options, bool pooled = true) {
 TEST(StepAside, AdamStepsToTheBitsOfLibTorchsStepAndLeavesTheOldTensors) {
   expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01).betas({0.8, 0.95}).eps(1e-6));
   expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01), /*pooled=*/false);
+}
+
+// Adam's blocks (step_aside's `block`): whole tensors, blocks that are
+// no multiple of a vector's width (1000), and the default, over one, two
+// and three threads: LibTorch's bits every time.
+TEST(StepAside, AdamInBlocksOfAnySizeOnAnyThreadsStepsToTheSameBits) {
+  const int threads = at::get_num_threads();
+  for (int t : {1, 2, 3}) {
+    at::set_num_threads(t);
+    for (int64_t block : {int64_t{0}, int64_t{1000}, int64_t{4096}, aside_block}) {
+      SCOPED_TRACE("threads " + std::to_string(t) + ", block " + std::to_string(block));
+      expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.01).betas({0.8, 0.95}).eps(1e-6),
+                                                    true, block);
+      expect_aside_matches_step<torch::optim::Adam>(torch::optim::AdamOptions(0.003).weight_decay(0.1), true, block);
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(StepAside, AdamWithWeightDecayAndAmsgradToo) {
