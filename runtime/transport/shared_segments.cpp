@@ -84,22 +84,30 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
     if (why) *why = std::move(text);
     return std::nullopt;
   };
-  size_t index = segs_.size();
-  for (size_t i = 0; i < segs_.size(); ++i) {
-    auto* h = header_of(segs_[i].base);
-    if (h->bytes < bytes) continue;
+  auto claim = [&](size_t i) {
     uint32_t free_word = 0;
-    if (h->held.compare_exchange_strong(free_word, 1, std::memory_order_acq_rel)) {
-      index = i;
-      break;
-    }
-  }
-  if (index == segs_.size()) {
+    return header_of(segs_[i].base)->held.compare_exchange_strong(free_word, 1, std::memory_order_acq_rel);
+  };
+  std::optional<size_t> index;
+  for (size_t i = 0; i < segs_.size() && !index; ++i)
+    if (header_of(segs_[i].base)->bytes >= bytes && claim(i)) index = i;
+  if (!index && segs_.size() >= most_) {
+    // A free one too small for this copy (a stage's first copy has no
+    // optimizer state yet) makes way for one that fits.
+    for (size_t i = 0; i < segs_.size(); ++i)
+      if (claim(i)) {
+        ::munmap(segs_[i].base, segs_[i].length);
+        ::unlink(segs_[i].path.c_str());
+        segs_.erase(segs_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
     if (segs_.size() >= most_) return refuse("all " + std::to_string(most_) + " segments are held");
+  }
+  if (!index) {
     segment s;
-    s.path = stem_ + "." + std::to_string(segs_.size());
+    s.path = stem_ + "." + std::to_string(next_seq_);  // a name never used before in this ring
     s.length = data_at + bytes;
-    const int fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return refuse("cannot create " + s.path + ": " + errno_text());
     // Reserved now: a write to a mapping the file system cannot back is a
     // SIGBUS, not an error (a small /dev/shm, as in a default container).
@@ -121,14 +129,15 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
     h->bytes = bytes;
     h->held.store(1, std::memory_order_release);
     segs_.push_back(std::move(s));
+    index = segs_.size() - 1;
   }
-  auto* h = header_of(segs_[index].base);
+  auto* h = header_of(segs_[*index].base);
   h->seq.store(0, std::memory_order_release);  // being written
   lease l;
-  l.data = static_cast<char*>(segs_[index].base) + data_at;
-  l.path = segs_[index].path;
+  l.data = static_cast<char*>(segs_[*index].base) + data_at;
+  l.path = segs_[*index].path;
   l.seq = next_seq_++;
-  l.index = index;
+  l.index = *index;
   return l;
 }
 

@@ -41,9 +41,10 @@ std::string segment_run_id();
 /// The directory the segments go in (ACTORPIPE_SHM_DIR or /dev/shm).
 std::string shm_dir();
 
-/// The sender's segments: files `stem`.0, `stem`.1, ... made as needed, at
-/// most `most` of them; unmapped and removed when the ring goes (a keeper's
-/// mapping outlives the file).
+/// The sender's segments: files `stem`.N (N never the same twice) made as
+/// needed, at most `most` of them (a free one too small for a copy makes
+/// way for one that fits); unmapped and removed when the ring goes (a
+/// keeper's mapping outlives the file).
 class segment_ring {
  public:
   segment_ring(std::string stem, size_t most);
@@ -55,7 +56,7 @@ class segment_ring {
     void* data = nullptr;  ///< `bytes` writable bytes, page-aligned
     std::string path;
     uint64_t seq = 0;
-    size_t index = 0;
+    size_t index = 0;  ///< in the ring, until the next take()
   };
   /// A free segment of at least `bytes`, marked held; nullopt when every
   /// segment is held and `most` exist, or the directory refused the space

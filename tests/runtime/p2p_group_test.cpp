@@ -324,8 +324,9 @@ void scenario_snapshot(p2p_group g) {
 // a copy to a process started again). While rank 1 holds copy 1, copy 2
 // takes a second segment, and a third finds both held. Once rank 1 drops
 // both, copy 3 reuses a segment, and copy 1's line is refused: its segment
-// holds another copy now. Copy 3 stays readable after rank 0's segments
-// are gone (as after a SIGKILL).
+// holds another copy now. A bigger copy replaces the free segment, too
+// small for it. Copy 3 stays readable after rank 0's segments are gone
+// (as after a SIGKILL).
 void scenario_shared(p2p_group g) {
   tensor_channel ch(std::move(g));
   const auto one = snapshot_case(1.5f), two = snapshot_case(-0.25f), three = snapshot_case(4.0f);
@@ -347,6 +348,10 @@ void scenario_shared(p2p_group g) {
         std::to_string(ring->size()));
     post_line(ch, again);  // tags 4, 5
     fetch_now(ch, 1, 4, at::kLong, {1});  // rank 1 holds copy 3
+    auto bigger = snapshot_case(2.0f);
+    bigger.weights.emplace_back("extra", torch::ones({1000}));
+    const std::string big = write_shared(*ring, bigger, &why);
+    say("a bigger copy: " + (big.empty() ? "refused, " + why : "written") + ", segments " + std::to_string(ring->size()));
     ring.reset();
     ch.post(at::ones({1}, at::kLong), 1);  // tag 6: the segments are gone
     fetch_now(ch, 1, 5, at::kLong, {1});
@@ -588,6 +593,7 @@ TEST(StateTransfer, ACopyThroughSharedMemoryArrivesBitwiseAndItsSegmentIsWritten
   EXPECT_TRUE(has(f.out0, "a third copy: refused, all 2 segments are held")) << f.out0;
   EXPECT_TRUE(has(f.out1, "second copy bitwise equal: yes")) << f.out1;
   EXPECT_TRUE(has(f.out0, "after both were dropped: written, segments 2")) << f.out0;
+  EXPECT_TRUE(has(f.out0, "a bigger copy: written, segments 2")) << f.out0;
   EXPECT_TRUE(has(f.out1, "copy 1 again: the shared copy")) << f.out1;
   EXPECT_TRUE(has(f.out1, "no longer holds copy 1")) << f.out1;
   EXPECT_TRUE(has(f.out1, "third copy after the sender's segments went: bitwise equal")) << f.out1;
