@@ -28,8 +28,9 @@ The cost to a run with no faults (--part cost): the same config, 24 steps,
 no fault and no checkpoints, with supervision.max_restarts 0 and 2. At
 dp 2 x pp 2 each stage keeps its live state as its boundary after every
 step (copy_every does not apply); at dp 1 x pp 2 under `launch --nprocs 2`
-each stage keeps its boundary and stage 1 also sends a copy to rank 0's
-process (its keeper) in the background, after every K-th step with
+each stage keeps its boundary and stage 1 also leaves a copy with rank 0's
+process (its keeper: through shared memory on one machine, through the
+socket with ACTORPIPE_SHM_DISABLE=1 in the environment), after every K-th step with
 supervision.copy_every K (one run per mesh and K in --copy-every);
 alternating; the median step time
 over the steps after the first --skip of every round (from --results), and
