@@ -23,12 +23,13 @@ namespace {
 
 constexpr uint64_t magic = 0x3130304753504127ULL;  // "'APSG001"
 constexpr size_t data_at = 4096;                    // the header's page
+constexpr uint64_t taken_bit = uint64_t{1} << 63;   // in seq: a keeper mapped it
 
 struct header {
   uint64_t magic;
   std::atomic<uint32_t> held;  // 1 from take() until the last tensor over it goes
   uint32_t reserved;
-  std::atomic<uint64_t> seq;  // the copy it holds; 0 while one is written
+  std::atomic<uint64_t> seq;  // the copy it holds (| taken_bit once mapped); 0 while one is written
   uint64_t bytes;             // the data after data_at
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -178,12 +179,18 @@ at::Tensor map_segment(const std::string& path, uint64_t seq, at::ScalarType dty
     }
   };
   auto* h = header_of(base);
-  if (h->magic != magic || h->bytes < bytes || h->seq.load(std::memory_order_acquire) != seq ||
-      h->held.load(std::memory_order_acquire) != 1) {
+  // The first map takes the copy over (the sender's hold becomes this
+  // one's); the same line again finds it taken, so one holder frees it.
+  uint64_t found = seq;
+  const bool ours = h->magic == magic && h->bytes >= bytes && h->held.load(std::memory_order_acquire) == 1 &&
+                    h->seq.compare_exchange_strong(found, seq | taken_bit, std::memory_order_acq_rel);
+  if (!ours) {
     const bool other = h->magic == magic;
     ::munmap(base, length);
-    throw transfer_error(other ? "the shared copy " + path + " no longer holds copy " + std::to_string(seq)
-                               : path + " is not a shared copy");
+    if (!other) throw transfer_error(path + " is not a shared copy");
+    throw transfer_error("the shared copy " + path + (found == (seq | taken_bit) ? " was taken already: copy "
+                                                                                  : " no longer holds copy ") +
+                         std::to_string(seq));
   }
   // Made in place: a temporary's destructor would free the segment.
   std::shared_ptr<mapping> hold(new mapping{base, length});

@@ -9,8 +9,9 @@
 // Each segment starts with a header whose `held` word says who may touch
 // it. The sender marks a free segment held, writes the copy and its
 // sequence number, and sends the keeper the line that names them. The
-// keeper maps it and checks the number; the segment stays held while any
-// tensor over it lives (the keeper's boundary memory keeps a few steps),
+// keeper maps it and takes it over if it still holds that number and no
+// one took it yet (a line mapped twice fails the second time, so one
+// holder frees it); the segment stays held while any tensor over it lives (the keeper's boundary memory keeps a few steps),
 // and the last one to go marks it free. The sender only ever writes a free
 // segment, so it never writes under a copy that a heal may read.
 //
@@ -84,7 +85,8 @@ class segment_ring {
 
 /// The keeper's side: maps `path` and returns a CPU tensor of `numel`
 /// elements of `dtype` over its data. Throws transfer_error when the file
-/// is gone, too short, not a segment, or holds another copy than `seq`.
+/// is gone, too short, not a segment, holds another copy than `seq`, or
+/// was mapped for `seq` already.
 /// The segment stays held while the tensor (or any view of it) lives.
 at::Tensor map_segment(const std::string& path, uint64_t seq, at::ScalarType dtype, int64_t numel);
 

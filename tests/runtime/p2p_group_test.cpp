@@ -322,7 +322,8 @@ void scenario_snapshot(p2p_group g) {
 // between the two processes, in ACTORPIPE_SHM_DIR. Rank 0 writes copy 1;
 // rank 1 maps it and sends it back through the socket (as a keeper sends
 // a copy to a process started again). While rank 1 holds copy 1, copy 2
-// takes a second segment, and a third finds both held. Once rank 1 drops
+// takes a second segment, and a third finds both held; copy 2's line,
+// mapped again, finds it taken (one holder frees it). Once rank 1 drops
 // both, copy 3 reuses a segment, and copy 1's line is refused: its segment
 // holds another copy now. A bigger copy replaces the free segment, too
 // small for it. Copy 3 stays readable after rank 0's segments are gone
@@ -362,7 +363,14 @@ void scenario_shared(p2p_group g) {
   std::optional<stage_snapshot> first = receive_snapshot(ch, line1);
   say(std::string("shared copy bitwise equal: ") + (same_snapshot(*first, one) ? "yes" : "no"));
   post_line(ch, send_snapshot(ch, *first, 0, /*pack=*/true), 0);  // tags 0, 1, 2
-  std::optional<stage_snapshot> second = receive_snapshot(ch, fetch_line(ch, 2));
+  const std::string line2 = fetch_line(ch, 2);
+  std::optional<stage_snapshot> second = receive_snapshot(ch, line2);
+  try {
+    receive_snapshot(ch, line2);
+    say("copy 2 mapped twice");
+  } catch (const transfer_error& e) {
+    say(std::string("copy 2 again: ") + e.what());
+  }
   say(std::string("second copy bitwise equal: ") + (same_snapshot(*second, two) ? "yes" : "no"));
   first.reset();
   second.reset();
@@ -592,6 +600,8 @@ TEST(StateTransfer, ACopyThroughSharedMemoryArrivesBitwiseAndItsSegmentIsWritten
   EXPECT_TRUE(has(f.out0, "segments while copy 1 is held: 2")) << f.out0;
   EXPECT_TRUE(has(f.out0, "a third copy: refused, all 2 segments are held")) << f.out0;
   EXPECT_TRUE(has(f.out1, "second copy bitwise equal: yes")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "copy 2 again: the shared copy")) << f.out1;
+  EXPECT_TRUE(has(f.out1, "was taken already: copy 2")) << f.out1;
   EXPECT_TRUE(has(f.out0, "after both were dropped: written, segments 2")) << f.out0;
   EXPECT_TRUE(has(f.out0, "a bigger copy: written, segments 2")) << f.out0;
   EXPECT_TRUE(has(f.out1, "copy 1 again: the shared copy")) << f.out1;
