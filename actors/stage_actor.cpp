@@ -169,8 +169,10 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
     described = write_shared(*st.setup.copy_segments, snap, &why);
     if (described.empty() && !st.said_why_socket) {
       st.said_why_socket = true;
-      std::fprintf(stderr, "actorpipe: stage %d sends its boundary copies through the socket: %s\n", st.setup.rank,
-                   why.c_str());
+      std::fprintf(stderr,
+                   "actorpipe: stage %d sends a boundary copy through the socket (shared memory is tried again "
+                   "for each): %s\n",
+                   st.setup.rank, why.c_str());
     }
   }
   if (described.empty() && st.keeper && st.setup.copy_channel)

@@ -718,19 +718,22 @@ TEST(HealAfterAnUpdate, AtDpTwoRollsForwardToTheDecidedStepAtDpOneBackAndEndsBit
 // ACTORPIPE_SHM_DISABLE=1. A kill of stage 2 mid-step heals bitwise either
 // way (from the newest copy that had landed). The killed process's
 // segments outlive it until launch, at the end, removes them (and says
-// so), which leaves ACTORPIPE_SHM_DIR empty.
+// so), which leaves ACTORPIPE_SHM_DIR empty. A directory that does not
+// exist sends every copy through the socket, and says why once.
 TEST(HealFromAKeeper, ThroughSharedMemoryOrTheSocketEndsBitwiseAndLeavesNoSegment) {
   const std::string tag = "keeper_3x1";
   const std::string clean = (test_dir() / (tag + "_clean.pt")).string();
   auto a = actorpipe({"train", healing_config(tag + "_clean", 3, 1), "--quiet", "--save", clean});
   ASSERT_EQ(a.code, 0) << describe(a);
   const fs::path dir = test_dir() / (tag + "_shm");
-  for (const bool shared : {true, false}) {
-    const std::string what = shared ? "shared memory" : "socket";
+  enum class way { shared, disabled, no_dir };
+  for (const way how : {way::shared, way::disabled, way::no_dir}) {
+    const bool shared = how == way::shared;
+    const std::string what = shared ? "shared memory" : how == way::disabled ? "socket" : "no directory";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    ::setenv("ACTORPIPE_SHM_DIR", dir.c_str(), 1);
-    if (!shared) ::setenv("ACTORPIPE_SHM_DISABLE", "1", 1);
+    ::setenv("ACTORPIPE_SHM_DIR", (how == way::no_dir ? dir / "missing" : dir).c_str(), 1);
+    if (how == way::disabled) ::setenv("ACTORPIPE_SHM_DISABLE", "1", 1);
     const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
     fs::remove(healed);
     auto r = actorpipe({"launch", "--nprocs", "3",
@@ -747,7 +750,9 @@ TEST(HealFromAKeeper, ThroughSharedMemoryOrTheSocketEndsBitwiseAndLeavesNoSegmen
     EXPECT_NE(r.err.find("its stage 2 of replica 0 from rank 1's memory"), std::string::npos) << what << describe(r);
     EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << what << describe(r);
     EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << what << describe(r);
-    EXPECT_EQ(r.err.find("through the socket:"), std::string::npos) << what << describe(r);
+    EXPECT_EQ(r.err.find("sends a boundary copy through the socket") != std::string::npos, how == way::no_dir)
+        << what << describe(r);
+    if (how == way::no_dir) EXPECT_NE(r.err.find("cannot create " + (dir / "missing").string()), std::string::npos);
     EXPECT_EQ(r.err.find("shared-memory boundary cop") != std::string::npos, shared) << what << describe(r);
     EXPECT_TRUE(fs::is_empty(dir)) << what;
     fs::remove_all(test_dir() / (tag + "_ckpt"));
