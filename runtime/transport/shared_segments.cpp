@@ -171,6 +171,7 @@ at::Tensor map_segment(const std::string& path, uint64_t seq, at::ScalarType dty
   struct mapping {
     void* base;
     size_t length;
+    mapping(void* b, size_t n) : base(b), length(n) {}
     mapping(const mapping&) = delete;
     mapping& operator=(const mapping&) = delete;
     ~mapping() {
@@ -193,7 +194,7 @@ at::Tensor map_segment(const std::string& path, uint64_t seq, at::ScalarType dty
                          std::to_string(seq));
   }
   // Made in place: a temporary's destructor would free the segment.
-  std::shared_ptr<mapping> hold(new mapping{base, length});
+  auto hold = std::make_shared<mapping>(base, length);
   return at::from_blob(
       static_cast<char*>(base) + data_at, {numel}, [hold](void*) mutable { hold.reset(); },
       at::TensorOptions().dtype(dtype).device(at::kCPU));
