@@ -752,7 +752,9 @@ TEST(HealFromAKeeper, ThroughSharedMemoryOrTheSocketEndsBitwiseAndLeavesNoSegmen
     EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << what << describe(r);
     EXPECT_EQ(r.err.find("sends a boundary copy through the socket") != std::string::npos, how == way::no_dir)
         << what << describe(r);
-    if (how == way::no_dir) EXPECT_NE(r.err.find("cannot create " + (dir / "missing").string()), std::string::npos);
+    if (how == way::no_dir) {
+      EXPECT_NE(r.err.find("cannot create " + (dir / "missing").string()), std::string::npos) << describe(r);
+    }
     EXPECT_EQ(r.err.find("shared-memory boundary cop") != std::string::npos, shared) << what << describe(r);
     EXPECT_TRUE(fs::is_empty(dir)) << what;
     fs::remove_all(test_dir() / (tag + "_ckpt"));
