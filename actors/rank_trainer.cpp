@@ -529,11 +529,11 @@ generation_end run_generation(rank_runtime& rt, rank_context& cx, heal_plan hp) 
   // Each rank says which machine's memory it is in (before the channel
   // forms, so every rank's is set once it has): a copy for a keeper in the
   // same one goes through shared memory.
-  if (keeps_copies) store->set(prefix + "/actorpipe/machine/" + std::to_string(env.rank), machine_id());
+  const std::string machine = keeps_copies ? machine_id() : std::string();
+  if (keeps_copies) store->set(prefix + "/actorpipe/machine/" + std::to_string(env.rank), machine);
   std::shared_ptr<tensor_channel> copies = keeps_copies ? join_channel("copies") : nullptr;
   auto segments_for = [&](int index, int keeper_process) -> std::shared_ptr<segment_ring> {
-    const std::string mine = machine_id();
-    if (mine.empty() || store->get(prefix + "/actorpipe/machine/" + std::to_string(keeper_process)) != mine)
+    if (machine.empty() || store->get(prefix + "/actorpipe/machine/" + std::to_string(keeper_process)) != machine)
       return nullptr;
     // Named by run, rank, generation and slot: a process started again
     // never meets its predecessor's files, and launch removes the run's.

@@ -56,7 +56,7 @@ bool steps_aside(const torch::optim::Optimizer& opt);
 /// each element's ops are the same, so are the bits, but the block's
 /// tensors stay in the cache between ops, where LibTorch's step streams
 /// the whole parameter from memory once per op (on the seed MLP's first
-/// stage: 15 ms against LibTorch's 28 ms, optimizer_step_bench). 0: whole
+/// stage: 17 ms against LibTorch's 30 ms, optimizer_step_bench). 0: whole
 /// tensors, as LibTorch.
 constexpr int64_t aside_block = 65536;
 void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool = nullptr, int64_t block = aside_block);

@@ -43,7 +43,7 @@ struct arrival {
   stage_snapshot snap;
   std::shared_ptr<optimizer_state_copy> opt = std::make_shared<optimizer_state_copy>();
   std::vector<std::pair<remote_tensor, at::Tensor*>> wanted;
-  bool v2 = false;       // one packed transfer (`packed`, cut by `shapes`), not `wanted`
+  bool v2 = false;       // v2 or v3: one packed buffer (`packed`, cut by `shapes`), not `wanted`
   remote_tensor packed;  // v2 (v3: its dtype and length only)
   std::string shared;    // v3: the segment that holds the packed buffer
   uint64_t shared_seq = 0;
@@ -193,35 +193,61 @@ void cut(arrival& a, at::Tensor flat) {
   a.snap.flat = std::move(flat);
 }
 
-}  // namespace
-
-bool pack_snapshot(stage_snapshot& s) {
-  // Every tensor in the order the line names them: the weights, then each
-  // parameter's defined optimizer tensors (in a copy of the state, which
-  // other snapshots may share).
-  auto opt = s.optimizer ? std::make_shared<optimizer_state_copy>(*s.optimizer) : nullptr;
-  std::vector<at::Tensor*> targets;
-  for (auto& [name, t] : s.weights) targets.push_back(&t);
+// Every tensor of a snapshot in the order a packed buffer holds them and
+// its line names them: the weights, then each parameter's defined
+// optimizer tensors. Const in, pointers to const out.
+template <class Weights, class State>
+auto packed_order(Weights& weights, State* opt) {
+  std::vector<decltype(&weights.front().second)> out;
+  for (auto& [name, t] : weights) out.push_back(&t);
   if (opt)
     for (auto& fields : opt->tensors)
       for (auto& t : fields)
-        if (t.defined()) targets.push_back(&t);
-  if (targets.empty()) return false;
+        if (t.defined()) out.push_back(&t);
+  return out;
+}
+
+// The element count of `tensors`, all of `dtype` (their first's); -1 where
+// there are none or their dtypes differ.
+template <class Ptr>
+int64_t packed_numel(const std::vector<Ptr>& tensors, at::ScalarType& dtype) {
+  if (tensors.empty()) return -1;
+  dtype = tensors.front()->scalar_type();
   int64_t total = 0;
-  for (const auto* t : targets) {
-    if (t->scalar_type() != targets.front()->scalar_type()) return false;
+  for (const auto* t : tensors) {
+    if (t->scalar_type() != dtype) return -1;
     total += t->numel();
   }
+  return total;
+}
+
+// Copies `tensors` into `flat` in order; the views they went to.
+template <class Ptr>
+std::vector<at::Tensor> copy_packed(const std::vector<Ptr>& tensors, const at::Tensor& flat) {
   c10::NoGradGuard no_grad;
-  at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(targets.front()->scalar_type()));
+  std::vector<at::Tensor> views;
   int64_t at = 0;
-  for (auto* t : targets) {
+  for (const auto* t : tensors) {
     const int64_t n = t->numel();
-    at::Tensor view = flat.narrow(0, at, n).view(t->sizes());
-    view.copy_(t->detach());
-    *t = view;
+    views.push_back(flat.narrow(0, at, n).view(t->sizes()));
+    views.back().copy_(t->detach());
     at += n;
   }
+  return views;
+}
+
+}  // namespace
+
+bool pack_snapshot(stage_snapshot& s) {
+  // In a copy of the optimizer's state, which other snapshots may share.
+  auto opt = s.optimizer ? std::make_shared<optimizer_state_copy>(*s.optimizer) : nullptr;
+  const auto targets = packed_order(s.weights, opt.get());
+  at::ScalarType dtype{};
+  const int64_t total = packed_numel(targets, dtype);
+  if (total < 0) return false;
+  at::Tensor flat = at::empty({total}, at::TensorOptions().dtype(dtype));
+  auto views = copy_packed(targets, flat);
+  for (size_t i = 0; i < targets.size(); ++i) *targets[i] = std::move(views[i]);
   s.flat = flat;
   if (opt) s.optimizer = std::move(opt);
   return true;
@@ -245,35 +271,17 @@ std::string write_shared(segment_ring& ring, const stage_snapshot& s, std::strin
     if (why) *why = std::move(text);
     return std::string();
   };
-  std::vector<const at::Tensor*> tensors;
-  for (const auto& [name, t] : s.weights) tensors.push_back(&t);
-  if (s.optimizer)
-    for (const auto& fields : s.optimizer->tensors)
-      for (const auto& t : fields)
-        if (t.defined()) tensors.push_back(&t);
-  if (tensors.empty()) return refuse("nothing to copy");
-  const at::ScalarType dtype = tensors.front()->scalar_type();
-  int64_t total = 0;
-  for (const auto* t : tensors) {
-    if (t->scalar_type() != dtype) return refuse("its tensors have more than one dtype");
-    total += t->numel();
-  }
+  const auto tensors = packed_order(s.weights, s.optimizer.get());
+  at::ScalarType dtype{};
+  const int64_t total = packed_numel(tensors, dtype);
+  if (total < 0) return refuse(tensors.empty() ? "nothing to copy" : "its tensors have more than one dtype");
   auto lease = ring.take(static_cast<size_t>(total) * c10::elementSize(dtype), why);
   if (!lease) return {};
   if (lease->path.find_first_of(" \t\n") != std::string::npos) {
     ring.give_back(*lease);
     return refuse("its path has a space: " + lease->path);
   }
-  {
-    c10::NoGradGuard no_grad;
-    at::Tensor flat = at::from_blob(lease->data, {total}, at::TensorOptions().dtype(dtype));
-    int64_t at = 0;
-    for (const auto* t : tensors) {
-      const int64_t n = t->numel();
-      flat.narrow(0, at, n).view(t->sizes()).copy_(t->detach());
-      at += n;
-    }
-  }
+  copy_packed(tensors, at::from_blob(lease->data, {total}, at::TensorOptions().dtype(dtype)));
   ring.publish(*lease);
   std::ostringstream os;
   os << "v3 " << lease->path << ' ' << lease->seq << ' ' << static_cast<int>(dtype) << ' ' << total;
@@ -288,8 +296,6 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
   parse(described, *a);
   a->done = std::move(done);
   a->failed = std::move(failed);
-  // One more than the receives: the last one to end cannot be a receive
-  // that ends before the others have started.
   if (!a->shared.empty()) {
     // v3: in this machine's shared memory already, nothing to receive.
     at::Tensor flat;
@@ -302,6 +308,8 @@ void receive_snapshot_async(tensor_channel& channel, const std::string& describe
     a->snap.optimizer = std::move(a->opt);
     return a->done(std::move(a->snap));
   }
+  // One more than the receives: the last one to end cannot be a receive
+  // that ends before the others have started.
   a->left = a->wanted.size() + (a->v2 ? 1 : 0) + 1;
   auto one_failed = [a](const std::string& why) {
     {
