@@ -3,7 +3,7 @@
 // step in place, against step_aside (the step a stage takes after a kept
 // boundary shared its tensors), with as many boundaries kept as a stage's
 // boundary memory holds (1 to 4; the writes go to pool buffers that the
-// oldest dropped copy left).
+// oldest dropped copy left), in blocks (the default) or whole tensors.
 //
 //   build/optimizer_step_bench
 #include <benchmark/benchmark.h>
@@ -70,14 +70,21 @@ void BM_AdamAside(benchmark::State& state) {
     kept.push_back(s.shared());
     while (kept.size() > keep) kept.pop_front();
     state.ResumeTiming();
-    step_aside(*s.opt, &pool);
+    step_aside(*s.opt, &pool, state.range(1));
     benchmark::ClobberMemory();
   }
   state.counters["pool_buffers"] = static_cast<double>(pool.size());
 }
 
 BENCHMARK(BM_AdamInPlace)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_AdamAside)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// Arguments: boundaries kept, then step_aside's block (0: whole tensors,
+// LibTorch's op sequence over each parameter at once).
+BENCHMARK(BM_AdamAside)
+    ->Args({1, aside_block})
+    ->Args({4, aside_block})
+    ->Args({1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 }  // namespace
 
