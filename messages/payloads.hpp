@@ -205,13 +205,13 @@ typename Inspector::result_type inspect(Inspector& f, nonfinite_seen& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grads_report& x) {
-  return f(caf::meta::type_name("grads_report"), x.rank, x.replica, x.step, x.grad_norms, x.loss_sum, x.correct,
+  return f(caf::meta::type_name("grads_report"), x.rank, x.replica, x.step, x.grad_norms, exact(x.loss_sum), x.correct,
            x.samples, x.stats, x.nonfinite);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, apply_msg& x) {
-  return f(caf::meta::type_name("apply_msg"), x.step, x.clip_coef, x.lr, x.checksum, x.skip);
+  return f(caf::meta::type_name("apply_msg"), x.step, x.clip_coef, exact(x.lr), x.checksum, x.skip);
 }
 
 template <class Inspector>
@@ -221,7 +221,7 @@ typename Inspector::result_type inspect(Inspector& f, eval_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, eval_result& x) {
-  return f(caf::meta::type_name("eval_result"), x.correct, x.total, x.loss_sum);
+  return f(caf::meta::type_name("eval_result"), x.correct, x.total, exact(x.loss_sum));
 }
 
 template <class Inspector>
@@ -245,19 +245,32 @@ typename Inspector::result_type inspect(Inspector& f, stage_snapshot& x) {
   return f(caf::meta::type_name("stage_snapshot"), x.rank, x.weights, has, copy, load);
 }
 
+template <class T>
+struct payload_tag {
+  using type = T;
+};
+
+/// Calls f(payload_tag<T>{}, name) for every message body type that
+/// crosses processes: what add_payload_types registers, and what
+/// tests/messages/wire_test holds to exact floats.
+template <class F>
+void for_each_payload(F&& f) {
+  f(payload_tag<activation_msg>{}, "activation_msg");
+  f(payload_tag<gradient_msg>{}, "gradient_msg");
+  f(payload_tag<grads_report>{}, "grads_report");
+  f(payload_tag<apply_msg>{}, "apply_msg");
+  f(payload_tag<eval_msg>{}, "eval_msg");
+  f(payload_tag<eval_result>{}, "eval_result");
+  f(payload_tag<named_params>{}, "named_params");
+  f(payload_tag<stage_snapshot>{}, "stage_snapshot");
+  f(payload_tag<stage_status>{}, "stage_status");
+  f(payload_tag<std::vector<int64_t>>{}, "std::vector<int64_t>");
+}
+
 /// Registers every message body with `cfg`: each node of a distributed run
 /// calls it on its actor_system_config before starting the system.
 inline void add_payload_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<activation_msg>("activation_msg");
-  cfg.add_message_type<gradient_msg>("gradient_msg");
-  cfg.add_message_type<grads_report>("grads_report");
-  cfg.add_message_type<apply_msg>("apply_msg");
-  cfg.add_message_type<eval_msg>("eval_msg");
-  cfg.add_message_type<eval_result>("eval_result");
-  cfg.add_message_type<named_params>("named_params");
-  cfg.add_message_type<stage_snapshot>("stage_snapshot");
-  cfg.add_message_type<stage_status>("stage_status");
-  cfg.add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
+  for_each_payload([&cfg](auto tag, const char* name) { cfg.add_message_type<typename decltype(tag)::type>(name); });
 }
 
 }  // namespace actorpipe

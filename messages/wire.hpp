@@ -15,11 +15,43 @@
 #include <caf/sec.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace actorpipe {
+
+/// A float or double field as it crosses processes: its bit pattern, as an
+/// unsigned integer of its size. CAF 0.17's serializer packs floating
+/// values with caf::detail::pack754, which turns a subnormal into -inf
+/// (7.12e-309 came back as -inf; a learning rate decayed that far broke
+/// every later step). Every floating field of a payload's inspect() goes
+/// through exact(): `f(..., exact(x.lr), ...)`. tests/messages/wire_test
+/// fails when one does not.
+template <class F>
+struct exact_float {
+  static_assert(std::is_same_v<F, float> || std::is_same_v<F, double>, "exact(): float or double");
+  F& value;
+};
+
+template <class F>
+exact_float<F> exact(F& x) {
+  return {x};
+}
+
+template <class Inspector, class F>
+typename Inspector::result_type inspect(Inspector& f, exact_float<F>& x) {
+  using bits_t = std::conditional_t<sizeof(F) == 8, uint64_t, uint32_t>;
+  static_assert(sizeof(bits_t) == sizeof(F));
+  bits_t bits = 0;
+  if constexpr (Inspector::reads_state) std::memcpy(&bits, &x.value, sizeof bits);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::memcpy(&x.value, &bits, sizeof bits);
+    return caf::none;
+  });
+  return f(bits, load);
+}
 
 struct tensor_wire {
   int8_t dtype = -1;             ///< c10::ScalarType; -1: an undefined tensor

@@ -1,8 +1,10 @@
 // messages/wire.hpp and the payloads' inspect(): every message body goes
 // through CAF's binary serializer and back, as it will between processes,
 // and comes out equal field by field, its tensors bitwise (dtype, shape,
-// bytes). A blob that is not a tensor is refused with a reason, never
-// turned into one.
+// bytes), its floating fields bit for bit (subnormals, signed zeros,
+// infinities, NaN payloads). No payload hands a float or a double to CAF's
+// own float serializer, and no message handler takes one. A blob that is
+// not a tensor is refused with a reason, never turned into one.
 #include <ATen/ATen.h>
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
@@ -10,9 +12,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "messages/atoms.hpp"
 
 #include "messages/payloads.hpp"
 #include "messages/wire.hpp"
@@ -270,6 +279,235 @@ TEST_F(Wire, RegisteredBodiesCrossAsTypeErasedMessages) {
   EXPECT_EQ(ev2.chunk, 1);
   expect_same(ev.x, ev2.x);
   expect_same(ev.y, ev2.y);
+}
+
+// -- floating fields, bit for bit ----------------------------------------------
+
+template <class F>
+F from_bits(std::conditional_t<sizeof(F) == 8, uint64_t, uint32_t> bits) {
+  F x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+template <class F>
+bool same_bits(F a, F b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+template <class F>
+std::string bits_text(F x) {
+  std::conditional_t<sizeof(F) == 8, uint64_t, uint32_t> bits;
+  std::memcpy(&bits, &x, sizeof x);
+  std::ostringstream os;
+  os << std::hexfloat << x << " (0x" << std::hex << bits << ")";
+  return os.str();
+}
+
+// What CAF 0.17's pack754 loses or might lose, both signs: subnormals (the
+// smallest, the largest, and the learning rate that came back as -inf),
+// zeros, infinities, NaNs with payload bits, the smallest and largest
+// normals.
+template <class F>
+std::vector<F> hard_values() {
+  using lim = std::numeric_limits<F>;
+  std::vector<F> out;
+  for (F sign : {F(1), F(-1)}) {
+    out.push_back(sign * lim::denorm_min());
+    out.push_back(sign * std::nextafter(lim::min(), F(0)));  // the largest subnormal
+    out.push_back(sign * lim::min());
+    out.push_back(sign * lim::max());
+    out.push_back(sign * lim::infinity());
+    out.push_back(sign * F(0));
+  }
+  if constexpr (sizeof(F) == 8) {
+    out.push_back(7.12e-309);
+    out.push_back(-7.12e-309);
+    out.push_back(from_bits<double>(0x7ff8000000000123ull));  // quiet NaN, payload 0x123
+    out.push_back(from_bits<double>(0xfff0000000000042ull));  // signalling NaN, sign set
+  } else {
+    out.push_back(from_bits<float>(0x7fc00123u));
+    out.push_back(from_bits<float>(0xff800042u));
+  }
+  return out;
+}
+
+TEST_F(Wire, EveryFloatingFieldComesBackBitForBit) {
+  for (double v : hard_values<double>()) {
+    grads_report r;
+    r.loss_sum = v;
+    EXPECT_TRUE(same_bits(v, round_trip(r).loss_sum)) << "grads_report.loss_sum " << bits_text(v);
+    apply_msg m;
+    m.lr = v;
+    EXPECT_TRUE(same_bits(v, round_trip(m).lr)) << "apply_msg.lr " << bits_text(v);
+    eval_result e;
+    e.loss_sum = v;
+    EXPECT_TRUE(same_bits(v, round_trip(e).loss_sum)) << "eval_result.loss_sum " << bits_text(v);
+    // As the network layer sends it: a whole message, the body type-erased.
+    auto msg = caf::make_message(apply_atom::value, m);
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys(), buf};
+    ASSERT_FALSE(sink(msg));
+    caf::message back;
+    caf::binary_deserializer source{sys(), buf};
+    ASSERT_FALSE(source(back));
+    ASSERT_TRUE((back.match_elements<apply_atom, apply_msg>()));
+    EXPECT_TRUE(same_bits(v, back.get_as<apply_msg>(1).lr)) << "apply_msg.lr in a message " << bits_text(v);
+  }
+  // Tensors carry their elements as bytes: clipping coefficients, norms,
+  // activations.
+  auto doubles = hard_values<double>();
+  auto floats = hard_values<float>();
+  at::Tensor d = at::from_blob(doubles.data(), {static_cast<int64_t>(doubles.size())}, at::kDouble).clone();
+  at::Tensor f = at::from_blob(floats.data(), {static_cast<int64_t>(floats.size())}, at::kFloat).clone();
+  apply_msg m;
+  m.clip_coef = f;
+  expect_same(f, round_trip(m).clip_coef);
+  grads_report r;
+  r.grad_norms = {f, d};
+  auto r2 = round_trip(r);
+  expect_same(f, r2.grad_norms[0]);
+  expect_same(d, r2.grad_norms[1]);
+}
+
+// A serializer that writes nothing and counts the values CAF's own float
+// serializer (pack754) would have packed: a payload's floating field that
+// does not go through exact() shows here.
+class float_counter final : public caf::serializer {
+public:
+  explicit float_counter(caf::actor_system& sys) : caf::serializer(sys) {}
+  int floats = 0;
+  caf::error begin_object(uint16_t&, std::string&) override { return caf::none; }
+  caf::error end_object() override { return caf::none; }
+  caf::error begin_sequence(size_t&) override { return caf::none; }
+  caf::error end_sequence() override { return caf::none; }
+  caf::error apply_raw(size_t, void*) override { return caf::none; }
+
+protected:
+  caf::error apply_impl(int8_t&) override { return caf::none; }
+  caf::error apply_impl(uint8_t&) override { return caf::none; }
+  caf::error apply_impl(int16_t&) override { return caf::none; }
+  caf::error apply_impl(uint16_t&) override { return caf::none; }
+  caf::error apply_impl(int32_t&) override { return caf::none; }
+  caf::error apply_impl(uint32_t&) override { return caf::none; }
+  caf::error apply_impl(int64_t&) override { return caf::none; }
+  caf::error apply_impl(uint64_t&) override { return caf::none; }
+  caf::error apply_impl(float&) override { return ++floats, caf::none; }
+  caf::error apply_impl(double&) override { return ++floats, caf::none; }
+  caf::error apply_impl(long double&) override { return ++floats, caf::none; }
+  caf::error apply_impl(std::string&) override { return caf::none; }
+  caf::error apply_impl(std::u16string&) override { return caf::none; }
+  caf::error apply_impl(std::u32string&) override { return caf::none; }
+};
+
+// Each payload with every sequence non-empty, so that an element type's
+// fields are visited too. A payload added to for_each_payload without one
+// here does not compile.
+template <class T>
+T filled(payload_tag<T>) = delete;
+
+activation_msg filled(payload_tag<activation_msg>) {
+  activation_msg m;
+  m.x = at::ones({2});
+  m.y = at::ones({2}, at::kLong);
+  m.far.shape = {2};
+  return m;
+}
+gradient_msg filled(payload_tag<gradient_msg>) {
+  gradient_msg m;
+  m.g = at::ones({2});
+  m.far.shape = {2};
+  return m;
+}
+grads_report filled(payload_tag<grads_report>) {
+  grads_report r;
+  r.grad_norms = {at::ones({2})};
+  r.stats.events = {op_event{}};
+  r.stats.memory = {{1, 2}};
+  r.stats.cuda_memory = {{{1, 2, 3}}};
+  r.nonfinite = {0, "activation", 1};
+  return r;
+}
+apply_msg filled(payload_tag<apply_msg>) {
+  apply_msg m;
+  m.clip_coef = at::scalar_tensor(0.5);
+  return m;
+}
+eval_msg filled(payload_tag<eval_msg>) { return eval_msg{at::ones({1}), at::ones({1}), 0, nullptr}; }
+eval_result filled(payload_tag<eval_result>) { return eval_result{1, 2, 3.0}; }
+named_params filled(payload_tag<named_params>) { return {{"0.weight", at::ones({1})}}; }
+stage_snapshot filled(payload_tag<stage_snapshot>) {
+  stage_snapshot s;
+  s.weights = {{"0.weight", at::ones({1})}};
+  auto opt = std::make_shared<optimizer_state_copy>();
+  opt->names = {"0.weight"};
+  opt->steps = {1};
+  opt->tensors = {{at::ones({1})}};
+  s.optimizer = opt;
+  return s;
+}
+stage_status filled(payload_tag<stage_status>) { return stage_status{0, 1, false, "F0"}; }
+std::vector<int64_t> filled(payload_tag<std::vector<int64_t>>) { return {1, 2}; }
+
+TEST_F(Wire, NoPayloadHandsAFloatingValueToCafsFloatSerializer) {
+  int payloads = 0;
+  for_each_payload([&](auto tag, const char* name) {
+    ++payloads;
+    using T = typename decltype(tag)::type;
+    for (T x : {T{}, filled(tag)}) {
+      float_counter sink{sys()};
+      ASSERT_FALSE(sink(x)) << name;
+      EXPECT_EQ(sink.floats, 0) << name << " serializes a float or double with CAF's pack754 (which turns a "
+                                           "subnormal into -inf): wrap the field in exact() in its inspect()";
+    }
+  });
+  EXPECT_GE(payloads, 10);
+  // The counter sees a plain double, as it would a new unwrapped field.
+  float_counter sink{sys()};
+  double plain = 0.5;
+  ASSERT_FALSE(sink(plain));
+  EXPECT_EQ(sink.floats, 1);
+}
+
+// Messages that are not payload types: their elements are the handler's
+// parameters. A float or a double among them, or in an answer, would go
+// through pack754 between processes.
+TEST(WireSources, NoMessageHandlerTakesOrAnswersAFloatingValue) {
+  namespace fs = std::filesystem;
+  const std::regex handler(R"(\[[^\]\n]*\]\s*\(([^)]*)\)\s*(->\s*([^{]*))?\{)");
+  const std::regex answer_handler(R"(\.then\(\s*\[[^\]\n]*\]\s*\(([^)]*)\))");
+  const std::regex atom_param(R"(\w+_atom\b)");
+  const std::regex floating(R"(\b(float|double)\b)");
+  int files = 0, handlers = 0;
+  std::string found;
+  for (const char* dir : {"actors", "apps", "runtime"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(fs::path(ACTORPIPE_SOURCE_DIR) / dir)) {
+      const auto ext = entry.path().extension();
+      if (ext != ".cpp" && ext != ".hpp") continue;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string src = text.str();
+      ++files;
+      for (std::sregex_iterator it(src.begin(), src.end(), handler), end; it != end; ++it) {
+        const std::string params = (*it)[1].str(), answer = (*it)[3].str();
+        if (!std::regex_search(params, atom_param)) continue;
+        ++handlers;
+        if (std::regex_search(params, floating) || std::regex_search(answer, floating))
+          found += entry.path().string() + ": (" + params + ")" + (answer.empty() ? "" : " -> " + answer) + "\n";
+      }
+      for (std::sregex_iterator it(src.begin(), src.end(), answer_handler), end; it != end; ++it) {
+        ++handlers;
+        if (std::regex_search((*it)[1].str(), floating))
+          found += entry.path().string() + ": .then(" + (*it)[1].str() + ")\n";
+      }
+    }
+  }
+  EXPECT_GT(files, 50);
+  EXPECT_GT(handlers, 30);  // the scan finds the handlers it is meant to check
+  EXPECT_TRUE(found.empty()) << "message handlers with a float or double (send its bits, or a payload with "
+                                "exact()):\n"
+                             << found;
 }
 
 }  // namespace
