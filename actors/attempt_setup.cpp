@@ -232,6 +232,7 @@ stage_setup stage_setup_for(const config& cfg, const train_options& opts, const 
     if (info(f.kind).picks_messages || (f.stage == r && (f.replica < 0 || f.replica == d))) st.faults.push_back(f);
   st.fault_seed = cfg.faults.seed;
   st.op_timeout_ms = cfg.supervision.op_timeout_ms;
+  st.check_updates = cfg.supervision.check_updates;
   return st;
 }
 

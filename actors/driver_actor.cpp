@@ -31,6 +31,7 @@ struct driver_state {
   int64_t pipeline_ns = 0;
   std::vector<grads_report> reports;  // index: replica * S + rank
   std::vector<uint64_t> checksums;
+  std::vector<std::string> nonfinite_updates;  // by stage index: what its update left non-finite
   int reported = 0;
   int applied = 0;
   int64_t applying = -1;  // the step whose optimizer acks are awaited
@@ -127,6 +128,12 @@ void on_async_report(driver_ptr self, grads_report& r) {
   reps.push_back(std::move(r));
   if (static_cast<int>(reps.size()) < stages) return;
   const int64_t t = reps.front().step;
+  for (const auto& rep : reps)
+    if (!rep.nonfinite_update.empty()) {
+      finish(self, to_error(nonfinite_stop_failure(
+                       t, async_nonfinite_update(rep.rank, t, rep.nonfinite_update), s.result.checkpoints)));
+      return;
+    }
   auto now = clock_type::now();
   s.result.steps.push_back(close_async_step(reps, s.setup.cfg.train, s.last_close, now, s.setup.origin, s.result.duplicates));
   s.last_close = now;
@@ -188,17 +195,40 @@ void on_grads(driver_ptr self, grads_report& r) {
   step_close close{s.step, s.lr, total_norm, m.skip, step_notice, s.pipeline_ns, since(s, s.step_start)};
   s.result.steps.push_back(close_step(s.reports, close, s.result.duplicates));
   s.checksums.assign(s.setup.stages.size(), 0);
+  s.nonfinite_updates.assign(s.setup.stages.size(), std::string());
   s.applied = 0;
   s.applying = s.step;
   for (auto& st : s.setup.stages) self->send(st, apply_atom::value, m);
   if (s.setup.on_decided) s.setup.on_decided(s.step);
-  // The next step need not wait for the optimizer acks (may_overlap says
-  // when it must).
+  if (s.setup.cfg.supervision.check_updates) return;  // the close waits for every stage's verdict
+  // Unchecked updates: the step closes at once, and the next one need not
+  // wait for the optimizer acks (may_overlap says when it must).
+  for (auto& st : s.setup.stages) self->send(st, close_atom::value, s.step, false);
   s.overlapped = may_overlap(s.setup, s.step, !s.stop_reason.empty());
   if (s.overlapped) {
     ++s.step;
     start_step(self);
   }
+}
+
+// Every stage answered the apply of `step` (record `rec`): an update that
+// left a NaN or an infinity anywhere is undone everywhere, and the step
+// counts as skipped (supervision.on_nonfinite, as for a non-finite
+// gradient); then the step closes on every stage.
+void close_checked_step(driver_ptr self, int64_t step, step_record& rec) {
+  auto& s = self->state;
+  const bool undo = std::any_of(s.nonfinite_updates.begin(), s.nonfinite_updates.end(),
+                                [](const std::string& t) { return !t.empty(); });
+  if (undo) {
+    s.result.skipped_steps.push_back(step);
+    auto verdict = judge_nonfinite_update(s.nonfinite_updates, s.setup.dp, step, s.setup.cfg,
+                                          s.result.skipped_steps.size());
+    rec.skipped = true;
+    rec.notice = verdict.notice;
+    s.result.notices.push_back(verdict.notice);
+    if (!verdict.stop_reason.empty()) s.stop_reason = verdict.stop_reason;
+  }
+  for (auto& st : s.setup.stages) self->send(st, close_atom::value, step, undo);
 }
 
 // Every quarter of watchdog_s: ask each stage how many ops it has fired. No
@@ -288,17 +318,20 @@ void take_checkpoint(driver_ptr self, bool to_disk) {
         });
 }
 
-void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int64_t opt_begin, int64_t opt_end) {
+void on_applied(driver_ptr self, int index, int64_t step, uint64_t checksum, int64_t opt_begin, int64_t opt_end,
+                std::string nonfinite) {
   auto& s = self->state;
   if (step != s.applying || index < 0 || index >= static_cast<int>(s.checksums.size())) return;
   auto it = std::find_if(s.result.steps.rbegin(), s.result.steps.rend(), [&](const step_record& r) { return r.step == step; });
   if (it == s.result.steps.rend()) return;
   auto& rec = *it;
   s.checksums[index] = checksum;
+  s.nonfinite_updates[index] = std::move(nonfinite);
   rec.stages[index].optimizer_start_ns = opt_begin;
   rec.stages[index].optimizer_end_ns = opt_end;
   if (++s.applied < static_cast<int>(s.setup.stages.size())) return;
   s.applying = -1;
+  if (s.setup.cfg.supervision.check_updates) close_checked_step(self, step, rec);
   if (s.setup.verify_replicas && s.setup.dp > 1) {
     auto diverged = replica_divergence(s.checksums, s.setup.dp, step);
     if (diverged.code != run_errc::none) {
@@ -369,9 +402,8 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         else
           on_grads(self, r);
       },
-      [=](applied_atom, int index, int64_t step, uint64_t checksum, int64_t begin, int64_t end) {
-        on_applied(self, index, step, checksum, begin, end);
-      },
+      [=](applied_atom, int index, int64_t step, uint64_t checksum, int64_t begin, int64_t end,
+          std::string& nonfinite) { on_applied(self, index, step, checksum, begin, end, std::move(nonfinite)); },
       [=](round_done_atom, int64_t round) {
         auto& st = self->state;
         if (round != st.round || --st.rounds_pending > 0) return;

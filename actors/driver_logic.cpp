@@ -44,11 +44,19 @@ nonfinite_verdict judge_nonfinite(const std::vector<grads_report>& reports, int 
                                   std::to_string(first->nonfinite.mb) + ", in a" +
                                   (first->nonfinite.where == "activation" ? "n activation" : " gradient")
                             : std::string("in the gradients");
+  return nonfinite_policy("step " + std::to_string(step) + ": non-finite value " + where, cfg, skipped);
+}
+
+nonfinite_verdict nonfinite_policy(const std::string& seen, const config& cfg, size_t skipped) {
   const auto& sv = cfg.supervision;
   const bool stop = sv.on_nonfinite == "stop";
   nonfinite_verdict v;
-  v.notice = "step " + std::to_string(step) + ": non-finite value " + where + "; " +
-             (stop ? "stopping (supervision.on_nonfinite: stop)" : "step skipped, weights and optimizer state unchanged");
+  v.notice = seen + "; " +
+             (stop ? "stopping (supervision.on_nonfinite: stop)"
+                   : "step skipped, weights and optimizer state unchanged" +
+                         std::string(sv.check_updates ? ""
+                                                      : " (supervision.check_updates is off: an earlier update "
+                                                        "may have left them non-finite)"));
   if (stop) v.stop_reason = v.notice;
   // A run that skips most of its steps has not trained: say so, and stop.
   if (!stop && static_cast<double>(skipped) > sv.max_skipped_fraction * static_cast<double>(cfg.train.steps))
@@ -56,6 +64,24 @@ nonfinite_verdict judge_nonfinite(const std::vector<grads_report>& reports, int 
                     " steps skipped for a NaN or an infinity, more than supervision.max_skipped_fraction " +
                     fmt("%g", sv.max_skipped_fraction) + " allows; stopping";
   return v;
+}
+
+nonfinite_verdict judge_nonfinite_update(const std::vector<std::string>& nonfinite, int dp, int64_t step,
+                                         const config& cfg, size_t skipped) {
+  const int per_replica = static_cast<int>(nonfinite.size()) / std::max(1, dp);
+  std::string where;
+  for (size_t i = 0; i < nonfinite.size(); ++i)
+    if (!nonfinite[i].empty()) {
+      where = stage_label(static_cast<int>(i), per_replica, dp) + "'s update left one in " + nonfinite[i];
+      break;
+    }
+  return nonfinite_policy("step " + std::to_string(step) + ": non-finite value: " + where, cfg, skipped);
+}
+
+std::string async_nonfinite_update(int rank, int64_t step, const std::string& tensor) {
+  return "step " + std::to_string(step) + ": non-finite value: stage " + std::to_string(rank) +
+         "'s update left one in " + tensor + "; an async step cannot be undone (later microbatches run on it), " +
+         "so the run stops whatever supervision.on_nonfinite says";
 }
 
 step_record close_step(std::vector<grads_report>& reports, const step_close& c, uint64_t& duplicates) {

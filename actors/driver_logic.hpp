@@ -51,6 +51,19 @@ struct nonfinite_verdict {
 nonfinite_verdict judge_nonfinite(const std::vector<grads_report>& reports, int dp, int64_t step,
                                   const config& cfg, size_t skipped);
 
+/// supervision.on_nonfinite applied to a non-finite value (`seen`: "step
+/// 7: non-finite value ...", where it was): skip, stop, or stop for too
+/// many skipped steps (`skipped`, this one included).
+nonfinite_verdict nonfinite_policy(const std::string& seen, const config& cfg, size_t skipped);
+
+/// check_updates: `nonfinite` holds, by stage index, the tensor each
+/// stage's update of `step` left with a NaN or an infinity ("" none).
+nonfinite_verdict judge_nonfinite_update(const std::vector<std::string>& nonfinite, int dp, int64_t step,
+                                         const config& cfg, size_t skipped);
+
+/// Async: stage `rank`'s update of `step` left `tensor` non-finite.
+std::string async_nonfinite_update(int rank, int64_t step, const std::string& tensor);
+
 /// What the step's record needs besides the reports.
 struct step_close {
   int64_t step = 0;

@@ -29,6 +29,7 @@ using namespace stage_detail;
 caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint = false);
 std::string keep_boundary(stage_ptr self, int64_t step, bool start);
+void keep_after(stage_ptr self, int64_t step);
 
 /// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
@@ -51,6 +52,8 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   s.compute = stage_compute(std::move(shape));
   for (const auto& chunk : s.compute.chunk_params())
     for (const auto& p : chunk) s.params.push_back(p);
+  for (const auto& chunk : s.setup.layers)
+    for (auto& [name, t] : chunk->named_parameters()) s.param_names.push_back(name);
   s.opt = make_optimizer(s.setup.optimizer, s.params);
   if (s.setup.optimizer_copy) restore_optimizer_state(*s.opt, s.params, *s.setup.optimizer_copy);
   s.aside = s.setup.boundary && !s.setup.live_boundary && !s.setup.async && steps_aside(*s.opt) &&
@@ -146,6 +149,13 @@ stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint) {
   // nothing). A heal packs the copy it sends, once.
   snap.optimizer = copy_optimizer_state(*st.opt, st.params, std::move(names), share);
   return snap;
+}
+
+// After `step`'s update: its boundary kept and, with a keeper, the copy
+// announced to it.
+void keep_after(stage_ptr self, int64_t step) {
+  if (auto described = keep_boundary(self, step, false); !described.empty())
+    self->send(self->state.keeper, keep_atom::value, int32_t{slot_of(self->state)}, step, std::move(described));
 }
 
 // Healing: at a lasting boundary (the generation's start, or after every
@@ -251,21 +261,26 @@ caf::behavior running(stage_ptr self) {
       },
       [=](apply_atom, const apply_msg& m) {
         const int64_t begin = now_ns(self->state);
-        apply_update(self, m);
+        std::string nonfinite = apply_update(self, m);
         const int64_t end = now_ns(self->state);
         // `after_op: update`: the process dies (or stops) right after it.
         if (const auto kill = self->state.faults.kill_after_update(m.step))
           ::raise(*kill == fault_kind::kill_process ? SIGKILL : SIGSTOP);
         const auto& su = self->state.setup;
         self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
-                   m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end);
-        // The apply closes step m.step: the next one begins here, so no
-        // message of it is taken before the update (whatever the order of
-        // arrival between this stage's senders).
-        if (auto described = keep_boundary(self, m.step, false); !described.empty())
-          self->send(self->state.keeper, keep_atom::value, int32_t{slot_of(self->state)}, m.step,
-                     std::move(described));
-        if (m.step >= self->state.step) next_step(self, m.step);
+                   m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end, nonfinite);
+        // A finite update's state is the boundary after the step (a close
+        // that undoes it keeps the state from before instead).
+        if (nonfinite.empty()) keep_after(self, m.step);
+      },
+      // The driver judged every stage's update of `step`: the step closes
+      // here and the next one begins, so no message of it is taken before
+      // the verdict (whatever the order of arrival between this stage's
+      // senders).
+      [=](close_atom, int64_t step, bool undo) {
+        close_update(self->state, undo);
+        if (undo) keep_after(self, step);
+        if (step >= self->state.step) next_step(self, step);
       },
       [=](keep_atom, int32_t slot, int64_t step, const std::string& described) {
         return hold_copy(self, slot, step, described);

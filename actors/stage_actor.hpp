@@ -102,6 +102,10 @@ struct stage_setup {
   std::vector<fault_spec> faults;
   uint64_t fault_seed = 0;  ///< faults.seed: which messages a probability picks
   double op_timeout_ms = 0.0;  ///< ask again for an input missing this long (0: never)
+  /// supervision.check_updates: each update steps aside, keeps what it
+  /// replaced and is checked for a NaN or an infinity; the driver's close
+  /// (close_atom) then keeps it or undoes it. false: in place, unchecked.
+  bool check_updates = true;
   /// Resuming: the optimizer's state from a checkpoint on disk or a
   /// supervised run's in-memory snapshot (null: fresh).
   std::shared_ptr<const optimizer_state_copy> optimizer_copy;

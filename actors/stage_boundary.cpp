@@ -157,6 +157,9 @@ void async_step(stage_ptr self, int64_t t) {
   auto& s = self->state;
   s.versions.step(t, *s.opt, s.params, lr_at(s.setup.train, t));
   grads_report r;
+  // No step of an async run can be undone (the next ones run already on
+  // these weights): a non-finite update stops it.
+  if (s.setup.check_updates && computes(s)) r.nonfinite_update = first_nonfinite_state(*s.opt, s.params, s.param_names);
   r.rank = s.setup.rank;
   r.step = t;
   r.loss_sum = s.step_loss[t];
@@ -205,13 +208,14 @@ void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t) {
 #endif
 }
 
-void apply_update(stage_ptr self, const apply_msg& m) {
+std::string apply_update(stage_ptr self, const apply_msg& m) {
   auto& s = self->state;
   ++s.fired_total;
   torch::NoGradGuard no_grad;
+  s.before_update.reset();
   if (m.skip) {  // a NaN or an infinity somewhere: weights and optimizer state stay as they were
     for (auto& p : s.params) p.mutable_grad() = at::Tensor();
-    return;
+    return {};
   }
   if (m.clip_coef.defined()) {
     auto coef = on_device(s, m.clip_coef, m.clip_coef.scalar_type());
@@ -222,14 +226,33 @@ void apply_update(stage_ptr self, const apply_msg& m) {
   // A live boundary shares these tensors: gone from memory before they
   // change (the next one is kept once the update is done).
   if (s.setup.live_boundary) s.setup.boundary->forget(slot_of(s));
+  const bool check = s.setup.check_updates && computes(s);
+  if (check) {
+    // Aside, the tensors from before the step stay as they are: kept
+    // until the driver's close says whether the update counts.
+    stage_state::replaced before;
+    for (const auto& p : s.params) before.weights.push_back(p.detach());
+    before.optimizer = copy_optimizer_state(*s.opt, s.params, {}, /*share=*/true);
+    s.before_update = std::move(before);
+  }
   // Aside: the boundary copy that shares the tensors before this step
   // keeps them as they are.
-  if (s.shared)
+  if (check || s.shared)
     step_aside(*s.opt, &s.pool);
   else
     s.opt->step();
   s.shared = false;
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+  return check ? first_nonfinite_state(*s.opt, s.params, s.param_names) : std::string();
+}
+
+void close_update(stage_state& s, bool undo) {
+  if (undo && s.before_update) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < s.params.size(); ++i) s.params[i].set_data(s.before_update->weights[i]);
+    restore_optimizer_state(*s.opt, s.params, *s.before_update->optimizer);
+  }
+  s.before_update.reset();
 }
 
 // FNV-1a over the bytes of every parameter: replicas that hold the same

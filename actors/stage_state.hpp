@@ -11,6 +11,8 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "actors/stage_actor.hpp"
@@ -90,6 +92,15 @@ struct stage_state {
   bool aside = false;
   bool shared = false;
   tensor_pool pool;
+  // check_updates: what the update being judged replaced (the parameters'
+  // data and the optimizer state, the tensors themselves: the update
+  // stepped aside), until the driver's close keeps or undoes it.
+  struct replaced {
+    std::vector<at::Tensor> weights;
+    std::shared_ptr<const optimizer_state_copy> optimizer;
+  };
+  std::optional<replaced> before_update;
+  std::vector<std::string> param_names;  // global names ("3.weight"), as params
   std::map<int64_t, stage_stats> step_stats;
   std::map<int64_t, double> step_loss;
   int64_t fired_total = 0;  // every op of the run, for the watchdog
@@ -175,7 +186,13 @@ void async_step(stage_ptr self, int64_t t);
 nonfinite_seen first_nonfinite(const stage_state& s);
 stage_status status_of(const stage_state& s);
 void sample_cuda_memory(stage_stats& st, const std::string& device, int64_t t);
-void apply_update(stage_ptr self, const apply_msg& m);
+/// The optimizer step of apply `m`; with check_updates, stepped aside and
+/// checked: the parameter or optimizer state it left with a NaN or an
+/// infinity ("3.weight", "3.weight (exp_avg_sq)"), "" when none.
+std::string apply_update(stage_ptr self, const apply_msg& m);
+/// The driver's verdict on the update: undo it (back to the weights and
+/// optimizer state from before it) or keep it.
+void close_update(stage_state& s, bool undo);
 uint64_t weights_checksum(const stage_state& s);
 void evaluate(stage_ptr self, eval_msg m);
 

@@ -19,8 +19,12 @@ using round_done_atom = caf::atom_constant<caf::atom("roundDone")>;
 using grads_atom = caf::atom_constant<caf::atom("grads")>;
 /// driver -> stage: clip and take the optimizer step.
 using apply_atom = caf::atom_constant<caf::atom("apply")>;
-/// stage -> driver: optimizer step taken.
+/// stage -> driver: optimizer step taken, and the tensor it left with a
+/// NaN or an infinity ("" when none).
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
+/// driver -> stage: every stage's update of the step is judged: keep it, or
+/// undo it (one of them was not finite); the next step begins.
+using close_atom = caf::atom_constant<caf::atom("close")>;
 /// driver -> stage 0 -> ... -> last: no-grad forward on held-out data.
 using eval_atom = caf::atom_constant<caf::atom("eval")>;
 /// last stage -> driver: held-out loss and accuracy.

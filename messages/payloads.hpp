@@ -119,6 +119,10 @@ struct grads_report {
   int64_t samples = 0;
   stage_stats stats;
   nonfinite_seen nonfinite;
+  /// Async: the parameter or optimizer state its update of `step` left
+  /// with a NaN or an infinity ("" when none; a synchronous step's update
+  /// is judged by its apply's answer).
+  std::string nonfinite_update;
 };
 
 /// driver -> stage: scale the gradients by clip_coef, then step with lr.
@@ -206,7 +210,7 @@ typename Inspector::result_type inspect(Inspector& f, nonfinite_seen& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grads_report& x) {
   return f(caf::meta::type_name("grads_report"), x.rank, x.replica, x.step, x.grad_norms, exact(x.loss_sum), x.correct,
-           x.samples, x.stats, x.nonfinite);
+           x.samples, x.stats, x.nonfinite, x.nonfinite_update);
 }
 
 template <class Inspector>

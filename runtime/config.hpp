@@ -157,9 +157,18 @@ struct parallel_config {
 /// run stops with the per-stage op grid (0 = no watchdog).
 struct supervision_config {
   double watchdog_s = 60.0;
-  /// A NaN or infinity before the optimizer step: skip the step (weights
-  /// and optimizer state unchanged) or stop after a checkpoint.
+  /// A NaN or infinity before the optimizer step, or left by it in a
+  /// parameter or its optimizer state: skip the step (weights and optimizer
+  /// state as before it) or stop after a checkpoint.
   std::string on_nonfinite = "skip";
+  /// Each update steps aside and is checked for a NaN or an infinity in
+  /// every parameter and optimizer state before it counts: a stage holds
+  /// its weights and optimizer state twice during the step, and the next
+  /// step waits for every stage's verdict. false: the update is applied in
+  /// place, unchecked (one copy; the next step starts without waiting); a
+  /// non-finite weight is then seen only in later activations and at the
+  /// end of the run, which fails.
+  bool check_updates = true;
   /// Restarts after a stage died or threw: at most max_restarts within any
   /// window_steps steps (0: a death ends the run). Each step boundary is
   /// then kept in memory to roll back to.

@@ -100,6 +100,42 @@ void restore_optimizer_state(torch::optim::Optimizer& opt, const std::vector<at:
   }
 }
 
+std::string first_nonfinite_state(const torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params,
+                                  const std::vector<std::string>& names) {
+  if (names.size() != params.size())
+    throw std::invalid_argument("first_nonfinite_state: " + std::to_string(names.size()) + " names for " +
+                                std::to_string(params.size()) + " parameters");
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  std::vector<std::string> labels;
+  auto add = [&](const at::Tensor& t, std::string label) {
+    if (!t.defined() || t.numel() == 0 || !t.is_floating_point()) return;
+    tensors.push_back(t.detach());
+    labels.push_back(std::move(label));
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    add(params[i], names[i]);
+    const auto* st = state_of(opt, params[i]);
+    if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(st)) {
+      add(a->exp_avg(), names[i] + " (exp_avg)");
+      add(a->exp_avg_sq(), names[i] + " (exp_avg_sq)");
+      add(a->max_exp_avg_sq(), names[i] + " (max_exp_avg_sq)");
+    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(st)) {
+      add(m->momentum_buffer(), names[i] + " (momentum_buffer)");
+    }
+  }
+  if (tensors.empty()) return {};
+  // One sum per tensor, in float (double stays double), read back at once.
+  std::vector<at::Tensor> sums;
+  for (const auto& t : tensors)
+    sums.push_back(t.sum(t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(at::kDouble));
+  const at::Tensor finite = at::isfinite(at::stack(sums)).to(at::kCPU);
+  const bool* ok = finite.data_ptr<bool>();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!ok[i] && !at::isfinite(tensors[i]).all().item<bool>()) return labels[i];
+  return {};
+}
+
 bool steps_aside(const torch::optim::Optimizer& opt) {
   return opt.param_groups().size() == 1 && (dynamic_cast<const torch::optim::Adam*>(&opt) != nullptr ||
                                             dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr);

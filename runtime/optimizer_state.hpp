@@ -61,6 +61,15 @@ bool steps_aside(const torch::optim::Optimizer& opt);
 constexpr int64_t aside_block = 65536;
 void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool = nullptr, int64_t block = aside_block);
 
+/// The first of `params` (named `names`, one each) or of their state in
+/// `opt` that holds a NaN or an infinity: "3.weight", or "3.weight
+/// (exp_avg_sq)" for its state; "" when every one is finite. Each tensor
+/// is summed (a NaN or an infinity makes the sum one), and only a
+/// non-finite sum is looked at element by element (a sum can also
+/// overflow): one wait for the device, and on the CPU one pass.
+std::string first_nonfinite_state(const torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params,
+                                  const std::vector<std::string>& names);
+
 /// Gives `opt` (the same type, over `params` of the same shapes and order)
 /// a deep copy of `state`; the copy stays usable for another restore.
 void restore_optimizer_state(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params,

@@ -36,7 +36,7 @@ void read_checkpoint(reader& r, const entry* e) {
 void read_supervision(reader& r, const entry* e) {
   if (!e) return;
   const section s = r.read_map(e->value, "supervision",
-                               {"watchdog_s", "on_nonfinite", "max_restarts", "window_steps", "copy_every", "op_timeout_ms",
+                               {"watchdog_s", "on_nonfinite", "check_updates", "max_restarts", "window_steps", "copy_every", "op_timeout_ms",
                                 "max_skipped_fraction", "connect_timeout_s", "heartbeat_timeout_s"});
   using sc = supervision_config;
   static const std::vector<field<sc>> fields{
@@ -47,6 +47,7 @@ void read_supervision(reader& r, const entry* e) {
       // A day: far beyond any op, and a period the watchdog's timer can hold.
       {"watchdog_s", &sc::watchdog_s, rule::at_least(0, 86400, "86400 (one day)")},
       {"on_nonfinite", &sc::on_nonfinite, rule::one_of("non-finite policy", {"skip", "stop"})},
+      {"check_updates", &sc::check_updates},
       {"max_skipped_fraction", &sc::max_skipped_fraction, rule::within_unit()},
       {"connect_timeout_s", &sc::connect_timeout_s, rule::at_least(1, 86400, "86400 (one day)")},
       // Heartbeats go every 0.5 s: a timeout of 1 s misses one at most.

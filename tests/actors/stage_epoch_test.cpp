@@ -1,6 +1,6 @@
 // One stage actor driven by hand: a message of another epoch is dropped and
-// counted; a message of a step the stage has not begun waits for the apply
-// that closes the step before, then runs.
+// counted; a message of a step the stage has not begun waits for the
+// driver's close of the step before (after its apply), then runs.
 #include <gtest/gtest.h>
 #include <caf/all.hpp>
 #include <torch/torch.h>
@@ -42,7 +42,7 @@ activation_msg input(uint32_t epoch, int64_t step) {
   return activation_msg{{epoch, step, 0, 0, 0}, at::empty({0}), at::empty({0}), nullptr, {}};
 }
 
-TEST(StageEpoch, AMessageOfAnotherEpochIsDroppedAndCountedAndALaterStepWaitsForItsApply) {
+TEST(StageEpoch, AMessageOfAnotherEpochIsDroppedAndCountedAndALaterStepWaitsForTheClose) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   caf::scoped_actor driver{sys};
@@ -64,7 +64,16 @@ TEST(StageEpoch, AMessageOfAnotherEpochIsDroppedAndCountedAndALaterStepWaitsForI
   m.step = 0;
   m.lr = 0.1;
   driver->send(stage, apply_atom::value, m);
-  driver->receive([](applied_atom, int, int64_t step, uint64_t, int64_t, int64_t) { EXPECT_EQ(step, 0); });
+  driver->receive([](applied_atom, int, int64_t step, uint64_t, int64_t, int64_t, const std::string& nonfinite) {
+    EXPECT_EQ(step, 0);
+    EXPECT_EQ(nonfinite, "");
+  });
+  // Applied but not closed: step 1 still waits.
+  bool early = false;
+  driver->receive([&](grads_atom, grads_report&) { early = true; },
+                  caf::after(std::chrono::milliseconds(100)) >> [] {});
+  EXPECT_FALSE(early) << "step 1 ran before the driver closed step 0";
+  driver->send(stage, close_atom::value, int64_t{0}, false);
   grads_report second;
   driver->receive([&](grads_atom, grads_report& r) { second = std::move(r); });
   EXPECT_EQ(second.step, 1);
