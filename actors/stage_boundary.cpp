@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <limits>
 #include <thread>
 
 #include <unistd.h>
@@ -93,6 +94,14 @@ void allreduce_grads(stage_state& s) {
   s.stats.allreduce_end_ns = now_ns(s);
 }
 
+// A `nonfinite` fault with `where: update`: a NaN in the stage's first
+// parameter, as if its update of `step` had written it.
+void inject_update_nan(stage_state& s, int64_t step) {
+  if (!computes(s) || s.params.empty() || !s.faults.nan_at(step, 0, nonfinite_site::update)) return;
+  torch::NoGradGuard no_grad;
+  s.params.front().detach().view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& o,
@@ -156,6 +165,7 @@ nonfinite_seen first_nonfinite(const stage_state& s) {
 void async_step(stage_ptr self, int64_t t) {
   auto& s = self->state;
   s.versions.step(t, *s.opt, s.params, lr_at(s.setup.train, t));
+  inject_update_nan(s, t);
   grads_report r;
   // No step of an async run can be undone (the next ones run already on
   // these weights): a non-finite update stops it.
@@ -243,6 +253,7 @@ std::string apply_update(stage_ptr self, const apply_msg& m) {
     s.opt->step();
   s.shared = false;
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
+  inject_update_nan(s, m.step);
   return check ? first_nonfinite_state(*s.opt, s.params, s.param_names) : std::string();
 }
 

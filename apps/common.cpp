@@ -285,9 +285,9 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
         return;
       }
       if (done % log_every != 0 && done != total_steps) return;
-      std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e\n",
+      std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e%s\n",
                   static_cast<long long>(done), static_cast<long long>(total_steps),
-                  s.loss, s.step_s * 1e3, s.bubble, s.lr);
+                  s.loss, s.step_s * 1e3, s.bubble, s.lr, s.skipped ? "  skipped (a NaN or an infinity)" : "");
       std::fflush(stdout);
     };
   }

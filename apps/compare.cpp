@@ -6,6 +6,7 @@
 
 #include "apps/common.hpp"
 #include "runtime/report.hpp"
+#include "runtime/state_dict.hpp"
 
 namespace actorpipe::app {
 
@@ -57,17 +58,22 @@ int cmd_compare(int argc, char** argv) {
     check_async_stream(cfgs.back());
   }
   std::vector<train_result> results;
+  bool finite = true;
   for (const auto& cfg : cfgs) {
     print_plan(cfg);
     auto out = train_one(cfg, log_every, cfg.train.steps);
     std::printf("  done: mean step %.2f ms, final loss %.4f\n", mean_step_seconds(out.result) * 1e3,
                 out.result.steps.empty() ? 0.0 : out.result.steps.back().loss);
+    if (const std::string bad = first_nonfinite(out.weights); !bad.empty()) {
+      std::printf("  final weights: '%s' holds a NaN or an infinity: the run failed\n", bad.c_str());
+      finite = false;
+    }
     results.push_back(std::move(out.result));
   }
   std::fputs(format_comparison(results).c_str(), stdout);
   output_writer writer(a);
   write_outputs(writer, base, results);
-  return writer.ok() ? exit_ok : exit_failed;
+  return writer.ok() && finite ? exit_ok : exit_failed;
 }
 
 }  // namespace actorpipe::app

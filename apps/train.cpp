@@ -313,15 +313,26 @@ int cmd_train(int argc, char** argv) {
   if (cfg.data.kind == "text" && out.result.test_accuracy >= 0)
     std::printf("held-out loss %.4f nats per byte (%.3f bits per byte)\n", out.result.test_loss,
                 out.result.test_loss / std::log(2.0));
-  print_samples(cfg, out.weights, samples);
+  // A run never ends well with weights that hold a NaN or an infinity.
+  const std::string nonfinite = first_nonfinite(out.weights);
+  if (!nonfinite.empty())
+    std::printf("final weights: '%s' holds a NaN or an infinity: the run failed, and they are not saved\n",
+                nonfinite.c_str());
+  else
+    print_samples(cfg, out.weights, samples);
   output_writer writer(a);
   writer.save("--save", [&](const std::string& path) {
+    if (!nonfinite.empty())
+      throw std::runtime_error(path + ": not written: '" + nonfinite + "' holds a NaN or an infinity" +
+                               (out.result.checkpoints.empty()
+                                    ? std::string()
+                                    : "; the newest checkpoint, " + out.result.checkpoints.back() + ", is finite"));
     save_tensors(path, out.weights);
     std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
   });
   writer.write("--trace", [&] { return chrome_trace_json(out.result, cfg.path); }, "trace");
   write_outputs(writer, cfg, {out.result});
-  return writer.ok() ? exit_ok : exit_failed;
+  return writer.ok() && nonfinite.empty() ? exit_ok : exit_failed;
 }
 
 }  // namespace actorpipe::app

@@ -106,6 +106,10 @@ std::string save_checkpoint(const std::string& dir, const checkpoint& c) {
         if (state[f].defined()) entries.emplace_back(key + fields[f], state[f].detach().cpu().contiguous());
     }
   }
+  // A checkpoint is what a run resumes from: never one that holds a NaN or
+  // an infinity (the newest finite one stays the latest).
+  if (const std::string bad = first_nonfinite(entries); !bad.empty())
+    throw std::runtime_error("'" + bad + "' holds a NaN or an infinity");
   entries.emplace_back("meta.checksum", torch::tensor({checksum(entries)}, torch::kLong));
   const std::string path = (fs::path(dir) / file_name(c.step)).string();
   save_tensors(path, entries);  // atomic: temporary file, then rename

@@ -12,8 +12,10 @@ namespace actorpipe {
 enum class fault_kind { nonfinite, duplicate, delay, slow_stage, kill_stage, throw_in_op, drop, kill_process, stop_process,
                         stale_message };
 
-/// Where a `nonfinite` fault puts its NaN.
-enum class nonfinite_site { grad, activation };
+/// Where a `nonfinite` fault puts its NaN: a microbatch's gradient or
+/// activation, or (update) the stage's first parameter right after its
+/// optimizer step, as a faulty optimizer or memory would.
+enum class nonfinite_site { grad, activation, update };
 
 struct fault_kind_info {
   fault_kind kind;

@@ -78,7 +78,9 @@ std::optional<int64_t> fault_plan::stale_copy_from() const {
 bool fault_plan::nan_at(int64_t step, int mb, nonfinite_site where) const {
   for (const auto& a : faults_) {
     const auto& f = a.spec;
-    if (f.kind == fault_kind::nonfinite && f.step == step && f.microbatch == mb && f.where == where) return true;
+    if (f.kind == fault_kind::nonfinite && f.step == step && f.where == where &&
+        (where == nonfinite_site::update || f.microbatch == mb))
+      return true;
   }
   return false;
 }

@@ -37,7 +37,8 @@ public:
   /// kill_process or stop_process with `after_op: update` at `step`: right
   /// after the stage's optimizer update of that step.
   std::optional<fault_kind> kill_after_update(int64_t step) const;
-  /// True when microbatch `mb` of step `step` must carry a NaN at `where`.
+  /// True when microbatch `mb` of step `step` must carry a NaN at `where`
+  /// (update: the step's update, whatever `mb`).
   bool nan_at(int64_t step, int mb, nonfinite_site where) const;
   /// stale_message: the step from which on the first message sent (in an
   /// attempt after the first) goes out again under the attempt before's

@@ -13,6 +13,7 @@
 #include <torch/serialize.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -119,6 +120,18 @@ void save_tensors(const std::string& path, const named_tensors& tensors) {
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().cpu().contiguous());
   const std::vector<char> bytes = torch::pickle_save(dict);
   write_atomic(path, std::string_view(bytes.data(), bytes.size()));
+}
+
+std::string first_nonfinite(const named_tensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined() || !t.is_floating_point() || t.numel() == 0) continue;
+    // A NaN or an infinity makes the sum one; a finite sum can only mean
+    // finite elements (a non-finite one may also be an overflow: look).
+    const at::Tensor sum = t.detach().sum(t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+    if (std::isfinite(sum.item<double>())) continue;
+    if (!at::isfinite(t.detach()).all().item<bool>()) return name;
+  }
+  return {};
 }
 
 }  // namespace actorpipe

@@ -19,6 +19,11 @@ using named_tensors = std::vector<std::pair<std::string, at::Tensor>>;
 /// however the file is crafted.
 named_tensors load_tensors(const std::string& path);
 
+/// The name of the first floating tensor of `tensors` that holds a NaN or
+/// an infinity; "" when there is none. What --save and a checkpoint refuse
+/// to write.
+std::string first_nonfinite(const named_tensors& tensors);
+
 /// Writes a dict that Python's torch.load reads back as {name: tensor}.
 /// Atomic (write_atomic): the previous file or the new one, never a torn one.
 void save_tensors(const std::string& path, const named_tensors& tensors);

@@ -69,8 +69,12 @@ void read_fault(reader& r, const Node& n, const std::string& key) {
   if (r.read_int(s, "step", spec.step)) r.at_least(key + ".step", spec.step, 0);
   at.microbatch = read_index(r, s, "microbatch", spec.microbatch);
   std::string where = "grad";
-  r.read_choice(s, "where", "place for the value", {"grad", "activation"}, where);
-  spec.where = where == "activation" ? nonfinite_site::activation : nonfinite_site::grad;
+  r.read_choice(s, "where", "place for the value", {"grad", "activation", "update"}, where);
+  spec.where = where == "activation" ? nonfinite_site::activation
+               : where == "update"   ? nonfinite_site::update
+                                     : nonfinite_site::grad;
+  if (spec.where == nonfinite_site::update && at.microbatch)
+    r.fail_key(key + ".microbatch", "an update is the whole step's, of no one microbatch (where: update)");
   r.cfg().faults.inject.push_back(spec);
   r.facts().faults.push_back(at);
 }

@@ -108,6 +108,15 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The lines of `text` that start with `prefix`.
+std::string lines_with(const std::string& text, const std::string& prefix) {
+  std::istringstream is(text);
+  std::string out;
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind(prefix, 0) == 0) out += l + "\n";
+  return out;
+}
+
 // The bytes of a file ("" when it is missing).
 std::string bytes_of(const fs::path& file) { return fs::exists(file) ? testing_util::slurp_file(file) : ""; }
 
@@ -167,6 +176,60 @@ TEST(LaunchEqualsOneProcessMore, FourStagesOnTwoProcesses) {
 
 TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelinesEach) {
   expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
+}
+
+// Every double crosses processes as its bits: a learning rate halved every
+// two steps passes through the subnormals (7.12e-309 at step 2035, which
+// CAF's own float serializer turned into -inf) down to 0, and the 3
+// processes end on the one-process bytes, every weight finite.
+TEST(LaunchEqualsOneProcessMore, ALearningRateDecayedThroughTheSubnormalsToZero) {
+  std::string text = config_text(3, 3, "1f1b");
+  text.replace(text.find("steps: 4"), 8, "steps: 2200");
+  text.replace(text.find("optimizer: {type: adam, lr: 0.01}"), 33,
+               "optimizer: {type: adam, lr: 0.01}\n  lr_schedule: {type: step, step_size: 2, gamma: 0.5}");
+  text.replace(text.find("clip_grad_norm: 1.0"), 19, "clip_grad_norm: 0.5");
+  text.replace(text.find("batch_size: 48"), 14, "batch_size: 24");
+  const auto config = write_config("subnormal", text);
+  const auto dir = test_dir();
+  const std::string one = (dir / "subnormal_one.pt").string(), many = (dir / "subnormal_many.pt").string();
+  auto a = actorpipe({"train", config, "--log-every", "2200", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  // The rate at the last step is 0 (0.01 / 2^1099 is below the smallest double).
+  EXPECT_NE(a.out.find("step  2200/2200"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("lr 0.00e+00"), std::string::npos) << a.out;
+  auto b = actorpipe({"launch", "--nprocs", "3", config, "--quiet", "--save", many});
+  ASSERT_EQ(b.code, 0) << describe(b);
+  EXPECT_EQ(b.err.find("non-finite"), std::string::npos) << describe(b);
+  const std::string x = bytes_of(one), y = bytes_of(many);
+  ASSERT_FALSE(x.empty());
+  EXPECT_TRUE(x == y) << "launch --nprocs 3 saved other bytes than one process";
+}
+
+// A NaN left by one stage's update (a fault, where: update) is undone on
+// every stage of every process: the step is skipped as in one process, and
+// the run ends on its bytes. Stage 1 is rank 1 (and at dp 2, replica 1's
+// copy of it rank 3).
+TEST(LaunchEqualsOneProcessMore, AnUpdateLeftNonFiniteIsUndoneInEveryProcess) {
+  for (int dp : {1, 2}) {
+    const int stages = dp > 1 ? 2 : 3;
+    const std::string tag = "bad_update_dp" + std::to_string(dp);
+    const std::string config =
+        write_config(tag, config_text(stages, 2 * stages, "1f1b", dp) +
+                              "faults:\n  inject:\n    - {kind: nonfinite, stage: 1, step: 2, where: update}\n");
+    const auto dir = test_dir();
+    const std::string one = (dir / (tag + "_one.pt")).string(), many = (dir / (tag + "_many.pt")).string();
+    auto a = actorpipe({"train", config, "--quiet", "--save", one});
+    ASSERT_EQ(a.code, 0) << describe(a);
+    auto b = actorpipe({"launch", "--nprocs", std::to_string(stages * dp), config, "--quiet", "--save", many});
+    ASSERT_EQ(b.code, 0) << describe(b);
+    const std::string note = lines_with(a.err, "note: step 2: non-finite value: ");
+    EXPECT_NE(note.find("stage 1's update left one in "), std::string::npos) << describe(a);
+    EXPECT_NE(note.find("; step skipped, weights and optimizer state unchanged"), std::string::npos) << describe(a);
+    EXPECT_EQ(lines_with(b.err, "note: step 2: non-finite value: "), note) << describe(b);
+    const std::string x = bytes_of(one), y = bytes_of(many);
+    ASSERT_FALSE(x.empty());
+    EXPECT_TRUE(x == y) << tag << ": launch saved other bytes than one process";
+  }
 }
 
 // Rank 0 reports every stage on the device its own rank registered (under
@@ -556,15 +619,6 @@ std::string healing_config(const std::string& tag, int stages, int dp, const std
   text += "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n"
           "checkpoint: {every: 2, dir: " + (test_dir() / (tag + "_ckpt")).string() + "}\n" + extra;
   return write_config(tag, text);
-}
-
-// The lines of `text` that start with `prefix`.
-std::string lines_with(const std::string& text, const std::string& prefix) {
-  std::istringstream is(text);
-  std::string out;
-  for (std::string l; std::getline(is, l);)
-    if (l.rfind(prefix, 0) == 0) out += l + "\n";
-  return out;
 }
 
 struct healing_case {

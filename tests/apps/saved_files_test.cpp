@@ -296,5 +296,141 @@ faults:
   EXPECT_NE(lenient.out.find("3 steps skipped for a NaN or an infinity"), std::string::npos) << lenient.out;
 }
 
+// -- updates that leave a NaN or an infinity --
+
+// Adam at lr 0.01, and a fault that leaves a NaN in stage 0's first
+// parameter ("0.weight") with its update of step `bad_step` (as a faulty
+// optimizer or memory would; -1: none).
+std::string bad_update_yaml(int steps, int bad_step, const std::string& extra = "") {
+  std::string yaml = small;
+  yaml.replace(yaml.find("steps: 6"), 8, "steps: " + std::to_string(steps) + "\n  optimizer: {type: adam, lr: 0.01}");
+  if (bad_step >= 0)
+    yaml += "faults:\n  inject:\n    - {kind: nonfinite, stage: 0, step: " + std::to_string(bad_step) +
+            ", where: update}\n";
+  return yaml + extra;
+}
+
+// The tensors of a checkpoint file but its step and checksum, by name.
+named_tensors checkpoint_state(const std::string& path) {
+  named_tensors out;
+  for (auto& [name, t] : load_tensors(path))
+    if (name != "meta.step" && name != "meta.checksum") out.emplace_back(name, t);
+  return out;
+}
+
+bool same_tensors(const named_tensors& a, const named_tensors& b, std::string& why) {
+  if (a.size() != b.size()) return why = std::to_string(a.size()) + " tensors against " + std::to_string(b.size()), false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = a[i].second.contiguous(), y = b[i].second.contiguous();
+    if (a[i].first != b[i].first || x.scalar_type() != y.scalar_type() || !x.sizes().equals(y.sizes()) ||
+        std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) != 0)
+      return why = a[i].first + " differs", false;
+  }
+  return true;
+}
+
+// The update of step 3 is undone on every stage (and replica): the run goes
+// on, and its weights and optimizer state after step 3 are, bit for bit,
+// those of the same run stopped after step 2. With on_nonfinite: stop the
+// run stops there, exit 1, its newest checkpoint the state after step 2.
+TEST(SavedFailures, AnUpdateThatLeavesANaNIsUndoneEverywhereAndTheStepSkipped) {
+  const fs::path dir = test_dir();
+  for (int dp : {1, 2}) {
+    const std::string tag = "dp" + std::to_string(dp);
+    const std::string par = dp > 1 ? "parallel: {dp: 2}\n" : "";
+    auto ckpt = [&](const std::string& name) {
+      return "checkpoint: {every: 1, dir: " + (dir / (tag + name)).string() + "}\n";
+    };
+    const auto clean = actorpipe({"train", write(dir / (tag + "_3.yaml"), bad_update_yaml(3, -1, par + ckpt("_3"))),
+                                  "--quiet", "--save", (dir / (tag + "_3.pt")).string()});
+    ASSERT_EQ(clean.code, 0) << describe(clean);
+    EXPECT_EQ(clean.err.find("non-finite"), std::string::npos) << describe(clean);
+    const auto r = actorpipe({"train", write(dir / (tag + "_4.yaml"), bad_update_yaml(4, 3, par + ckpt("_4"))),
+                              "--quiet", "--save", (dir / (tag + "_4.pt")).string()});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    EXPECT_NE(r.err.find("note: step 3: non-finite value: " + std::string(dp > 1 ? "replica 0 " : "") +
+                         "stage 0's update left one in 0.weight; step skipped, weights and optimizer state unchanged"),
+              std::string::npos)
+        << tag << describe(r);
+    EXPECT_NE(r.out.find("1 steps skipped for a NaN or an infinity"), std::string::npos) << tag << describe(r);
+    EXPECT_TRUE(slurp_file(dir / (tag + "_3.pt")) == slurp_file(dir / (tag + "_4.pt")))
+        << tag << ": the weights after the skipped step 3 are not those after step 2";
+    std::string why;
+    EXPECT_TRUE(same_tensors(checkpoint_state((dir / (tag + "_3") / "step_00000002.pt").string()),
+                             checkpoint_state((dir / (tag + "_4") / "step_00000003.pt").string()), why))
+        << tag << ": the state after the skipped step 3 is not the state after step 2: " << why;
+  }
+  const auto stop = actorpipe({"train", write(dir / "stop.yaml", bad_update_yaml(6, 3, "supervision: {on_nonfinite: stop}\n"
+                                                                                     "checkpoint: {every: 1, dir: " +
+                                                                                     (dir / "stop").string() + "}\n")),
+                               "--quiet"});
+  EXPECT_EQ(stop.code, 1) << describe(stop);
+  EXPECT_NE(stop.err.find("step 3: non-finite value: stage 0's update left one in 0.weight; stopping "
+                          "(supervision.on_nonfinite: stop)"),
+            std::string::npos)
+      << describe(stop);
+  const auto newest = load_latest_checkpoint((dir / "stop").string());
+  EXPECT_EQ(newest.step, 3) << "the stop's boundary is checkpointed, with the update undone";
+  std::string why;
+  EXPECT_TRUE(same_tensors(checkpoint_state((dir / "stop" / "step_00000003.pt").string()),
+                           checkpoint_state((dir / "dp1_3" / "step_00000002.pt").string()), why))
+      << why;
+}
+
+// Async steps overlap: an update cannot be undone, and the run stops.
+TEST(SavedFailures, AnAsyncUpdateThatLeavesANaNStopsTheRun) {
+  const fs::path dir = test_dir();
+  std::string yaml = bad_update_yaml(6, 3);
+  yaml.replace(yaml.find("pipeline:\n"), 10, "pipeline:\n  schedule: async\n");
+  const auto r = actorpipe({"train", write(dir / "async.yaml", yaml), "--quiet", "--save", (dir / "a.pt").string()});
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_NE(r.err.find("step 3: non-finite value: stage 0's update left one in 0.weight; an async step cannot be "
+                       "undone"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_FALSE(fs::exists(dir / "a.pt"));
+}
+
+// supervision.check_updates: false applies the update unchecked: the
+// infinities stay in the weights, and the run ends with exit 1. --save
+// refuses to write them (the file there stays as it was) and says why; the
+// final table says so too.
+TEST(SavedFailures, UncheckedUpdatesThatLeaveAnInfinityEndWithExit1AndSaveNothing) {
+  const fs::path dir = test_dir();
+  const std::string out = write(dir / "weights.pt", "what the user saved before");
+  const auto r = actorpipe({"train", write(dir / "c.yaml", bad_update_yaml(4, 3, "supervision: {check_updates: false}\n")),
+                            "--quiet", "--save", out});
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_NE(r.out.find("final weights: '0.weight' holds a NaN or an infinity: the run failed, and they are not saved"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("actorpipe: --save " + out + ": not written: '0.weight' holds a NaN or an infinity"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_EQ(r.out.find("saved "), std::string::npos) << describe(r);
+  EXPECT_EQ(slurp_file(out), "what the user saved before");
+}
+
+// Nor does a checkpoint hold one: the run stops at the checkpoint that
+// would, naming the tensor, and the newest checkpoint on disk is the last
+// finite one.
+TEST(SavedFailures, ACheckpointThatWouldHoldAnInfinityIsRefusedAndTheLastFiniteOneStays) {
+  const fs::path dir = test_dir();
+  const std::string ckpt = (dir / "ckpt").string();
+  const auto r = actorpipe({"train",
+                            write(dir / "c.yaml", bad_update_yaml(6, 3, "supervision: {check_updates: false}\n"
+                                                                     "checkpoint: {every: 1, dir: " + ckpt + "}\n")),
+                            "--quiet"});
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_NE(r.err.find("the checkpoint after step 3 could not be written: 'model.0.weight' holds a NaN or an "
+                       "infinity; the latest good one is " + ckpt + "/step_00000002.pt"),
+            std::string::npos)
+      << describe(r);
+  const auto newest = load_latest_checkpoint(ckpt);
+  EXPECT_EQ(newest.step, 2);
+  EXPECT_EQ(first_nonfinite(newest.weights), "");
+  EXPECT_FALSE(fs::exists(dir / "ckpt" / "step_00000003.pt"));
+}
+
 }  // namespace
 }  // namespace actorpipe
