@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "runtime/optimizer_state.hpp"
@@ -76,7 +77,41 @@ void BM_AdamAside(benchmark::State& state) {
   state.counters["pool_buffers"] = static_cast<double>(pool.size());
 }
 
+// What supervision.check_updates costs an update: the step aside, the
+// tensors from before it held until the driver's verdict (as a stage holds
+// them), and the check of every parameter and state tensor it wrote.
+void BM_AdamAsideChecked(benchmark::State& state) {
+  stage s;
+  tensor_pool pool;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < s.params.size(); ++i) names.push_back(std::to_string(i));
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto before = s.shared();
+    state.ResumeTiming();
+    step_aside(*s.opt, &pool);
+    auto bad = first_nonfinite_state(*s.opt, s.params, names);
+    benchmark::DoNotOptimize(bad);
+    state.PauseTiming();
+    before.clear();
+    state.ResumeTiming();
+  }
+}
+
+// The check alone: a sum per tensor (22.5 M floats), one read of the result.
+void BM_NonfiniteCheck(benchmark::State& state) {
+  stage s;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < s.params.size(); ++i) names.push_back(std::to_string(i));
+  for (auto _ : state) {
+    auto bad = first_nonfinite_state(*s.opt, s.params, names);
+    benchmark::DoNotOptimize(bad);
+  }
+}
+
 BENCHMARK(BM_AdamInPlace)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_AdamAsideChecked)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_NonfiniteCheck)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 // Arguments: boundaries kept, then step_aside's block (0: whole tensors,
 // LibTorch's op sequence over each parameter at once).
 BENCHMARK(BM_AdamAside)
