@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/policies/fixed_order.hpp"
+#include "runtime/schedule/policies/fixed_order.hpp"
 
 namespace actorpipe {
 

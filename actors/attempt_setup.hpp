@@ -12,14 +12,14 @@
 
 #include "actors/stage_actor.hpp"
 #include "actors/trainer.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/collectives.hpp"
-#include "runtime/config.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/partition.hpp"
-#include "runtime/placement.hpp"
-#include "runtime/policy.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/dist/collectives.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/partition.hpp"
+#include "runtime/schedule/placement.hpp"
+#include "runtime/schedule/policy.hpp"
 
 namespace actorpipe {
 

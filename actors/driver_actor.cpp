@@ -11,9 +11,9 @@
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/lr.hpp"
-#include "runtime/model.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/model/lr.hpp"
+#include "runtime/model/model.hpp"
 
 namespace actorpipe {
 

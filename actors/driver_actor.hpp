@@ -18,10 +18,10 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/checkpoint.hpp"
-#include "runtime/config.hpp"
-#include "runtime/data.hpp"
-#include "runtime/metrics.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/observe/metrics.hpp"
 
 namespace actorpipe {
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "runtime/lr.hpp"
-#include "runtime/text.hpp"
+#include "runtime/model/lr.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe {
 

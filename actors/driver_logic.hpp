@@ -14,9 +14,9 @@
 #include "actors/driver_actor.hpp"
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
-#include "runtime/config.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/placement.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/observe/metrics.hpp"
+#include "runtime/schedule/placement.hpp"
 
 namespace actorpipe {
 

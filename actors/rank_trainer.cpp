@@ -21,21 +21,21 @@
 #include "actors/stage_actor.hpp"
 #include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
-#include "runtime/boundary_memory.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/collectives.hpp"
-#include "runtime/heal_plan.hpp"
-#include "runtime/model.hpp"
-#include "runtime/rank_placement.hpp"
-#include "runtime/text.hpp"
-#include "runtime/transport/kv_store.hpp"
-#include "runtime/transport/net_address.hpp"
-#include "runtime/transport/p2p_group.hpp"
-#include "runtime/transport/poll_backoff.hpp"
-#include "runtime/transport/rendezvous.hpp"
-#include "runtime/transport/shared_segments.hpp"
-#include "runtime/transport/state_transfer.hpp"
-#include "runtime/transport/tensor_channel.hpp"
+#include "runtime/dist/boundary_memory.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/dist/collectives.hpp"
+#include "runtime/dist/heal_plan.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/dist/rank_placement.hpp"
+#include "runtime/util/text.hpp"
+#include "runtime/dist/transport/kv_store.hpp"
+#include "runtime/dist/transport/net_address.hpp"
+#include "runtime/dist/transport/p2p_group.hpp"
+#include "runtime/dist/transport/poll_backoff.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
+#include "runtime/dist/transport/shared_segments.hpp"
+#include "runtime/dist/transport/state_transfer.hpp"
+#include "runtime/dist/transport/tensor_channel.hpp"
 
 namespace actorpipe {
 
@@ -383,7 +383,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
-  // dp > 1: every boundary is the live state (runtime/boundary_memory.hpp),
+  // dp > 1: every boundary is the live state (runtime/dist/boundary_memory.hpp),
   // and a step whose applies went out is applied by every live stage: the
   // heal rolls forward to it, once every live slot holds it.
   const bool live = live_boundaries(cx.plan.dp);
@@ -889,7 +889,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   const bool supervised = cfg.supervision.max_restarts > 0;
   // dp > 1: the boundary is the live state, forgotten before each update
   // (two only where a skipped step keeps the same tensors twice); at
-  // dp = 1 the keepers' copies can lag (runtime/boundary_memory.hpp).
+  // dp = 1 the keepers' copies can lag (runtime/dist/boundary_memory.hpp).
   auto boundary = supervised ? std::make_shared<boundary_memory>(live_boundaries(cfg.parallel.dp) ? 2 : 4) : nullptr;
   auto dir = sys.spawn(directory, caf::actor{self}, boundary);
   struct dir_stopper {

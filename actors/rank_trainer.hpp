@@ -3,7 +3,7 @@
 //
 // Every rank: spawns the stage actors rank_placement gives it, publishes
 // them through CAF's middleman (a directory actor on an ephemeral port),
-// meets the others at the rendezvous (runtime/transport/rendezvous.hpp:
+// meets the others at the rendezvous (runtime/dist/transport/rendezvous.hpp:
 // endpoints, config digests, the store), joins the tensor channel (Gloo
 // send/recv between the processes) and the replicas' allreduce groups, and
 // connects to every other rank's directory, so that each pair of ranks has
@@ -29,7 +29,7 @@
 // boundary memory; at dp = 1 it also sends that copy, on a channel of its
 // own, to its keeper (rank_placement::keeper). When a process dies, rank 0
 // asks every surviving process which boundaries it holds, picks the newest
-// that all slots can start from (runtime/heal_plan.hpp), writes the plan to
+// that all slots can start from (runtime/dist/heal_plan.hpp), writes the plan to
 // the store, has the launcher start the dead rank again, and tells the
 // survivors to start the next generation. There, a lost stage's donor (a
 // replica's process, or its keeper's) sends the copy over the new

@@ -1,6 +1,6 @@
 #include "actors/stage_actor.hpp"
-#include "runtime/boundary_memory.hpp"
-#include "runtime/heal_plan.hpp"
+#include "runtime/dist/boundary_memory.hpp"
+#include "runtime/dist/heal_plan.hpp"
 
 #include <sys/prctl.h>
 
@@ -9,10 +9,10 @@
 #include <algorithm>
 
 #include "actors/stage_state.hpp"
-#include "runtime/optimizer_state.hpp"
-#include "runtime/transport/p2p_group.hpp"  // transfer_error
-#include "runtime/transport/shared_segments.hpp"
-#include "runtime/transport/state_transfer.hpp"
+#include "runtime/model/optimizer_state.hpp"
+#include "runtime/dist/transport/p2p_group.hpp"  // transfer_error
+#include "runtime/dist/transport/shared_segments.hpp"
+#include "runtime/dist/transport/state_transfer.hpp"
 
 namespace actorpipe {
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
-#include "runtime/model.hpp"
-#include "runtime/policy.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/schedule/policy.hpp"
 
 namespace actorpipe {
 class allreduce_group;
@@ -138,13 +138,13 @@ struct stage_setup {
   std::shared_ptr<segment_ring> copy_segments;
   /// Only the boundaries after every copy_every-th step (and the one when
   /// wired) are kept, and go to the keeper (supervision.copy_every;
-  /// copy_rule in runtime/heal_plan.hpp).
+  /// copy_rule in runtime/dist/heal_plan.hpp).
   int copy_every = 1;
   /// With `boundary`, at dp > 1: the boundary kept is the stage's live
   /// state itself, after every step (copy_every does not apply), forgotten
   /// just before each update writes it; a heal rolls forward to the step
   /// rank 0 decided rather than back to the one before
-  /// (runtime/boundary_memory.hpp).
+  /// (runtime/dist/boundary_memory.hpp).
   bool live_boundary = false;
 };
 

@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include "actors/stage_state.hpp"
-#include "runtime/boundary_memory.hpp"
-#include "runtime/fnv1a.hpp"
-#include "runtime/collectives.hpp"
-#include "runtime/lr.hpp"
-#include "runtime/op_grid.hpp"
-#include "runtime/optimizer_state.hpp"
+#include "runtime/dist/boundary_memory.hpp"
+#include "runtime/util/fnv1a.hpp"
+#include "runtime/dist/collectives.hpp"
+#include "runtime/model/lr.hpp"
+#include "runtime/schedule/op_grid.hpp"
+#include "runtime/model/optimizer_state.hpp"
 
 namespace actorpipe::stage_detail {
 

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "messages/atoms.hpp"
-#include "runtime/device_stream.hpp"
-#include "runtime/transport/tensor_channel.hpp"
+#include "runtime/model/device_stream.hpp"
+#include "runtime/dist/transport/tensor_channel.hpp"
 
 namespace actorpipe {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "messages/payloads.hpp"
-#include "runtime/fault_plan.hpp"
-#include "runtime/placement.hpp"
+#include "runtime/faults/fault_plan.hpp"
+#include "runtime/schedule/placement.hpp"
 
 namespace actorpipe {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "messages/errors.hpp"
-#include "runtime/config.hpp"
-#include "runtime/metrics.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/observe/metrics.hpp"
 
 namespace actorpipe {
 

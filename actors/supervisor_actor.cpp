@@ -12,8 +12,8 @@
 #include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/model.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/model/model.hpp"
 
 namespace actorpipe {
 

@@ -23,9 +23,9 @@
 #include "actors/supervisor_actor.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/file_io.hpp"
-#include "runtime/model.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/files/file_io.hpp"
+#include "runtime/model/model.hpp"
 
 namespace actorpipe {
 

@@ -7,10 +7,10 @@
 
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
-#include "runtime/config.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/placement.hpp"
-#include "runtime/rank_env.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/observe/metrics.hpp"
+#include "runtime/schedule/placement.hpp"
+#include "runtime/dist/rank_env.hpp"
 
 namespace actorpipe {
 

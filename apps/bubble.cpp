@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "apps/common.hpp"
-#include "runtime/report.hpp"
+#include "runtime/observe/report.hpp"
 
 namespace actorpipe::app {
 

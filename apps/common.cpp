@@ -17,14 +17,14 @@
 #include <utility>
 #include <sstream>
 
-#include "runtime/canonical.hpp"
-#include "runtime/file_io.hpp"
-#include "runtime/partition.hpp"
-#include "runtime/policies/registry.hpp"
-#include "runtime/policy.hpp"
-#include "runtime/rank_placement.hpp"
-#include "runtime/run_report.hpp"
-#include "runtime/text.hpp"
+#include "runtime/schedule/canonical.hpp"
+#include "runtime/files/file_io.hpp"
+#include "runtime/model/partition.hpp"
+#include "runtime/schedule/policies/registry.hpp"
+#include "runtime/schedule/policy.hpp"
+#include "runtime/dist/rank_placement.hpp"
+#include "runtime/observe/run_report.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::app {
 

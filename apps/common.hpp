@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
-#include "runtime/rank_env.hpp"
+#include "runtime/dist/rank_env.hpp"
 #include "messages/errors.hpp"
-#include "runtime/config.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/schedule_csv.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/observe/metrics.hpp"
+#include "runtime/schedule/schedule_csv.hpp"
 
 namespace actorpipe::app {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "apps/common.hpp"
-#include "runtime/report.hpp"
-#include "runtime/state_dict.hpp"
+#include "runtime/observe/report.hpp"
+#include "runtime/files/state_dict.hpp"
 
 namespace actorpipe::app {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "apps/common.hpp"
-#include "runtime/generate.hpp"
-#include "runtime/model.hpp"
-#include "runtime/text.hpp"
+#include "runtime/model/generate.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::app {
 

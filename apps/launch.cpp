@@ -1,5 +1,5 @@
 // actorpipe launch: `actorpipe train CONFIG ...` as N local processes with
-// torchrun's environment (its standalone mode), run by runtime/launcher.
+// torchrun's environment (its standalone mode), run by runtime/dist/launcher.
 #include <unistd.h>
 
 #include <climits>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "apps/common.hpp"
-#include "runtime/launcher.hpp"
-#include "runtime/rank_env.hpp"  // default_master_port
-#include "runtime/text.hpp"
+#include "runtime/dist/launcher.hpp"
+#include "runtime/dist/rank_env.hpp"  // default_master_port
+#include "runtime/util/text.hpp"
 
 // apps/main.cpp: a command line run as `actorpipe ARGS` runs it.
 int run_command(int argc, char** argv);

@@ -11,7 +11,7 @@
 
 #include "actors/rank_trainer.hpp"
 #include "apps/common.hpp"
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 namespace {
 

@@ -11,16 +11,16 @@
 #include <vector>
 
 #include "apps/common.hpp"
-#include "runtime/cost_fit.hpp"
-#include "runtime/model.hpp"
-#include "runtime/partition.hpp"
-#include "runtime/policies/fixed_order.hpp"
-#include "runtime/policies/registry.hpp"
-#include "runtime/policy.hpp"
-#include "runtime/report.hpp"
-#include "runtime/schedule_csv.hpp"
-#include "runtime/simulator.hpp"
-#include "runtime/text.hpp"
+#include "runtime/schedule/cost_fit.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/partition.hpp"
+#include "runtime/schedule/policies/fixed_order.hpp"
+#include "runtime/schedule/policies/registry.hpp"
+#include "runtime/schedule/policy.hpp"
+#include "runtime/observe/report.hpp"
+#include "runtime/schedule/schedule_csv.hpp"
+#include "runtime/schedule/simulator.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::app {
 

@@ -13,19 +13,19 @@
 #include <vector>
 
 #include "apps/common.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/generate.hpp"
-#include "runtime/model.hpp"
-#include "runtime/canonical.hpp"
-#include "runtime/fnv1a.hpp"
-#include "runtime/policies/fixed_order.hpp"
-#include "runtime/rank_env.hpp"
-#include "runtime/rank_placement.hpp"
-#include "runtime/report.hpp"
-#include "runtime/schedule_csv.hpp"
-#include "runtime/simulator.hpp"
-#include "runtime/state_dict.hpp"
-#include "runtime/text.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/model/generate.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/schedule/canonical.hpp"
+#include "runtime/util/fnv1a.hpp"
+#include "runtime/schedule/policies/fixed_order.hpp"
+#include "runtime/dist/rank_env.hpp"
+#include "runtime/dist/rank_placement.hpp"
+#include "runtime/observe/report.hpp"
+#include "runtime/schedule/schedule_csv.hpp"
+#include "runtime/schedule/simulator.hpp"
+#include "runtime/files/state_dict.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::app {
 
@@ -203,7 +203,7 @@ std::string run_digest(const config& cfg, const std::string& import_path) {
 
 // A language model's run ends with what it learned to write: `count`
 // samples from the final weights, each after a newline, seed k for the
-// k-th, in one process (runtime/generate).
+// k-th, in one process (runtime/model/generate).
 void print_samples(const config& cfg, const named_params& weights, int64_t count) {
   if (count == 0 || cfg.model.layers.front().type != "embedding") return;
   config plain = cfg;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "actors/trainer.hpp"
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace actorpipe::bench {
 

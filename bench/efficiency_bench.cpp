@@ -14,8 +14,8 @@
 #include <cstring>
 
 #include "bench/bench_pipeline.hpp"
-#include "runtime/policy.hpp"
-#include "runtime/simulator.hpp"
+#include "runtime/schedule/policy.hpp"
+#include "runtime/schedule/simulator.hpp"
 
 namespace {
 

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "bench/bench_pipeline.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
 
 namespace {
 

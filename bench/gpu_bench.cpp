@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "bench/bench_pipeline.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/plain_module.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/plain_module.hpp"
 
 namespace {
 

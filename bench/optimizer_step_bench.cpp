@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/optimizer_state.hpp"
-#include "runtime/tensor_pool.hpp"
+#include "runtime/model/optimizer_state.hpp"
+#include "runtime/model/tensor_pool.hpp"
 
 namespace {
 

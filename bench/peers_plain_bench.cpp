@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/config.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/plain_module.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/plain_module.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_pipeline.hpp"
-#include "runtime/simulator.hpp"
+#include "runtime/schedule/simulator.hpp"
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include <string>
 
 #include "bench/bench_pipeline.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/plain_module.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/plain_module.hpp"
 
 namespace {
 

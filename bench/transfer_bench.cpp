@@ -25,7 +25,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/transport/p2p_group.hpp"
+#include "runtime/dist/transport/p2p_group.hpp"
 #include "tests/child_process.hpp"
 
 namespace {

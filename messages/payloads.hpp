@@ -22,7 +22,7 @@
 
 namespace actorpipe {
 
-/// An optimizer's state copied tensor by tensor (runtime/optimizer_state).
+/// An optimizer's state copied tensor by tensor (runtime/model/optimizer_state).
 struct optimizer_state_copy {
   /// Per parameter, its global name ("0.weight"), where the copy knows it.
   std::vector<std::string> names;
@@ -36,7 +36,7 @@ struct optimizer_state_copy {
 
 /// A point in a stage's device queue (a CUDA event): the receiver's queue
 /// waits for it before using the tensor it came with. Null where the device
-/// runs work in host order (CPU, null, sim). Defined in runtime/device_stream.
+/// runs work in host order (CPU, null, sim). Defined in runtime/model/device_stream.
 struct device_mark;
 using device_mark_ptr = std::shared_ptr<const device_mark>;
 

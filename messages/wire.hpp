@@ -65,7 +65,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_wire& x) {
 }
 
 /// A tensor whose bytes travel beside its control message, over the
-/// process's tensor channel (runtime/transport/tensor_channel.hpp): where
+/// process's tensor channel (runtime/dist/transport/tensor_channel.hpp): where
 /// they come from and what they are.
 struct remote_tensor {
   int32_t from = -1;  ///< the sending process's rank; -1: none (the data is in the message)

@@ -5,7 +5,7 @@
 #include "runtime/config/checks.hpp"
 #include "runtime/config/sections.hpp"
 
-#include "runtime/policies/registry.hpp"
+#include "runtime/schedule/policies/registry.hpp"
 
 #include <optional>
 #include <utility>

@@ -3,7 +3,7 @@
 // replica is a cross-section check.
 #include "runtime/config/sections.hpp"
 
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 #include <algorithm>
 #include <cctype>

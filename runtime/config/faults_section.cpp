@@ -4,7 +4,7 @@
 #include "runtime/config/sections.hpp"
 
 #include "messages/ops.hpp"
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::config_detail {
 

@@ -1,7 +1,7 @@
 // model: the layers, their shapes, init_from and dtype.
 #include "runtime/config/sections.hpp"
 
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 #include <map>
 

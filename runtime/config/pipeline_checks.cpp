@@ -3,7 +3,7 @@
 // stage count (the schedule's microbatch shape).
 #include "runtime/config/checks.hpp"
 
-#include "runtime/policies/registry.hpp"
+#include "runtime/schedule/policies/registry.hpp"
 
 #include <climits>
 

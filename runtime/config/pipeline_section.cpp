@@ -5,7 +5,7 @@
 // in cross_checks.cpp and pipeline_checks.cpp.
 #include "runtime/config/sections.hpp"
 
-#include "runtime/policies/registry.hpp"
+#include "runtime/schedule/policies/registry.hpp"
 
 namespace actorpipe::config_detail {
 

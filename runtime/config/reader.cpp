@@ -1,7 +1,7 @@
 // The config reader's machinery: positions, failing, maps and scalars.
 #include "runtime/config/reader.hpp"
 
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 #include <algorithm>
 #include <cctype>

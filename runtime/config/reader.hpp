@@ -9,7 +9,7 @@
 // sections are the named checks of checks.hpp, run once every section is
 // read, and point at their key through the marks recorded here.
 // No torch here: these files must compile in seconds.
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 #include <yaml-cpp/yaml.h>
 

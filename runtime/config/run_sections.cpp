@@ -3,7 +3,7 @@
 // cross_checks.cpp.
 #include "runtime/config/sections.hpp"
 
-#include "runtime/text.hpp"
+#include "runtime/util/text.hpp"
 
 #include <algorithm>
 

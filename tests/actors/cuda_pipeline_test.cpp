@@ -4,7 +4,7 @@
 #include <torch/cuda.h>
 
 #include "actors/trainer.hpp"
-#include "runtime/canonical.hpp"
+#include "runtime/schedule/canonical.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 #include "tests/test_util.hpp"
 

@@ -9,8 +9,8 @@
 #include <tuple>
 
 #include "actors/trainer.hpp"
-#include "runtime/canonical.hpp"
-#include "runtime/seed.hpp"
+#include "runtime/schedule/canonical.hpp"
+#include "runtime/model/seed.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {

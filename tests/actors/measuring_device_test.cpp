@@ -6,7 +6,7 @@
 
 #include "actors/trainer.hpp"
 #include "pipeline_fixtures.hpp"
-#include "runtime/policy.hpp"
+#include "runtime/schedule/policy.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "messages/ops.hpp"
-#include "runtime/config.hpp"
-#include "runtime/policies/registry.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/plain_module.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/schedule/policies/registry.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/plain_module.hpp"
 
 namespace actorpipe {
 namespace {

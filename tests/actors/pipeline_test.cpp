@@ -9,13 +9,13 @@
 
 #include "actors/stage_actor.hpp"
 #include "actors/trainer.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/canonical.hpp"
-#include "runtime/config.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/seed.hpp"
-#include "runtime/simulator.hpp"
+#include "runtime/observe/metrics.hpp"
+#include "runtime/schedule/canonical.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/seed.hpp"
+#include "runtime/schedule/simulator.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {

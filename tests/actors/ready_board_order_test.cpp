@@ -7,10 +7,10 @@
 #include <cmath>
 
 #include "actors/trainer.hpp"
-#include "runtime/fault_plan.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/policy.hpp"
-#include "runtime/simulator.hpp"
+#include "runtime/faults/fault_plan.hpp"
+#include "runtime/observe/metrics.hpp"
+#include "runtime/schedule/policy.hpp"
+#include "runtime/schedule/simulator.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {

@@ -8,7 +8,7 @@
 #include "actors/stage_actor.hpp"
 #include "messages/atoms.hpp"
 #include "messages/payloads.hpp"
-#include "runtime/policy.hpp"
+#include "runtime/schedule/policy.hpp"
 
 namespace actorpipe {
 namespace {

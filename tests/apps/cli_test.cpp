@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "tests/cpu_only.hpp"
-#include "runtime/config.hpp"
-#include "runtime/state_dict.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/files/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
-#include "tests/runtime/bad_configs.hpp"
+#include "tests/runtime/config/bad_configs.hpp"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tests/cpu_only.hpp"
-#include "runtime/state_dict.hpp"
+#include "runtime/files/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
 

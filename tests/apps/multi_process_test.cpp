@@ -26,8 +26,8 @@
 
 #include "tests/cpu_only.hpp"
 #include "tests/apps/child_process.hpp"
-#include "runtime/seed.hpp"
-#include "runtime/transport/net_address.hpp"
+#include "runtime/model/seed.hpp"
+#include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -768,7 +768,7 @@ TEST(HealAfterAnUpdate, AtDpTwoRollsForwardToTheDecidedStepAtDpOneBackAndEndsBit
 }
 
 // At dp 1 a stage's keeper on the same machine holds its copies in shared
-// memory (runtime/transport/shared_segments), and through the socket with
+// memory (runtime/dist/transport/shared_segments), and through the socket with
 // ACTORPIPE_SHM_DISABLE=1. A kill of stage 2 mid-step heals bitwise either
 // way (from the newest copy that had landed). The killed process's
 // segments outlive it until launch, at the end, removes them (and says

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/checkpoint.hpp"
-#include "runtime/file_io.hpp"
-#include "runtime/state_dict.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/files/file_io.hpp"
+#include "runtime/files/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
 

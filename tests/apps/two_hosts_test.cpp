@@ -25,7 +25,7 @@
 
 #include "tests/cpu_only.hpp"
 #include "tests/apps/child_process.hpp"
-#include "runtime/transport/net_address.hpp"
+#include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 
 extern char** environ;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the small torch.save fixtures that tests/runtime/state_dict_test reads.
+"""Writes the small torch.save fixtures that tests/runtime/files/state_dict_test reads.
 
 Run with Debian's /usr/bin/python3 (it has python3-torch 1.13):
     /usr/bin/python3 tests/data/make_fixtures.py

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/schedule_csv/: PyTorch pipelining schedule CSVs that
-tests/runtime/schedule_csv_test imports.
+tests/runtime/schedule/schedule_csv_test imports.
 
     python3 tests/data/make_schedule_fixtures.py            # torch if it can, else the rules
     python3 tests/data/make_schedule_fixtures.py --rules    # always the rules

@@ -1,0 +1,74 @@
+#pragma once
+// Healing a multi-process run: what rank 0's supervisor decides for the
+// next generation (the plan every process reads from the store), where a
+// lost stage's live copy is, and which step boundary every stage rolls back
+// to. Pure decisions over the rank placement; the actors and the transfers
+// are in actors/rank_trainer.cpp.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/rank_placement.hpp"
+
+namespace actorpipe {
+
+/// What rank 0's supervisor decided for the next generation, in the store
+/// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
+/// reads it.
+struct heal_plan {
+  uint32_t generation = 0;
+  int64_t resume_after = -1;    ///< every slot restarts from the boundary after this step
+  bool from_disk = false;       ///< from the newest checkpoint (no live copy of a lost stage)
+  int64_t fired_through = -1;   ///< the faults that end a stage, up to this step, have fired
+  std::vector<int> replaced;    ///< ranks started again
+
+  /// One line of text, and back; decode throws rendezvous_error for a line
+  /// that does not parse.
+  std::string encode() const;
+  static heal_plan decode(const std::string& text);
+  bool was_replaced(int rank) const;
+};
+
+/// Where a live copy of slot (d, r) is for a process started again: the
+/// rank, and the slot under which its boundary memory holds the copy.
+struct donor {
+  int rank = -1;  ///< -1: none
+  int index = -1;
+};
+
+/// The same stage of the first other replica whose rank was not replaced
+/// (its own slot); at dp = 1, the keeper's process (rank_placement::keeper),
+/// unless it was replaced too (the slot's own copy there).
+donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r);
+
+/// After which steps a rank's process holds a boundary copy of a slot.
+using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;
+
+/// Which boundaries a stage keeps (and at dp = 1 copies to its keeper),
+/// the lasting ones: after every `every`-th step (steps every-1,
+/// 2 every-1, ...) and at its generation's start.
+struct copy_rule {
+  int every = 1;      ///< supervision.copy_every
+  int64_t start = -1; ///< the generation's start (resumed after this step)
+  bool lasting(int64_t step) const { return step == start || (step + 1) % every == 0; }
+  /// The newest lasting boundary at or before `step` (at most `every`
+  /// steps back, or the start).
+  int64_t newest_lasting(int64_t step) const;
+  /// The lasting boundary before lasting boundary `step`; before the
+  /// generation's start, by the period (what the generation before kept);
+  /// below -1 when there is none.
+  int64_t lasting_before(int64_t step) const;
+};
+
+/// The newest boundary from which every slot of the next generation can
+/// start from memory: a survivor's own copy, a lost slot's donor's copy
+/// (nullopt: some slot has neither). Only the three newest lasting ones up
+/// to `upto` (the last step done) are candidates: copies still on their way
+/// (at most up to the next lasting step) land after this choice, and with
+/// four kept per slot (boundary_memory) they never push out the third.
+std::optional<int64_t> newest_common_boundary(const rank_placement& places, const heal_plan& hp, int64_t upto,
+                                              const held_steps& held, const copy_rule& copies = {});
+
+}  // namespace actorpipe

@@ -1,0 +1,36 @@
+#include "runtime/dist/transport/kv_store.hpp"
+
+#include <thread>
+
+#include "runtime/dist/transport/kv_store_impl.hpp"
+#include "runtime/dist/transport/poll_backoff.hpp"
+
+namespace actorpipe {
+
+kv_store::kv_store(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+kv_store::~kv_store() = default;
+
+uint16_t kv_store::port() const { return impl_->port; }
+
+void kv_store::set(const std::string& key, const std::string& value) const {
+  impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string kv_store::get(const std::string& key) const {
+  auto v = impl_->store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+int64_t kv_store::add(const std::string& key, int64_t n) const { return impl_->store->add(key, n); }
+
+bool kv_store::wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  poll_backoff wait(std::chrono::milliseconds(5));
+  while (impl_->store->add(key, 0) < target) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    wait.pause();
+  }
+  return true;
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,42 @@
+#pragma once
+// The key-value store every rank of a multi-process run shares (a c10d
+// TCPStore, hosted by rank 0 or by torchrun's agent): the rendezvous opens
+// it, and what comes after it -- the tensor group, the replicas' allreduce
+// groups, the barriers -- keeps using it, each under its own key prefix.
+// Rank 0's server lives as long as a handle to it does.
+//
+// c10d headers stay out of this file (runtime/dist/transport/kv_store_impl.hpp
+// has them, for the sources built with USE_C10D_GLOO).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace actorpipe {
+
+class kv_store {
+public:
+  class impl;
+  explicit kv_store(std::shared_ptr<impl> p);
+  ~kv_store();
+
+  /// The port of the store's server.
+  uint16_t port() const;
+  void set(const std::string& key, const std::string& value) const;
+  /// The value of `key`, waiting for it up to the store's timeout (throws
+  /// after it).
+  std::string get(const std::string& key) const;
+  /// Adds n to the counter `key` (0 when absent) and returns the new value.
+  int64_t add(const std::string& key, int64_t n) const;
+  /// Waits until the counter `key` reaches `target`; false at the timeout.
+  bool wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const;
+
+  impl& get() const { return *impl_; }
+
+private:
+  std::shared_ptr<impl> impl_;
+};
+
+using kv_store_ptr = std::shared_ptr<const kv_store>;
+
+}  // namespace actorpipe

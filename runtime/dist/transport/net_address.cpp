@@ -1,0 +1,68 @@
+#include "runtime/dist/transport/net_address.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace actorpipe {
+
+std::string local_address_toward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0) throw std::runtime_error("cannot resolve " + host + ": " + ::gai_strerror(rc));
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  std::string why;
+  std::string out;
+  if (fd < 0) {
+    why = std::strerror(errno);
+  } else if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    why = std::strerror(errno);
+  } else {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char text[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)))
+      out = text;
+    else
+      why = std::strerror(errno);
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (out.empty()) throw std::runtime_error("no route to " + host + ": " + why);
+  return out;
+}
+
+uint16_t free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
+    throw std::runtime_error("master address " + addr + ": " + gai_strerror(rc));
+  uint16_t port = 0;
+  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
+    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+      port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    ::close(s);  // rank 0's store binds it again: the same small race torchrun has
+  }
+  ::freeaddrinfo(res);
+  if (port == 0) throw std::runtime_error("no free port on master address " + addr);
+  return port;
+}
+
+}  // namespace actorpipe

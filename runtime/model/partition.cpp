@@ -1,0 +1,71 @@
+#include "runtime/model/partition.hpp"
+
+#include "runtime/config/config.hpp"
+#include "runtime/model/model.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace actorpipe {
+
+namespace {
+
+// Can `costs` be cut into at most `stages` ranges of at most `cap` each?
+bool fits(const std::vector<int64_t>& costs, int stages, int64_t cap) {
+  int used = 1;
+  int64_t sum = 0;
+  for (auto c : costs) {
+    if (c > cap) return false;
+    if (sum + c > cap) {
+      ++used;
+      sum = 0;
+    }
+    sum += c;
+  }
+  return used <= stages;
+}
+
+}  // namespace
+
+partition_t balanced_partition(const std::vector<int64_t>& costs, int stages) {
+  int n = static_cast<int>(costs.size());
+  if (stages < 1 || stages > n) throw std::invalid_argument("balanced_partition: bad stage count");
+  int64_t lo = *std::max_element(costs.begin(), costs.end());
+  int64_t hi = 0;
+  for (auto c : costs) hi += c;
+  while (lo < hi) {  // smallest feasible bottleneck
+    int64_t mid = lo + (hi - lo) / 2;
+    if (fits(costs, stages, mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  // Greedy from the left under the bottleneck, leaving one layer for each
+  // stage still to come.
+  partition_t parts;
+  int begin = 0;
+  for (int s = 0; s < stages; ++s) {
+    int remaining_stages = stages - s - 1;
+    int end = begin;
+    int64_t sum = costs[begin];
+    while (end + 1 < n - remaining_stages && sum + costs[end + 1] <= lo) {
+      ++end;
+      sum += costs[end];
+    }
+    if (s == stages - 1) end = n - 1;
+    parts.emplace_back(begin, end);
+    begin = end + 1;
+  }
+  return parts;
+}
+
+partition_t partition_for(const config& cfg) {
+  if (!cfg.pipeline.partition.empty()) return cfg.pipeline.partition;
+  // Balanced by compute, not parameters: an embedding's table is large and
+  // its work small; attention's work grows with the sequence.
+  const int64_t seq = cfg.data.seq_len > 0 ? cfg.data.seq_len : 1;
+  return balanced_partition(layer_compute_costs(cfg.model.layers, seq),
+                            cfg.pipeline.stages * cfg.pipeline.virtual_stages);
+}
+
+}  // namespace actorpipe

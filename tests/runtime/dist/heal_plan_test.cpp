@@ -1,0 +1,174 @@
+// runtime/dist/heal_plan: where a lost stage's live copy is, and the boundary
+// every stage rolls back to, checked by hand on the meshes the heal tests
+// run (the multi-process tests see them work end to end).
+#include "runtime/dist/heal_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
+
+#include "runtime/dist/transport/rendezvous.hpp"
+
+namespace actorpipe {
+namespace {
+
+heal_plan replacing(std::vector<int> ranks) {
+  heal_plan hp;
+  hp.replaced = std::move(ranks);
+  return hp;
+}
+
+void expect_donor(const donor& d, int rank, int index) {
+  EXPECT_EQ(d.rank, rank);
+  EXPECT_EQ(d.index, index);
+}
+
+TEST(HealPlan, TravelsAsOneLine) {
+  heal_plan hp;
+  hp.generation = 3;
+  hp.resume_after = -1;
+  hp.from_disk = true;
+  hp.fired_through = 7;
+  hp.replaced = {1, 4};
+  const heal_plan back = heal_plan::decode(hp.encode());
+  EXPECT_EQ(back.generation, 3u);
+  EXPECT_EQ(back.resume_after, -1);
+  EXPECT_TRUE(back.from_disk);
+  EXPECT_EQ(back.fired_through, 7);
+  EXPECT_EQ(back.replaced, (std::vector<int>{1, 4}));
+  EXPECT_TRUE(back.was_replaced(4));
+  EXPECT_FALSE(back.was_replaced(0));
+  EXPECT_THROW(heal_plan::decode("3 -1 tape 7"), rendezvous_error);
+  EXPECT_THROW(heal_plan::decode("three"), rendezvous_error);
+}
+
+TEST(HealPlan, WithReplicasTheDonorIsTheSameStageOfALiveReplica) {
+  const rank_placement p(2, 2, 4);  // rank = replica * 2 + stage
+  expect_donor(donor_of(p, replacing({3}), 1, 1), 1, 1);
+  expect_donor(donor_of(p, replacing({2}), 1, 0), 0, 0);
+  expect_donor(donor_of(p, replacing({1}), 0, 1), 3, 3);
+  // Both replicas of stage 1 gone: no live copy (and dp 2 has no keeper).
+  expect_donor(donor_of(p, replacing({1, 3}), 1, 1), -1, -1);
+}
+
+TEST(HealPlan, AtDpOneTheDonorIsTheKeepersProcessHoldingTheSlotsOwnCopy) {
+  const rank_placement p(1, 3, 3);
+  expect_donor(donor_of(p, replacing({2}), 0, 2), 1, 2);
+  expect_donor(donor_of(p, replacing({1}), 0, 1), 0, 1);
+  // Stage 2's keeper (stage 1) went with it: nothing in memory.
+  expect_donor(donor_of(p, replacing({1, 2}), 0, 2), -1, -1);
+  expect_donor(donor_of(p, replacing({1, 2}), 0, 1), 0, 1);
+  const rank_placement two_each(1, 4, 2);  // rank 1: stages 2 and 3, both kept by stage 1
+  expect_donor(donor_of(two_each, replacing({1}), 0, 2), 0, 2);
+  expect_donor(donor_of(two_each, replacing({1}), 0, 3), 0, 3);
+}
+
+// held(rank, slot) from a table; what is not in it is held nowhere.
+held_steps table(std::map<std::pair<int, int>, std::vector<int64_t>> t) {
+  return [t = std::move(t)](int rank, int slot) {
+    auto it = t.find({rank, slot});
+    return it == t.end() ? std::vector<int64_t>{} : it->second;
+  };
+}
+
+TEST(HealPlan, EveryStageRollsBackToTheNewestBoundaryAllHold) {
+  const rank_placement p(1, 3, 3);
+  const heal_plan lost2 = replacing({2});
+  // (rank, slot): rank 0 holds its own stage 0 and stage 1's copy, rank 1
+  // its own stage 1 and stage 2's copy.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {3, 4, 5}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {3, 4, 5}}})),
+            5);
+  // The keeper's copy of step 5 still on its way: one step back.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {3, 4, 5}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {2, 3, 4}}})),
+            4);
+  // A stage that applied step 6 while the run failed holds it too; 5 is the
+  // last step every stage finished.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {4, 5, 6}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {3, 4, 5}}})),
+            5);
+  // Two steps behind (the dying sender's last copy lost, the one before
+  // it still on its way under load): the third newest.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {3, 4, 5}}, {{1, 1}, {3, 4, 5}}, {{1, 2}, {1, 2, 3}}})),
+            3);
+  // Three steps behind: not from memory (later arrivals could push it out).
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5,
+                                   table({{{0, 0}, {2, 3, 4, 5}}, {{1, 1}, {2, 3, 4, 5}}, {{1, 2}, {0, 1, 2}}})),
+            std::nullopt);
+  // Before the first step: the copies sent when the stages were wired.
+  EXPECT_EQ(newest_common_boundary(p, lost2, -1, table({{{0, 0}, {-1}}, {{1, 1}, {-1}}, {{1, 2}, {-1}}})), -1);
+  // A keeper that went too.
+  EXPECT_EQ(newest_common_boundary(p, replacing({1, 2}), 5,
+                                   table({{{0, 0}, {3, 4, 5}}, {{0, 1}, {3, 4, 5}}, {{1, 2}, {3, 4, 5}}})),
+            std::nullopt);
+  // A survivor that answered nothing.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 5, table({{{0, 0}, {3, 4, 5}}, {{1, 2}, {3, 4, 5}}})), std::nullopt);
+}
+
+TEST(HealPlan, TheLastingBoundariesAreEveryKthAndTheGenerationsStart) {
+  const copy_rule every3{3, -1};  // lasting: -1, 2, 5, 8, ...
+  EXPECT_TRUE(every3.lasting(-1));
+  EXPECT_TRUE(every3.lasting(5));
+  EXPECT_FALSE(every3.lasting(6));
+  EXPECT_EQ(every3.newest_lasting(7), 5);
+  EXPECT_EQ(every3.newest_lasting(8), 8);
+  EXPECT_EQ(every3.newest_lasting(1), -1);
+  const copy_rule from6{3, 6};  // a generation that started after step 6
+  EXPECT_TRUE(from6.lasting(6));
+  EXPECT_EQ(from6.newest_lasting(7), 6);
+  EXPECT_EQ(from6.newest_lasting(9), 8);
+  EXPECT_EQ(copy_rule{}.newest_lasting(4), 4);
+}
+
+TEST(HealPlan, WithCopiesEveryKStepsEveryStageRollsBackToTheKeepersNewestCopy) {
+  const rank_placement p(1, 3, 3);
+  const heal_plan lost2 = replacing({2});
+  const copy_rule every3{3, -1};
+  // Every stage keeps its boundaries after steps 2 and 5 only (and the
+  // start); the keeper (rank 1) holds stage 2's copies of them.
+  const auto held = [](std::vector<int64_t> kept) {
+    return table({{{0, 0}, {-1, 2, 5}}, {{1, 1}, {-1, 2, 5}}, {{1, 2}, std::move(kept)}});
+  };
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2, 5}), every3), 5);
+  // The copy after step 5 never arrived: the one before it.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, held({-1, 2}), every3), 2);
+  // With k = 1 (every step kept) a copy three steps back is not a candidate.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7,
+                                   table({{{0, 0}, {4, 5, 6, 7}}, {{1, 1}, {4, 5, 6, 7}}, {{1, 2}, {3, 4}}})),
+            std::nullopt);
+  // Upto a lasting step whose copy is in: no step lost.
+  EXPECT_EQ(newest_common_boundary(p, lost2, 8,
+                                   table({{{0, 0}, {2, 5, 8}}, {{1, 1}, {2, 5, 8}}, {{1, 2}, {2, 5, 8}}}), every3),
+            8);
+  // The third newest lasting, and older than that (later arrivals could
+  // push it out).
+  EXPECT_EQ(newest_common_boundary(p, lost2, 10,
+                                   table({{{0, 0}, {-1, 2, 5, 8}}, {{1, 1}, {-1, 2, 5, 8}}, {{1, 2}, {-1, 2}}}), every3),
+            2);
+  EXPECT_EQ(newest_common_boundary(p, lost2, 10,
+                                   table({{{0, 0}, {-1, 2, 5, 8}}, {{1, 1}, {-1, 2, 5, 8}}, {{1, 2}, {-1}}}), every3),
+            std::nullopt);
+  // A generation that started after step 6: its start is lasting, and the
+  // lasting one before it (5, from the generation before) too.
+  const copy_rule from6{3, 6};
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {2, 5, 6}}, {{1, 1}, {2, 5, 6}}, {{1, 2}, {2, 5, 6}}}),
+                                   from6),
+            6);
+  EXPECT_EQ(newest_common_boundary(p, lost2, 7, table({{{0, 0}, {2, 5, 6}}, {{1, 1}, {2, 5, 6}}, {{1, 2}, {2, 5}}}),
+                                   from6),
+            5);
+}
+
+TEST(HealPlan, WithReplicasTheLostSlotsStepsAreItsDonorsOwn) {
+  const rank_placement p(2, 2, 4);
+  const heal_plan lost3 = replacing({3});
+  // Slot 3 (replica 1, stage 1) comes from rank 1's slot 1; rank 3's own
+  // memory is gone with it and never asked.
+  EXPECT_EQ(newest_common_boundary(p, lost3, 2,
+                                   table({{{0, 0}, {0, 1, 2}}, {{1, 1}, {0, 1, 2}}, {{2, 2}, {0, 1, 2}}})),
+            2);
+  EXPECT_EQ(newest_common_boundary(p, lost3, 2, table({{{0, 0}, {0, 1, 2}}, {{1, 1}, {0, 1}}, {{2, 2}, {0, 1, 2}}})),
+            1);
+}
+
+}  // namespace
+}  // namespace actorpipe

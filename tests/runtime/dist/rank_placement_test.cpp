@@ -1,0 +1,176 @@
+// runtime/dist/rank_placement: dp x pp stage actors dealt to ranks in equal
+// consecutive blocks, checked by hand on the shapes a run uses and over
+// every dp, pp in 1..6 and every world that divides dp x pp.
+#include "runtime/dist/rank_placement.hpp"
+#include "runtime/dist/rank_env.hpp"  // rank_env_error
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace actorpipe {
+namespace {
+
+using slots = std::vector<stage_slot>;
+
+TEST(RankPlacement, OneStagePerRank_1x4_World4) {
+  const rank_placement p(1, 4, 4);
+  EXPECT_EQ(p.actors_per_rank(), 1);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(p.owner(0, s), s);
+    EXPECT_EQ(p.owned(s), (slots{{0, s}}));
+    EXPECT_EQ(p.stage_group(s), (std::vector<int>{s}));
+  }
+  EXPECT_EQ(p.neighbours(0, 0).prev, -1);
+  EXPECT_EQ(p.neighbours(0, 0).next, 1);
+  EXPECT_EQ(p.neighbours(0, 2).prev, 1);
+  EXPECT_EQ(p.neighbours(0, 2).next, 3);
+  EXPECT_EQ(p.neighbours(0, 3).next, -1);
+  EXPECT_TRUE(p.remote(0, 2, p.neighbours(0, 2).prev));
+  EXPECT_TRUE(p.remote(0, 2, p.neighbours(0, 2).next));
+  EXPECT_FALSE(p.remote(0, 3, p.neighbours(0, 3).next));  // the end: no link at all
+}
+
+TEST(RankPlacement, TwoStagesPerRank_1x4_World2) {
+  const rank_placement p(1, 4, 2);
+  EXPECT_EQ(p.actors_per_rank(), 2);
+  EXPECT_EQ(p.owned(0), (slots{{0, 0}, {0, 1}}));
+  EXPECT_EQ(p.owned(1), (slots{{0, 2}, {0, 3}}));
+  EXPECT_EQ(p.owner(0, 1), 0);
+  EXPECT_EQ(p.owner(0, 2), 1);
+  // Stage 1: previous stage in-process, next stage on rank 1.
+  EXPECT_EQ(p.neighbours(0, 1).prev, 0);
+  EXPECT_EQ(p.neighbours(0, 1).next, 1);
+  EXPECT_FALSE(p.remote(0, 1, 0));
+  EXPECT_TRUE(p.remote(0, 1, 1));
+  // Stage 2: previous stage remote (rank 0), next stage in-process.
+  EXPECT_EQ(p.neighbours(0, 2).prev, 0);
+  EXPECT_EQ(p.neighbours(0, 2).next, 1);
+  EXPECT_TRUE(p.remote(0, 2, 0));
+  EXPECT_FALSE(p.remote(0, 2, 1));
+  EXPECT_EQ(p.stage_group(3), (std::vector<int>{1}));
+}
+
+TEST(RankPlacement, TwoReplicasOfTwoStages_2x2_World4) {
+  const rank_placement p(2, 2, 4);
+  EXPECT_EQ(p.owned(0), (slots{{0, 0}}));
+  EXPECT_EQ(p.owned(1), (slots{{0, 1}}));
+  EXPECT_EQ(p.owned(2), (slots{{1, 0}}));
+  EXPECT_EQ(p.owned(3), (slots{{1, 1}}));
+  EXPECT_EQ(p.owner(1, 0), 2);
+  EXPECT_EQ(p.neighbours(1, 0).prev, -1);
+  EXPECT_EQ(p.neighbours(1, 0).next, 3);
+  EXPECT_EQ(p.neighbours(1, 1).prev, 2);
+  EXPECT_EQ(p.neighbours(1, 1).next, -1);
+  EXPECT_EQ(p.stage_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.stage_group(1), (std::vector<int>{1, 3}));
+}
+
+TEST(RankPlacement, OneReplicaPerRank_2x4_World2) {
+  const rank_placement p(2, 4, 2);
+  EXPECT_EQ(p.owned(0), (slots{{0, 0}, {0, 1}, {0, 2}, {0, 3}}));
+  EXPECT_EQ(p.owned(1), (slots{{1, 0}, {1, 1}, {1, 2}, {1, 3}}));
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < 4; ++s) {
+      const auto n = p.neighbours(r, s);
+      EXPECT_FALSE(p.remote(r, s, n.prev));  // a whole pipeline per process
+      EXPECT_FALSE(p.remote(r, s, n.next));
+    }
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(p.stage_group(s), (std::vector<int>{0, 1}));
+}
+
+TEST(RankPlacement, EverythingOnOneRank_1x3_World1) {
+  const rank_placement p(1, 3, 1);
+  EXPECT_EQ(p.owned(0), (slots{{0, 0}, {0, 1}, {0, 2}}));
+  EXPECT_EQ(p.neighbours(0, 1).prev, 0);
+  EXPECT_EQ(p.neighbours(0, 1).next, 0);
+  EXPECT_EQ(p.stage_group(1), (std::vector<int>{0}));
+  // Several replicas of a stage on one rank appear once in its group.
+  EXPECT_EQ(rank_placement(4, 1, 2).stage_group(0), (std::vector<int>{0, 1}));
+}
+
+// The keeper of a stage's boundary copy (dp = 1 healing), by hand: the
+// nearest earlier stage in another process, none for rank 0's stages.
+TEST(RankPlacement, TheKeeperIsTheNearestEarlierStageInAnotherProcess) {
+  const rank_placement one_each(1, 3, 3);
+  EXPECT_EQ(one_each.keeper(0, 0), -1);
+  EXPECT_EQ(one_each.keeper(0, 1), 0);
+  EXPECT_EQ(one_each.keeper(0, 2), 1);
+  const rank_placement two_each(1, 4, 2);  // rank 0: stages 0-1, rank 1: 2-3
+  EXPECT_EQ(two_each.keeper(0, 1), -1);
+  EXPECT_EQ(two_each.keeper(0, 2), 1);
+  EXPECT_EQ(two_each.keeper(0, 3), 1);
+  EXPECT_EQ(rank_placement(1, 3, 1).keeper(0, 2), -1);  // one process: nothing to heal
+  EXPECT_EQ(rank_placement(2, 2, 4).keeper(1, 1), 0);   // replica 1's own stage 0
+}
+
+TEST(RankPlacement, WorldMustDivideActors) {
+  const std::string line = "WORLD_SIZE 3 does not divide parallel.dp 2 x pipeline stages 4";
+  try {
+    check_rank_placement(2, 4, 3);
+    FAIL() << "no error";
+  } catch (const rank_env_error& e) {
+    EXPECT_EQ(std::string(e.what()), line);
+  }
+  try {
+    rank_placement(2, 4, 3);
+    FAIL() << "no error";
+  } catch (const rank_env_error& e) {
+    EXPECT_EQ(std::string(e.what()), line);
+  }
+  EXPECT_THROW(check_rank_placement(2, 4, 16), rank_env_error);  // more ranks than actors
+  EXPECT_THROW(check_rank_placement(0, 4, 1), rank_env_error);
+  EXPECT_THROW(rank_placement(1, 4, 4).owner(0, 4), std::out_of_range);
+  EXPECT_THROW(rank_placement(1, 4, 4).owned(4), std::out_of_range);
+}
+
+TEST(RankPlacement, EveryShapeDealsEqualConsecutiveBlocks) {
+  for (int dp = 1; dp <= 6; ++dp)
+    for (int pp = 1; pp <= 6; ++pp)
+      for (int world = 1; world <= dp * pp; ++world) {
+        if ((dp * pp) % world != 0) {
+          EXPECT_THROW(check_rank_placement(dp, pp, world), rank_env_error);
+          continue;
+        }
+        SCOPED_TRACE("dp " + std::to_string(dp) + " pp " + std::to_string(pp) + " world " + std::to_string(world));
+        const rank_placement p(dp, pp, world);
+        const int per = dp * pp / world;
+        std::vector<int> owners(dp * pp, 0);
+        for (int rank = 0; rank < world; ++rank) {
+          const auto mine = p.owned(rank);
+          ASSERT_EQ(static_cast<int>(mine.size()), per);
+          for (int k = 0; k < per; ++k) {
+            const int index = mine[k].replica * pp + mine[k].stage;
+            EXPECT_EQ(index, rank * per + k);  // consecutive, in order
+            EXPECT_EQ(p.owner(mine[k].replica, mine[k].stage), rank);
+            ++owners[index];
+          }
+        }
+        for (int count : owners) EXPECT_EQ(count, 1);  // each actor exactly once
+        for (int s = 0; s < pp; ++s) {
+          const auto group = p.stage_group(s);
+          EXPECT_EQ(group.front(), p.owner(0, s));
+          EXPECT_EQ(group.back(), p.owner(dp - 1, s));
+          for (int r = 0; r < dp; ++r) {
+            const auto n = p.neighbours(r, s);
+            EXPECT_EQ(n.prev, s > 0 ? p.owner(r, s - 1) : -1);
+            EXPECT_EQ(n.next, s + 1 < pp ? p.owner(r, s + 1) : -1);
+            // The keeper is earlier, in another process, and every stage
+            // between them shares this one's; none only where all earlier do.
+            const int k = p.keeper(r, s);
+            if (k < 0) {
+              for (int e = 0; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+            } else {
+              EXPECT_LT(k, s);
+              EXPECT_NE(p.owner(r, k), p.owner(r, s));
+              for (int e = k + 1; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+            }
+          }
+        }
+      }
+}
+
+}  // namespace
+}  // namespace actorpipe
