@@ -872,9 +872,6 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   attempt_plan plan = plan_attempt(cfg, opts);
   plan.pol = policy_for(cfg, opts);
   plan.plc = plan.pol->layout(plan.stages);
-  if (!plan.pol->flushes())
-    throw cfg.error_at("pipeline.schedule", "schedule " + plan.pol->name() +
-                                                " runs in one process only (it never flushes); start one process");
   std::string host;
   try {
     host = local_address_toward(env.master_addr, env.master_port);

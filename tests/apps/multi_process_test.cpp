@@ -178,6 +178,17 @@ TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelines
   expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
 }
 
+// async (PipeDream-2BW) never flushes: one stream of microbatches, each
+// stage stepping its own weights. Under launch it saves the one-process
+// bytes, with supervision on too (its boundary memory kept, nothing healed).
+TEST(LaunchEqualsOneProcessMore, AsyncOnThreeProcesses) {
+  std::string text = config_text(3, 3, "async");
+  text.replace(text.find("  clip_grad_norm: 1.0\n"), 22, "");  // async steps each stage alone: no global norm
+  expect_launch_equals_one_process(write_config("async", text), 3, "async");
+  expect_launch_equals_one_process(write_config("async_supervised", text + "supervision: {max_restarts: 2}\n"), 3,
+                                   "async_supervised");
+}
+
 // Every double crosses processes as its bits: a learning rate halved every
 // two steps passes through the subnormals (7.12e-309 at step 2035, which
 // CAF's own float serializer turned into -inf) down to 0, and the 3
