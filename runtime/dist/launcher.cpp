@@ -22,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/dist/launcher_pipes.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "runtime/dist/transport/shared_segments.hpp"
 
@@ -32,71 +33,8 @@ namespace actorpipe {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-// The handlers only write the signal's number into this pipe (write() is
-// async-signal-safe); the wait loop reads it. One run_workers at a time.
-std::atomic<int> g_wake_fd{-1};
-std::atomic<bool> g_running{false};
-
-extern "C" void on_signal(int signo) {
-  const int saved = errno;
-  const int fd = g_wake_fd.load();
-  if (fd >= 0) {
-    const unsigned char b = static_cast<unsigned char>(signo);
-    [[maybe_unused]] ssize_t n = ::write(fd, &b, 1);  // full pipe: a wake-up is already pending
-  }
-  errno = saved;
-}
-
-// The self-pipe and SIGINT/SIGTERM/SIGCHLD handlers for one run, restored
-// on every way out. SIGCHLD is caught (not left SIG_IGN, which would make
-// the kernel reap the workers before waitpid sees their status) to wake
-// the loop when a worker exits.
-class signal_scope {
-public:
-  signal_scope() {
-    if (g_running.exchange(true)) throw std::runtime_error("run_workers: already running in this process");
-    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      g_running = false;
-      throw std::runtime_error(std::string("run_workers: pipe2: ") + std::strerror(errno));
-    }
-    g_wake_fd = fds_[1];
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int i = 0; i < 3; ++i) sigaction(signals[i], &sa, &old_[i]);
-  }
-  ~signal_scope() {
-    for (int i = 0; i < 3; ++i) sigaction(signals[i], &old_[i], nullptr);
-    g_wake_fd = -1;
-    ::close(fds_[0]);
-    ::close(fds_[1]);
-    g_running = false;
-  }
-  signal_scope(const signal_scope&) = delete;
-  signal_scope& operator=(const signal_scope&) = delete;
-
-  /// Waits up to `timeout` for a signal (or for `also` to be readable);
-  /// returns the SIGINT/SIGTERM ones that arrived (SIGCHLD only wakes).
-  std::vector<int> wait(std::chrono::milliseconds timeout, int also = -1) {
-    pollfd p[2] = {{fds_[0], POLLIN, 0}, {also, POLLIN, 0}};
-    ::poll(p, also >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
-    std::vector<int> got;
-    unsigned char buf[64];
-    for (ssize_t n; (n = ::read(fds_[0], buf, sizeof buf)) > 0;)
-      for (ssize_t i = 0; i < n; ++i)
-        if (buf[i] == SIGINT || buf[i] == SIGTERM) got.push_back(buf[i]);
-    return got;
-  }
-
-  static constexpr int signals[3] = {SIGINT, SIGTERM, SIGCHLD};
-
-private:
-  int fds_[2] = {-1, -1};
-  struct sigaction old_[3] {};
-};
-
+using launcher_detail::control_pipe;
+using launcher_detail::signal_scope;
 
 struct worker {
   int rank;
@@ -105,49 +43,6 @@ struct worker {
   /// Dead, waiting for rank 0's "respawn" until this time (heal mode).
   bool awaiting = false;
   clock::time_point replace_by{};
-};
-
-// Rank 0's lines on the control pipe ("heal", "respawn R G"), as they
-// come; a partial line waits for the rest.
-class control_pipe {
-public:
-  control_pipe() {
-    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0)
-      throw std::runtime_error(std::string("run_workers: pipe2: ") + std::strerror(errno));
-  }
-  ~control_pipe() {
-    for (int fd : fds_)
-      if (fd >= 0) ::close(fd);
-  }
-  control_pipe(const control_pipe&) = delete;
-  control_pipe& operator=(const control_pipe&) = delete;
-
-  /// -1 once rank 0's end is closed (rank 0 exited): nothing more to poll.
-  int read_fd() const { return eof_ ? -1 : fds_[0]; }
-  int write_fd() const { return fds_[1]; }
-  /// After rank 0 started: the launcher keeps no write end, so that rank
-  /// 0's end is the only one.
-  void close_write() {
-    ::close(fds_[1]);
-    fds_[1] = -1;
-  }
-  std::vector<std::string> lines() {
-    char buf[256];
-    ssize_t n = 0;
-    while (!eof_ && (n = ::read(fds_[0], buf, sizeof buf)) > 0) partial_.append(buf, static_cast<size_t>(n));
-    if (n == 0 && fds_[1] < 0) eof_ = true;
-    std::vector<std::string> out;
-    for (size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
-      out.push_back(partial_.substr(0, nl));
-      partial_.erase(0, nl + 1);
-    }
-    return out;
-  }
-
-private:
-  int fds_[2] = {-1, -1};
-  bool eof_ = false;
-  std::string partial_;
 };
 
 // Signals go to the worker's process group: what it started itself (a
@@ -272,7 +167,7 @@ pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) std::_Exit(1);
   ::setpgid(0, 0);
-  g_wake_fd = -1;
+  launcher_detail::detach_signal_pipe();
   for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::signal(signo, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -313,173 +208,229 @@ std::string signal_name(int signo) {
   }
 }
 
-int run_workers(const launch_options& o) {
-  if (o.nprocs < 1) throw std::invalid_argument("run_workers: nprocs must be >= 1");
-  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw std::invalid_argument("run_workers: node_rank must be in 0 .. nnodes-1");
-  if (o.nnodes > 1 && o.master_port == 0)
-    throw std::invalid_argument("run_workers: every node must name the same master_port");
-  const int world = o.nnodes * o.nprocs, first = o.node_rank * o.nprocs;
-  auto notice = [&](const std::string& line) {
-    if (o.on_notice) o.on_notice("actorpipe launch: " + line);
-  };
-  const uint16_t port = o.master_port ? o.master_port : free_port(o.master_addr);
-  const std::string run_id =
-      "actorpipe-" + std::to_string(::getpid()) + "-" + std::to_string(clock::now().time_since_epoch().count());
+namespace {
 
-  signal_scope sigs;  // before the first spawn: a signal from then on is not lost
-  control_pipe control;
-  bool heal = false;  // rank 0 said "heal"
-  std::vector<worker> ws;
-  try {
-    for (int r = first; r < first + o.nprocs; ++r) {
-      int fd = -1;
-      if (r == first) {
-        // This node's first worker (rank 0 on node 0) inherits a copy of
-        // the write end (without O_CLOEXEC).
-        fd = ::fcntl(control.write_fd(), F_DUPFD, 3);
-        if (fd < 0) throw std::runtime_error(std::string("run_workers: fcntl: ") + std::strerror(errno));
-      }
-      const pid_t pid = spawn_worker(o, worker_env(o, r, port, run_id, fd, 0));
-      if (fd >= 0) {
-        ::close(fd);
-        control.close_write();
-      }
-      ws.push_back({r, pid});
+// One run of the workers on this node: started, watched until every one
+// is gone, signals forwarded, a failure stopping the others, and (heal
+// mode, node 0) a dead rank started again when rank 0 says so.
+class node_run {
+public:
+  node_run(const launch_options& o, uint16_t port, std::string run_id)
+      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs) {}
+
+  int run() {
+    start();
+    while (count_live(ws_) > 0) {
+      reap();
+      expire_replacements();
+      for (const auto& line : control_.lines()) obey(line);
+      if (count_live(ws_) == 0) break;
+      escalate();
+      wait();
     }
-  } catch (...) {
-    signal_live(ws, SIGKILL);
-    for (auto& w : ws) ::waitpid(w.pid, nullptr, 0);  // SIGKILLed: returns promptly
-    remove_segments_of(run_id);
-    throw;
+    // Every worker is gone: the shared-memory copies they left (a killed
+    // sender cannot remove its own) go too.
+    if (const size_t left = remove_segments_of(run_id_))
+      notice("removed " + std::to_string(left) + " shared-memory boundary cop" + (left == 1 ? "y" : "ies") +
+             " that killed workers left in " + shm_dir());
+    if (failed_code_ >= 0) return failed_code_;
+    if (got_signal_) return 128 + got_signal_;
+    return 0;
   }
 
-  int got_signal = 0;    // the first SIGINT/SIGTERM this process got
-  int failed_code = -1;  // the first failing worker's exit code
-  bool stopping = false, killed = false;
-  clock::time_point deadline{};
-  while (count_live(ws) > 0) {
-    for (auto& w : ws) {
+private:
+  void notice(const std::string& line) const {
+    if (o_.on_notice) o_.on_notice("actorpipe launch: " + line);
+  }
+
+  // This node's workers; a failed start kills the ones already started.
+  void start() {
+    const int first = o_.node_rank * o_.nprocs;
+    try {
+      for (int r = first; r < first + o_.nprocs; ++r) {
+        int fd = -1;
+        if (r == first) {
+          // This node's first worker (rank 0 on node 0) inherits a copy of
+          // the write end (without O_CLOEXEC).
+          fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);
+          if (fd < 0) throw std::runtime_error(std::string("run_workers: fcntl: ") + std::strerror(errno));
+        }
+        const pid_t pid = spawn_worker(o_, worker_env(o_, r, port_, run_id_, fd, 0));
+        if (fd >= 0) {
+          ::close(fd);
+          control_.close_write();
+        }
+        ws_.push_back({r, pid});
+      }
+    } catch (...) {
+      signal_live(ws_, SIGKILL);
+      for (auto& w : ws_) ::waitpid(w.pid, nullptr, 0);  // SIGKILLed: returns promptly
+      remove_segments_of(run_id_);
+      throw;
+    }
+  }
+
+  // Every worker that ended since the last look.
+  void reap() {
+    for (auto& w : ws_) {
       if (!w.live) continue;
       int st = 0;
       const pid_t r = ::waitpid(w.pid, &st, WNOHANG);
       if (r == 0 || (r < 0 && errno == EINTR)) continue;
       w.live = false;
       if (r < 0) st = 1 << 8;  // not ours to wait for any more (ECHILD): count it as a failure
-      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-      // After a forwarded signal, dying by it (or exiting 128+it) is the
-      // expected ending, not a failure.
-      const bool by_forwarded = got_signal && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal) ||
-                                               (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal));
-      if (ok || by_forwarded || stopping) continue;
-      const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
-      const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
-                                               : who + " exited with " + std::to_string(WEXITSTATUS(st));
-      if (heal && w.rank != 0 && !got_signal) {
-        // Rank 0's supervisor replaces it (or gives up, and exits): here,
-        // or on node 0 when this is another node.
-        if (o.node_rank == 0) {
-          w.awaiting = true;
-          w.replace_by = clock::now() + o.replace_wait;
-          notice(what + "; rank 0's supervisor replaces it");
-        } else {
-          if (failed_code < 0) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
-          notice(what + "; rank 0's supervisor starts it again on node 0");
-        }
-        continue;
-      }
-      if (!got_signal) failed_code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
-      const size_t others = count_live(ws);
-      notice(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
-                            : std::string()));
-      stopping = true;
-      deadline = clock::now() + o.grace;
-      signal_live(ws, SIGTERM);
-    }
-    for (auto& w : ws)
-      if (w.awaiting && !stopping && clock::now() >= w.replace_by) {
-        w.awaiting = false;
-        failed_code = 1;
-        notice("worker rank " + std::to_string(w.rank) + " was not replaced within " +
-               std::to_string(o.replace_wait.count()) + " ms; stopping the others");
-        stopping = true;
-        deadline = clock::now() + o.grace;
-        signal_live(ws, SIGTERM);
-      }
-    for (const auto& line : control.lines()) {
-      std::istringstream is(line);
-      std::string verb;
-      int rank = -1, generation = -1;
-      is >> verb;
-      if (verb == "heal") {
-        heal = true;
-        continue;
-      }
-      if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= world || generation <= 0 ||
-          o.node_rank != 0 || stopping) {
-        if (!stopping) notice("ignored a line from rank 0: '" + line + "'");
-        continue;
-      }
-      // A rank of another node has no worker here until node 0 starts it.
-      size_t at = 0;
-      while (at < ws.size() && ws[at].rank != rank) ++at;
-      const bool remote = node_of(o, rank) != o.node_rank;
-      if (at == ws.size()) ws.push_back({rank, -1, false});
-      auto& w = ws[at];
-      if (w.live) {  // stopped, or cut off: it goes for good first
-        ::kill(-w.pid, SIGKILL);
-        ::kill(w.pid, SIGKILL);
-        ::waitpid(w.pid, nullptr, 0);
-        notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
-               ") was taken for dead by rank 0; killed it");
-      }
-      bool forked = false;
-      try {
-        auto env = worker_env(o, rank, port, run_id, -1, generation);
-        w.pid = fork_worker(o, env);
-        forked = w.pid > 0;
-        if (!forked) w.pid = spawn_worker(o, std::move(env));
-      } catch (const std::exception& e) {
-        notice(std::string("cannot start a replacement: ") + e.what());
-        failed_code = 1;
-        stopping = true;
-        deadline = clock::now() + o.grace;
-        signal_live(ws, SIGTERM);
-        continue;
-      }
-      w.live = true;
-      w.awaiting = false;
-      notice("started worker rank " + std::to_string(rank) + " again" +
-             (remote ? " on this node, in place of node " + std::to_string(node_of(o, rank)) + "'s" : std::string()) +
-             " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +
-             (forked ? ", forked from the launcher)" : ")"));
-    }
-    if (count_live(ws) == 0) break;
-    if (stopping && !killed && clock::now() >= deadline) {
-      notice(std::to_string(count_live(ws)) + " worker(s) still running " + std::to_string(o.grace.count()) +
-             " ms after SIGTERM; sending SIGKILL");
-      signal_live(ws, SIGKILL);
-      killed = true;
-    }
-    // Capped: a SIGCHLD that raced the waitpid loop costs at most this.
-    auto timeout = std::chrono::milliseconds(200);
-    if (stopping && !killed)
-      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()) +
-                                      std::chrono::milliseconds(1));
-    for (int s : sigs.wait(std::max(timeout, std::chrono::milliseconds(0)), control.read_fd())) {
-      if (!got_signal) got_signal = s;
-      notice("got " + signal_name(s) + "; forwarding it to " + std::to_string(count_live(ws)) + " worker(s)");
-      signal_live(ws, s);
+      ended(w, st);
     }
   }
-  // Every worker is gone: the shared-memory copies they left (a killed
-  // sender cannot remove its own) go too.
-  if (const size_t left = remove_segments_of(run_id))
-    notice("removed " + std::to_string(left) + " shared-memory boundary cop" + (left == 1 ? "y" : "ies") +
-           " that killed workers left in " + shm_dir());
-  if (failed_code >= 0) return failed_code;
-  if (got_signal) return 128 + got_signal;
-  return 0;
+
+  void ended(worker& w, int st) {
+    const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    // After a forwarded signal, dying by it (or exiting 128+it) is the
+    // expected ending, not a failure.
+    const bool by_forwarded = got_signal_ && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal_) ||
+                                              (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal_));
+    if (ok || by_forwarded || stopping_) return;
+    const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
+    const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
+                                             : who + " exited with " + std::to_string(WEXITSTATUS(st));
+    const int code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
+    if (heal_ && w.rank != 0 && !got_signal_) {
+      // Rank 0's supervisor replaces it (or gives up, and exits): here,
+      // or on node 0 when this is another node.
+      if (o_.node_rank == 0) {
+        w.awaiting = true;
+        w.replace_by = clock::now() + o_.replace_wait;
+        notice(what + "; rank 0's supervisor replaces it");
+      } else {
+        if (failed_code_ < 0) failed_code_ = code;
+        notice(what + "; rank 0's supervisor starts it again on node 0");
+      }
+      return;
+    }
+    if (!got_signal_) failed_code_ = code;
+    const size_t others = count_live(ws_);
+    stop(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
+                        : std::string()));
+  }
+
+  // Stops the live workers: SIGTERM now, SIGKILL after the grace.
+  void stop(const std::string& why) {
+    notice(why);
+    stopping_ = true;
+    deadline_ = clock::now() + o_.grace;
+    signal_live(ws_, SIGTERM);
+  }
+
+  void expire_replacements() {
+    for (auto& w : ws_)
+      if (w.awaiting && !stopping_ && clock::now() >= w.replace_by) {
+        w.awaiting = false;
+        failed_code_ = 1;
+        stop("worker rank " + std::to_string(w.rank) + " was not replaced within " +
+             std::to_string(o_.replace_wait.count()) + " ms; stopping the others");
+      }
+  }
+
+  // A line from rank 0: "heal" (its supervisor heals from now on) or
+  // "respawn R G" (start rank R again for generation G; node 0 only).
+  void obey(const std::string& line) {
+    std::istringstream is(line);
+    std::string verb;
+    int rank = -1, generation = -1;
+    is >> verb;
+    if (verb == "heal") {
+      heal_ = true;
+      return;
+    }
+    if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= world_ || generation <= 0 ||
+        o_.node_rank != 0 || stopping_) {
+      if (!stopping_) notice("ignored a line from rank 0: '" + line + "'");
+      return;
+    }
+    respawn(rank, generation);
+  }
+
+  void respawn(int rank, int generation) {
+    // A rank of another node has no worker here until node 0 starts it.
+    size_t at = 0;
+    while (at < ws_.size() && ws_[at].rank != rank) ++at;
+    const bool remote = node_of(o_, rank) != o_.node_rank;
+    if (at == ws_.size()) ws_.push_back({rank, -1, false});
+    auto& w = ws_[at];
+    if (w.live) {  // stopped, or cut off: it goes for good first
+      ::kill(-w.pid, SIGKILL);
+      ::kill(w.pid, SIGKILL);
+      ::waitpid(w.pid, nullptr, 0);
+      notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
+             ") was taken for dead by rank 0; killed it");
+    }
+    bool forked = false;
+    try {
+      auto env = worker_env(o_, rank, port_, run_id_, -1, generation);
+      w.pid = fork_worker(o_, env);
+      forked = w.pid > 0;
+      if (!forked) w.pid = spawn_worker(o_, std::move(env));
+    } catch (const std::exception& e) {
+      failed_code_ = 1;
+      stop(std::string("cannot start a replacement: ") + e.what());
+      return;
+    }
+    w.live = true;
+    w.awaiting = false;
+    notice("started worker rank " + std::to_string(rank) + " again" +
+           (remote ? " on this node, in place of node " + std::to_string(node_of(o_, rank)) + "'s" : std::string()) +
+           " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +
+           (forked ? ", forked from the launcher)" : ")"));
+  }
+
+  void escalate() {
+    if (!stopping_ || killed_ || clock::now() < deadline_) return;
+    notice(std::to_string(count_live(ws_)) + " worker(s) still running " + std::to_string(o_.grace.count()) +
+           " ms after SIGTERM; sending SIGKILL");
+    signal_live(ws_, SIGKILL);
+    killed_ = true;
+  }
+
+  // Until a worker may have ended, a signal came or rank 0 wrote. Capped:
+  // a SIGCHLD that raced the waitpid loop costs at most this.
+  void wait() {
+    auto timeout = std::chrono::milliseconds(200);
+    if (stopping_ && !killed_)
+      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - clock::now()) +
+                                      std::chrono::milliseconds(1));
+    for (int s : sigs_.wait(std::max(timeout, std::chrono::milliseconds(0)), control_.read_fd())) {
+      if (!got_signal_) got_signal_ = s;
+      notice("got " + signal_name(s) + "; forwarding it to " + std::to_string(count_live(ws_)) + " worker(s)");
+      signal_live(ws_, s);
+    }
+  }
+
+  const launch_options& o_;
+  const uint16_t port_;
+  const std::string run_id_;
+  const int world_;
+  signal_scope sigs_;  // before the first spawn: a signal from then on is not lost
+  control_pipe control_;
+  std::vector<worker> ws_;
+  bool heal_ = false;     // rank 0 said "heal"
+  int got_signal_ = 0;    // the first SIGINT/SIGTERM this process got
+  int failed_code_ = -1;  // the first failing worker's exit code
+  bool stopping_ = false, killed_ = false;
+  clock::time_point deadline_{};
+};
+
+}  // namespace
+
+int run_workers(const launch_options& o) {
+  if (o.nprocs < 1) throw std::invalid_argument("run_workers: nprocs must be >= 1");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw std::invalid_argument("run_workers: node_rank must be in 0 .. nnodes-1");
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw std::invalid_argument("run_workers: every node must name the same master_port");
+  const uint16_t port = o.master_port ? o.master_port : free_port(o.master_addr);
+  node_run run(o, port,
+               "actorpipe-" + std::to_string(::getpid()) + "-" + std::to_string(clock::now().time_since_epoch().count()));
+  return run.run();
 }
 
 }  // namespace actorpipe
