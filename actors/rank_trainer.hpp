@@ -38,6 +38,11 @@
 //   rank 0:  run fails -> who is dead -> held boundaries -> plan -> respawn
 //            -> heal(g) to the survivors -> next generation
 //   others:  heal(g) -> next generation (a donor sends first)
+//
+// Each step of a generation is a unit of its own (actors/rank_context.hpp
+// lists them): rank_links (joining), rank_stages (the stages and their
+// start state), rank_directory (connections, serving), rank_heal (rank 0's
+// decision), and rank_trainer.cpp the generation in order.
 #include "actors/trainer.hpp"
 
 namespace actorpipe {

@@ -1,0 +1,222 @@
+#pragma once
+// Inside the multi-process trainer (actors/rank_trainer.*; not a public
+// header): what a rank keeps for the whole process, what it joins for one
+// generation, and the steps of a generation, each in a unit of its own:
+//
+//   rank_links.cpp      the rendezvous, the tensor channels, the replica
+//                       and tie groups, the time origin (joining)
+//   rank_directory.cpp  the directory actor a rank publishes; connecting to
+//                       every rank's; serving until rank 0 says stop or heal
+//   rank_stages.cpp     this process's stage actors: where each starts from
+//                       (the config, disk, its own memory, a donor's), the
+//                       copies donated and received, spawned and stopped
+//   rank_heal.cpp       rank 0, after a generation failed: who is gone,
+//                       what the others hold, heal or give up, and telling
+//                       every rank
+//   rank_trainer.cpp    a generation in order, and the run of generations
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/attempt_setup.hpp"
+#include "actors/stage_actor.hpp"
+#include "actors/supervision.hpp"
+#include "runtime/dist/boundary_memory.hpp"
+#include "runtime/dist/collectives.hpp"
+#include "runtime/dist/heal_plan.hpp"
+#include "runtime/dist/rank_placement.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/dist/transport/kv_store.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
+#include "runtime/dist/transport/shared_segments.hpp"
+#include "runtime/dist/transport/tensor_channel.hpp"
+
+namespace actorpipe::rank_detail {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using group_map = std::map<int, std::shared_ptr<allreduce_group>>;  // by slot index d * pp + r
+
+// What outlives the stage actors of a rank: the store, every generation's
+// channel and groups (an old one may still be inside a transfer or a
+// collective that a dead peer never completes: kept for good), and the
+// actor system, destroyed first (members go in reverse order), which waits
+// for them.
+struct rank_runtime {
+  kv_store_ptr store;
+  std::vector<std::shared_ptr<tensor_channel>> channels;
+  std::vector<group_map> groups;
+  caf::actor_system_config sc;
+  std::unique_ptr<caf::actor_system> sys;
+};
+
+// What stays for the whole process: the actor system, this rank's
+// directory, its place, and (rank 0) the supervision of every generation.
+struct rank_context {
+  const config& cfg;
+  const train_options& opts;
+  const rank_env& env;
+  std::string where;
+  milliseconds timeout;
+  rank_placement places;
+  attempt_plan plan;
+  std::string host;
+  caf::scoped_actor& self;
+  caf::actor dir;
+  uint16_t port = 0;
+  resume_point rp0;  // generation 0's start (--resume)
+  std::shared_ptr<boundary_memory> boundary;  // null: no healing
+  // Rank 0.
+  restart_ledger ledger;
+  std::vector<step_record> steps;  // every generation's, up to its boundary
+  std::vector<std::string> notices;
+  double recovery_s = 0.0;  // work lost to restarts
+  clock_type::time_point boundary_at = clock_type::now();
+  bool fresh = true;  // this process's first generation
+  // Rank 0, healing: when the failure was seen and the replacement asked for.
+  clock_type::time_point failed_at{}, asked_at{};
+  // The newest step whose applies rank 0's driver sent in this generation
+  // (dp > 1: every live stage will hold it).
+  std::atomic<int64_t> decided{-2};
+};
+
+// -- rank_links.cpp ----------------------------------------------------------------
+
+/// Every rank's actor system alike: the payload types, the middleman, the
+/// sharing scheduler and the heartbeats.
+void configure(caf::actor_system_config& sc, milliseconds heartbeat_timeout);
+/// "rank 2/4"
+std::string where_of(const rank_env& env);
+/// host:port -> (host, port)
+std::pair<std::string, uint16_t> split_endpoint(const std::string& e);
+/// The processes of replica d's stages.
+std::vector<int> processes_of(const rank_placement& places, int d);
+/// The store key of generation g's heal plan, and generation g's prefix.
+std::string heal_key(const rank_env& env, uint32_t g);
+std::string gen_prefix(const rank_env& env, uint32_t g);
+/// The generation this process starts in: 0, or ACTORPIPE_GENERATION when
+/// the launcher started it again.
+uint32_t start_generation();
+/// Rank 0's line to the launcher (ACTORPIPE_LAUNCHER_FD); false when there
+/// is no launcher to hear it.
+bool tell_launcher(const std::string& line);
+/// The faults a generation runs with: those that end a stage and fired in
+/// an earlier generation are gone.
+config without_fired(const config& cfg, int64_t fired_through);
+double ms_between(clock_type::time_point a, clock_type::time_point b);
+
+/// What this process joined for one generation.
+struct generation_links {
+  std::string prefix;  // the generation's store prefix
+  rendezvous_result met;
+  std::shared_ptr<tensor_channel> channel;
+  /// dp 1 with healing: the boundary copies' own channel (null otherwise),
+  /// and this process's machine id, for copies through shared memory.
+  std::shared_ptr<tensor_channel> copies;
+  std::string machine;
+  group_map groups, ties;
+  clock_type::time_point origin;  // trace time zero, rank 0's first
+  clock_type::time_point met_at, grouped_at;
+};
+
+/// Generation g's rendezvous: every rank's endpoint, one config digest,
+/// the store (made by rank 0's first, or the agent's). Throws
+/// rendezvous_error.
+rendezvous_result meet(rank_runtime& rt, rank_context& cx, uint32_t g);
+
+/// Generation g's tensor channels, replica and tie groups and time origin,
+/// after the rendezvous `met`. Throws rendezvous_error.
+generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, const config& cfg, rendezvous_result met);
+
+/// At dp 1, the segments a slot's copies go through to its keeper on the
+/// same machine (null: the keeper is elsewhere, or none).
+std::shared_ptr<segment_ring> segments_for(const rank_context& cx, const kv_store_ptr& store,
+                                           const generation_links& links, uint32_t g, int index, int keeper_process);
+
+// -- rank_directory.cpp --------------------------------------------------------------
+
+/// The directory this rank publishes: rank 0 learns every rank's stages
+/// from it, and asks it what its process holds when healing; stop and heal
+/// go to `waiter`.
+caf::actor spawn_directory(caf::actor_system& sys, caf::actor waiter, std::shared_ptr<boundary_memory> boundary);
+
+/// Every rank's directory (this rank's own at its place), every stage of
+/// the generation in slot order (rank 0 only; others: their own) and each
+/// one's device as its rank resolved it.
+struct generation_peers {
+  std::vector<caf::actor> dirs;
+  std::vector<caf::actor> all;
+  std::vector<std::string> all_on;
+};
+
+/// One direct CAF connection per pair of ranks, this rank's stages
+/// registered with rank 0, and every rank connected (a store barrier).
+generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, const generation_links& links,
+                               const std::vector<caf::actor>& mine, const std::vector<std::string>& mine_on);
+
+/// Until rank 0 says stop (its exit code) or heal (the next generation), or
+/// its node goes down (rendezvous_error).
+struct served {
+  int code = -1;
+  uint32_t heal = 0;  // > 0: the generation to start
+};
+served serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env);
+
+// -- rank_stages.cpp -------------------------------------------------------------------
+
+/// This process's stage actors of one generation, and each one's device.
+/// However the generation ends, they go with this (their destructor stops
+/// them and waits, bounded).
+struct rank_stages {
+  rank_stages(caf::scoped_actor& self) : self(self) {}
+  ~rank_stages();
+  rank_stages(const rank_stages&) = delete;
+  rank_stages& operator=(const rank_stages&) = delete;
+
+  caf::scoped_actor& self;
+  std::vector<caf::actor> actors;
+  std::vector<std::string> devices;
+  std::shared_ptr<std::atomic<bool>> abandon = std::make_shared<std::atomic<bool>>(false);
+};
+
+/// A heal from memory: this process's own layers only (their weights are
+/// about to be overwritten), built on threads of their own while the
+/// channel and the groups form; by replica. Empty otherwise.
+using layers_building = std::map<int, std::future<std::vector<layer>>>;
+layers_building build_own_layers(const rank_context& cx, const heal_plan& hp, const config& cfg);
+
+/// Builds and spawns this process's stages of generation g: from the
+/// config or disk (`rp`), from this process's boundary memory, or (a
+/// process started again) from the copies its donors send; a donor among
+/// the survivors sends first. Throws rendezvous_error.
+void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, const config& cfg,
+                       const train_options& opts, const resume_point& rp, const generation_links& links,
+                       layers_building building, rank_stages& out);
+
+// -- rank_heal.cpp -----------------------------------------------------------------------
+
+/// How a generation ended on this rank.
+struct generation_end {
+  bool heal = false;
+  heal_plan next;
+  train_output out;
+};
+
+/// Rank 0, after its driver returned from generation hp.generation
+/// (`failure`, code none when the run ended well; `out` what it trained,
+/// from after step `resumed`): heals (the next plan in the store, every
+/// survivor told) or stops every rank with the run's exit code. Throws the
+/// run's error when it gives up.
+generation_end conclude(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                        const generation_peers& peers, const heal_plan& hp, const config& cfg, int64_t resumed,
+                        run_failure& failure, train_output out);
+
+}  // namespace actorpipe::rank_detail

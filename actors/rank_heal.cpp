@@ -1,0 +1,216 @@
+// Rank 0, once its driver returned from a generation: heal the run (a
+// process gone, the others holding boundaries) or end it on every rank
+// (actors/rank_context.hpp).
+#include <algorithm>
+
+#include "actors/rank_context.hpp"
+#include "messages/atoms.hpp"
+#include "runtime/files/checkpoint.hpp"
+#include "runtime/util/text.hpp"
+
+namespace actorpipe::rank_detail {
+
+namespace {
+
+// Rank 0, after generation g failed with `f`: decide whether and how to
+// heal (the next plan), or give up (nullopt; `f` says why).
+std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
+                                     const heal_plan& now, const held_steps& held,
+                                     const std::function<bool(bool from_dead)>& copies_arriving) {
+  if (!dead.empty()) {
+    std::string ranks;
+    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+    f.text += " (the process of rank " + ranks + " is gone)";
+  }
+  if (!cx.boundary) return std::nullopt;
+  heal_plan hp;
+  hp.generation = g + 1;
+  hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
+  hp.replaced = dead;
+  hp.fired_through = std::max(now.fired_through, f.step);
+  // dp > 1: every boundary is the live state (runtime/dist/boundary_memory.hpp),
+  // and a step whose applies went out is applied by every live stage: the
+  // heal rolls forward to it, once every live slot holds it.
+  const bool live = live_boundaries(cx.plan.dp);
+  if (live) hp.resume_after = std::max(hp.resume_after, cx.decided.load());
+  // Boundaries are kept after every copy_every-th step only (at dp = 1):
+  // the newest of those is the best there is. A lost stage heals from a
+  // replica's memory or, at dp = 1, from its keeper's; every stage rolls
+  // back to the newest boundary that all of them hold (the keeper's copy of
+  // the last one may still be on its way). When there is none, everything
+  // goes back to the newest checkpoint.
+  const copy_rule copies{live ? 1 : cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
+  const int64_t hoped = copies.newest_lasting(hp.resume_after);
+  if (dead.empty() && !live) {
+    hp.resume_after = hoped;
+  } else {
+    auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
+    // A keeper's copy of that step may be moments from arriving: ask again
+    // while some process is still receiving a copy (at most a quarter of a
+    // second), then roll back to the copy before it (a copy that its dying
+    // sender had not sent in full never arrives). Once some boundary is
+    // common, a dead sender's copy is waited for 30 ms only: what it sent
+    // in full is in by then (a stopped sender's rest would hold the wait
+    // to its end). None on the way twice in a row, 10 ms apart: none is
+    // coming.
+    // Live (dp > 1): a stage is moments from applying the decided step
+    // (or in the middle of it, holding nothing): ask again for up to 2 s;
+    // an older common step could still be overwritten, so short of the
+    // decided one, everything goes back to disk.
+    int idle = 0;
+    const auto asked = clock_type::now();
+    for (const auto until = asked + milliseconds(live ? 2000 : 250);
+         (!common || *common < hoped) && (live || idle < 2) && clock_type::now() < until;) {
+      if (!live) idle = copies_arriving(!common || clock_type::now() < asked + milliseconds(30)) ? 0 : idle + 1;
+      std::this_thread::sleep_for(milliseconds(10));
+      common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
+    }
+    if (live && common && *common < hoped) common.reset();
+    if (common)
+      hp.resume_after = *common;
+    else
+      hp.from_disk = true;
+  }
+  if (hp.from_disk) {
+    const auto& cc = cx.cfg.checkpoint;
+    int64_t newest = -1;
+    if (cc.every > 0) try {
+        newest = load_latest_checkpoint(cc.dir).step;
+      } catch (const std::exception&) {
+      }
+    // No checkpoint written yet: the run's own start (the config's seed,
+    // or --resume's file) is the newest copy.
+    hp.resume_after = std::max(newest, cx.rp0.ckpt.step);
+  }
+  auto decision = cx.ledger.decide(f, cx.cfg, hp.resume_after);
+  if (!decision.retry) {
+    f = decision.failure;
+    // Every death counts: the earlier ones were healed.
+    if (f.code == run_errc::restart_limit)
+      for (const auto& n : cx.notices) f.text += "; before it, " + n;
+    return std::nullopt;
+  }
+  for (int q : dead)
+    if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(hp.generation))) {
+      f.text += "; rank " + std::to_string(q) + "'s process is gone and nothing can start it again (run under "
+                "`actorpipe launch` to heal it)";
+      return std::nullopt;
+    }
+  return hp;
+}
+
+// The ranks whose process went, sorted, seen on their directories (a
+// connection lost closes every proxy of it at once; wait a little for the
+// directory's).
+std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs, const run_failure& failure) {
+  const rank_env& env = cx.env;
+  caf::scoped_actor& self = cx.self;
+  std::vector<int> dead;
+  if (failure.code == run_errc::none) return dead;
+  // Up to 300 ms; 20 ms more once one is among them (the others of a
+  // lost host go down with it). A failure first seen by a survivor (a
+  // transfer or an allreduce with the dead) names the survivor's stage,
+  // so any process gone ends the wait, not only the failed stage's.
+  auto until = clock_type::now() + milliseconds(300);
+  for (bool more = true; more;)
+    self->receive(
+        [&](caf::down_msg& dm) {
+          for (int q = 1; q < env.world_size; ++q)
+            if (dm.source == dirs[static_cast<size_t>(q)].address()) {
+              dead.push_back(q);
+              until = std::min(until, clock_type::now() + milliseconds(20));
+            }
+        },
+        caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
+            [&] { more = false; });
+  std::sort(dead.begin(), dead.end());
+  return dead;
+}
+
+}  // namespace
+
+generation_end conclude(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                        const generation_peers& peers, const heal_plan& hp, const config& cfg, int64_t resumed,
+                        run_failure& failure, train_output out) {
+  const rank_env& env = cx.env;
+  const uint32_t g = hp.generation;
+  const std::string& prefix = links.prefix;
+  caf::scoped_actor& self = cx.self;
+  const std::vector<caf::actor>& dirs = peers.dirs;
+  generation_end end;
+  end.out = std::move(out);
+  cx.failed_at = clock_type::now();
+  const std::vector<int> dead = gone_ranks(cx, dirs, failure);
+  for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
+  // What a surviving process holds, asked through its directory (rank 0's
+  // own too; nothing from a rank that does not answer).
+  const auto dir_of = [&](int q) { return q == 0 ? cx.dir : dirs[static_cast<size_t>(q)]; };
+  const auto ask_within = std::min(cx.timeout, milliseconds(5000));
+  const held_steps held = [&](int q, int slot) {
+    std::vector<int64_t> steps;
+    self->request(dir_of(q), ask_within, held_atom::value, int32_t{slot})
+        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
+    return steps;
+  };
+  // Whether a surviving process is still receiving a boundary copy; from
+  // a dead process only when `from_dead` (what it sent in full before it
+  // died still arrives; a stopped one's rest never does, nor fails, until
+  // the launcher kills it).
+  const auto is_dead = [&](int q) { return std::find(dead.begin(), dead.end(), q) != dead.end(); };
+  const auto copies_arriving = [&](bool from_dead) {
+    for (int q = 0; q < env.world_size; ++q) {
+      if (is_dead(q)) continue;
+      std::vector<int32_t> from;
+      self->request(dir_of(q), ask_within, arriving_atom::value)
+          .receive([&](std::vector<int32_t>& v) { from = std::move(v); }, [](caf::error&) {});
+      for (int32_t p : from)
+        if (from_dead || !is_dead(p)) return true;
+    }
+    return false;
+  };
+  if (failure.code != run_errc::none && restartable(failure.code)) {
+    if (auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving)) {
+      const run_failure& failed = failure;  // naming the processes that went
+      while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
+      const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
+      cx.recovery_s += lost;
+      std::string how = !next->from_disk                        ? std::string("from memory")
+                        : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
+                                                                 : "every stage from the newest checkpoint, in " +
+                                                                       cfg.checkpoint.dir;
+      for (int q : dead) {
+        how += "; started rank " + std::to_string(q) + " again";
+        if (!next->from_disk)
+          for (const auto& slot : cx.places.owned(q))
+            how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
+                   " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
+                   "'s memory";
+      }
+      cx.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
+      store->set(heal_key(env, next->generation), next->encode());
+      cx.asked_at = clock_type::now();
+      if (cx.opts.on_notice)
+        cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
+                          (dead.empty() ? std::string() : ", " + std::to_string(dead.size()) + " process(es) started again"));
+      for (int q = 1; q < env.world_size; ++q)
+        if (std::find(dead.begin(), dead.end(), q) == dead.end())
+          self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+      end.heal = true;
+      end.next = *next;
+      return end;
+    }
+  }
+  const int code = failure.code == run_errc::none ? 0 : exit_code_for(failure.code);
+  // Confirmed through the store, so that no stop is lost in a socket when
+  // this process ends; a rank that is gone never confirms (bounded).
+  for (int q = 1; q < env.world_size; ++q) self->send(dirs[static_cast<size_t>(q)], stop_atom::value, int32_t{code});
+  store->wait_count(prefix + "/actorpipe/stopped", env.world_size - 1 - static_cast<int>(dead.size()),
+                    milliseconds(5000));
+  if (failure.code != run_errc::none) throw_run_error(std::move(failure));
+  end.out.result.allreduce = cx.plan.dp > 1 ? "gloo" : "";
+  end.out.result.split_backward = cx.plan.pol->splits_backward();
+  end.out.result.resumed_from = resumed;
+  return end;
+}
+
+}  // namespace actorpipe::rank_detail

@@ -1,0 +1,182 @@
+// This process's stage actors of one generation: where each starts from,
+// the copies donated and received in a heal, spawned and stopped
+// (actors/rank_context.hpp).
+#include <c10/core/GradMode.h>
+
+#include <map>
+
+#include "actors/rank_context.hpp"
+#include "runtime/dist/transport/state_transfer.hpp"
+
+namespace actorpipe::rank_detail {
+
+namespace {
+
+// The start of slot (d, r) in a healed generation: its layers and the
+// optimizer copy, from `snap`.
+void give_snapshot(stage_setup& st, const stage_snapshot& snap) {
+  std::map<std::string, at::Tensor> by_name(snap.weights.begin(), snap.weights.end());
+  c10::NoGradGuard no_grad;
+  for (auto& chunk : st.layers)
+    for (auto& [name, t] : chunk->named_parameters()) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) throw std::runtime_error("the boundary copy has no " + name);
+      t.copy_(it->second);
+    }
+  st.optimizer_copy = snap.optimizer;
+}
+
+// Every actor of this rank's generation goes, and is gone on return.
+void stop_stages(caf::scoped_actor& self, std::vector<caf::actor>& stages,
+                 const std::shared_ptr<std::atomic<bool>>& abandon) {
+  abandon->store(true);
+  for (auto& a : stages) {
+    self->monitor(a);
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  // Bounded: a stage stuck inside an op (a transfer to a peer that is gone)
+  // is left to the end of the process; its messages carry an old epoch.
+  size_t down = 0;
+  const auto until = clock_type::now() + std::chrono::seconds(5);
+  for (bool waiting = true; waiting && down < stages.size();)
+    self->receive(
+        [&](caf::down_msg& dm) {
+          for (auto& a : stages)
+            if (a && dm.source == a.address()) ++down;
+        },
+        caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>
+            [&] { waiting = false; });
+  stages.clear();
+}
+
+// The copies of a heal from memory: a survivor that is some dead slot's
+// donor sends it first (every transfer is posted before anyone waits); a
+// process started again posts its receives before it waits for its
+// layers, so the copies travel while they are built. By slot index.
+std::map<int, std::future<stage_snapshot>> hand_over(rank_context& cx, const kv_store_ptr& store, const heal_plan& hp,
+                                                     const generation_links& links) {
+  const rank_env& env = cx.env;
+  const uint32_t g = hp.generation;
+  const std::string& where = cx.where;
+  const std::string& prefix = links.prefix;
+  const bool from_memory = g > 0 && !hp.from_disk;
+  const bool replaced = g > 0 && hp.was_replaced(env.rank);
+  const auto slot_key = [&](int index) { return prefix + "/actorpipe/state/slot_" + std::to_string(index); };
+  // Donors send first (every transfer is posted before anyone waits).
+  if (g > 0 && !hp.from_disk)
+    for (int q : hp.replaced)
+      for (const auto& slot : cx.places.owned(q)) {
+        const donor from = donor_of(cx.places, hp, slot.replica, slot.stage);
+        if (from.rank != env.rank) continue;
+        auto snap = cx.boundary->at(from.index, hp.resume_after);
+        if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
+        store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*links.channel, *snap, q, /*pack=*/true));
+      }
+
+  // A process started again posts its receives before it waits for its
+  // layers: the copies travel while they are built.
+  std::map<int, std::future<stage_snapshot>> arriving;
+  if (replaced && from_memory)
+    for (const auto& slot : cx.places.owned(env.rank)) {
+      const int index = slot.replica * cx.plan.stages + slot.stage;
+      auto got = std::make_shared<std::promise<stage_snapshot>>();
+      arriving[index] = got->get_future();
+      try {
+        receive_snapshot_async(
+            *links.channel, store->get(slot_key(index)), [got](stage_snapshot s) { got->set_value(std::move(s)); },
+            [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+      } catch (const transfer_error& e) {
+        throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
+      }
+    }
+
+  return arriving;
+}
+
+}  // namespace
+
+rank_stages::~rank_stages() {
+  if (!actors.empty()) stop_stages(self, actors, abandon);
+}
+
+layers_building build_own_layers(const rank_context& cx, const heal_plan& hp, const config& cfg) {
+  const rank_env& env = cx.env;
+  const uint32_t g = hp.generation;
+  const bool from_memory = g > 0 && !hp.from_disk;
+  layers_building building;
+  if (!from_memory) return building;
+  auto mine_only = [places = cx.places, plan = &cx.plan, rank = env.rank](int i) {
+    for (const auto& slot : places.owned(rank))
+      for (int c = 0; c < plan->chunks; ++c) {
+        const auto& range = plan->layers_of(slot.stage, c);
+        if (i >= range.first && i <= range.second) return true;
+      }
+    return false;
+  };
+  for (const auto& slot : cx.places.owned(env.rank))
+    if (!building.count(slot.replica))
+      building[slot.replica] = std::async(std::launch::async, [&cfg, mine_only] { return stand_in_layers(cfg, mine_only); });
+  return building;
+}
+
+void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, const config& cfg,
+                       const train_options& opts, const resume_point& rp, const generation_links& links,
+                       layers_building building, rank_stages& out) {
+  const rank_env& env = cx.env;
+  const uint32_t g = hp.generation;
+  const std::string& where = cx.where;
+  const bool from_memory = g > 0 && !hp.from_disk;
+  const bool replaced = g > 0 && hp.was_replaced(env.rank);
+  kv_store_ptr store = rt.store;
+  auto arriving = hand_over(cx, store, hp, links);
+  std::map<int, std::vector<layer>> layers_of;  // by replica
+  for (const auto& slot : cx.places.owned(env.rank)) {
+    auto& layers = layers_of[slot.replica];
+    if (layers.empty()) {
+      layers = from_memory ? building.at(slot.replica).get() : build_layers(cfg);
+      load_resumed(rp, layers);
+    }
+    stage_setup st = stage_setup_for(cfg, opts, cx.plan, slot.replica, slot.stage);
+    const int index = slot.replica * cx.plan.stages + slot.stage;
+    if (cx.plan.dp > 1) st.dp_group = links.groups.at(index);
+    if (auto tie = links.ties.find(index); tie != links.ties.end()) st.tie_group = tie->second;
+    st.abandon = out.abandon;
+    give_layers(st, cx.plan, layers, rp, cfg);
+    if (from_memory) {
+      std::optional<stage_snapshot> snap;
+      if (replaced) {
+        try {
+          snap = arriving.at(index).get();
+        } catch (const transfer_error& e) {
+          throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
+        }
+        // Kept as its own: the wire finds it there (no copy of the stage).
+        cx.boundary->keep(index, hp.resume_after, *snap);
+      } else {
+        snap = cx.boundary->at(index, hp.resume_after);
+      }
+      if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
+      give_snapshot(st, *snap);
+      st.start_kept = true;
+    }
+    st.origin = links.origin;
+    st.process_of = processes_of(cx.places, slot.replica);
+    st.process = env.rank;
+    st.channel = links.channel;
+    st.boundary = cx.boundary;
+    st.resumed_after = g > 0 ? hp.resume_after : rp.ckpt.step;
+    if (links.copies) {
+      st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
+      st.copy_channel = links.copies;
+      if (st.keeper_stage >= 0)
+        st.copy_segments =
+            segments_for(cx, store, links, g, index, st.process_of.at(static_cast<size_t>(st.keeper_stage)));
+    }
+    st.copy_every = cx.cfg.supervision.copy_every;
+    st.live_boundary = cx.boundary && live_boundaries(cx.plan.dp);
+    out.actors.push_back(spawn_stage(*rt.sys, std::move(st)));
+    out.devices.push_back(cx.plan.replica_devices.at(slot.replica).at(slot.stage));
+  }
+}
+
+}  // namespace actorpipe::rank_detail
