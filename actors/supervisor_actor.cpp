@@ -4,101 +4,35 @@
 
 #include <algorithm>
 #include <exception>
-#include <mutex>
 #include <optional>
 
-#include "actors/attempt_setup.hpp"
-#include "actors/stage_actor.hpp"
 #include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
-#include "runtime/files/checkpoint.hpp"
 #include "runtime/model/model.hpp"
 
 namespace actorpipe {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
 // supervisor -> itself: every actor of the generation went before the
 // state that waits for them began.
 using gone_atom = caf::atom_constant<caf::atom("gone")>;
 
-// An abandoned collective still runs inside its group (until the group's
-// timeout); destroying the group would wait for it. Keep every group of a
-// failed generation for the life of the process.
-void keep_for_good(const replica_groups& groups) {
-  static std::mutex kept_mutex;
-  static auto* kept = new std::vector<replica_groups>();
-  std::lock_guard<std::mutex> lock(kept_mutex);
-  kept->push_back(groups);
-}
-
-// Every replica's stages: replica 0 takes `layers` (built and resumed),
-// each other one the same seeded (or resumed) weights again.
-std::vector<caf::actor> spawn_stages(caf::actor_system& sys, const config& cfg, const train_options& opts,
-                                     const attempt_plan& p, std::vector<layer> layers, const resume_point& rp,
-                                     const replica_groups& groups, const std::shared_ptr<std::atomic<bool>>& abandon,
-                                     clock_type::time_point origin) {
-  std::vector<caf::actor> out;
-  const auto [tie_e, tie_h] = tied_stages(cfg, p);
-  for (int d = 0; d < p.dp; ++d) {
-    if (d > 0) {
-      layers = build_layers(cfg);
-      load_resumed(rp, layers);
-    }
-    for (int r = 0; r < p.stages; ++r) {
-      stage_setup st = stage_setup_for(cfg, opts, p, d, r);
-      if (p.dp > 1) st.dp_group = groups.groups[r][d];
-      if (!groups.ties.empty()) {
-        if (r == tie_e) st.tie_group = groups.ties[d][0];
-        if (r == tie_h) st.tie_group = groups.ties[d][1];
-      }
-      st.abandon = abandon;
-      give_layers(st, p, layers, rp, cfg);
-      st.origin = origin;
-      out.push_back(spawn_stage(sys, std::move(st)));
-    }
-  }
-  return out;
-}
-
-// What the driver's thread writes (after each step) and the supervisor
-// reads once the driver has answered: the steps of every generation.
-struct step_log {
-  std::vector<step_record> steps;
-  clock_type::time_point boundary_at = clock_type::now();  // when the last step closed
-};
-
-// One generation: its actors, the groups they share, and where it started.
-struct generation {
-  uint32_t number = 0;
-  attempt_plan plan;
-  replica_groups groups;
-  std::shared_ptr<std::atomic<bool>> abandon;
-  resume_point rp;
-  std::vector<caf::actor> stages;  // replica d, stage r at d * stages + r
-  caf::actor driver;
-  std::vector<caf::actor_addr> alive;  // monitored, not down yet
+struct supervisor_state {
+  std::function<std::unique_ptr<generation_host>()> make_host;
+  std::unique_ptr<generation_host> host;
+  train_options opts;  // the caller's
+  // Written by the driver's thread as steps close; read once it answered.
+  std::shared_ptr<supervision_log> log = std::make_shared<supervision_log>();
+  uint32_t number = 0;  // the next generation's
+  std::optional<generation> gen;
+  std::vector<caf::actor_addr> alive;  // the generation's actors here, monitored, not down yet
   train_output out;
   int pending = 0;  // replies still awaited (wire, weights)
-};
-
-struct supervisor_state {
-  config cfg;           // its faults shrink as restarts go
-  train_options opts;   // the caller's
-  bool supervised = false;  // supervision.max_restarts > 0
-  std::shared_ptr<checkpoint> last_good;  // the boundary in memory (supervised)
-  std::shared_ptr<step_log> log = std::make_shared<step_log>();
-  std::vector<std::string> notices;
-  restart_ledger restarts;
-  double recovery_s = 0.0;
-  int64_t resumed_after = -1;  // the boundary the current generation started after
-  std::optional<generation> gen;
   run_failure failure{run_errc::none, -1, -1, -1, {}};  // the current generation's first
   std::shared_ptr<std::exception_ptr> thrown;  // set-up's exception, for the caller
   caf::response_promise promise;
-  const char* phase = "idle";  // the behavior's name, for a debugger
   static inline const char* name = "supervisor";
 };
 
@@ -107,6 +41,8 @@ using supervisor_ptr = caf::stateful_actor<supervisor_state>*;
 caf::behavior running(supervisor_ptr self);
 caf::behavior winding_down(supervisor_ptr self, const char* name, std::function<void(supervisor_ptr)> then);
 
+void enter(supervisor_ptr self, const char* state) { self->state.log->states.emplace_back(state); }
+
 // Ends the supervisor with what set-up threw: the caller rethrows it.
 void fail_with_exception(supervisor_ptr self, std::exception_ptr e) {
   *self->state.thrown = std::move(e);
@@ -114,93 +50,47 @@ void fail_with_exception(supervisor_ptr self, std::exception_ptr e) {
   self->quit();
 }
 
-// Spawns generation `restarts.count()` from the last boundary (or the
-// config's start), monitors every actor of it and wires them.
+// The host builds the next generation; every actor of it here is monitored.
 void start_generation(supervisor_ptr self) {
   auto& s = self->state;
-  generation g;
-  g.number = static_cast<uint32_t>(s.restarts.count());
-  train_options o = s.opts;
-  o.epoch = g.number;
-  if (s.supervised) {
-    auto log = s.log;
-    auto user = s.opts.on_step;
-    o.on_step = [log, user](const step_record& r) {
-      log->steps.push_back(r);
-      log->boundary_at = clock_type::now();
-      if (user) user(r);
-    };
-  }
-  const bool resumed = s.last_good && s.last_good->step >= 0;
-  const checkpoint from = resumed ? *s.last_good : checkpoint{};
-  s.resumed_after = from.step;
-  s.log->boundary_at = clock_type::now();
-  g.plan = plan_attempt(s.cfg, o);
-  auto layers = build_layers(s.cfg);
-  g.rp = find_resume(o, resumed ? &from : nullptr);
-  load_resumed(g.rp, layers);  // a checkpoint that does not fit is found before anything runs
-  g.plan.pol = policy_for(s.cfg, o);
-  g.plan.plc = g.plan.pol->layout(g.plan.stages);
-  g.groups = make_replica_groups(s.cfg, o, g.plan);
-  // With replicas or a tie across stages, a failed generation (a death, a
-  // hang) may leave stages waiting in collectives that never complete; this
-  // tells them to give up, so that the generation can go.
-  if (g.plan.dp > 1 || !g.groups.ties.empty()) g.abandon = std::make_shared<std::atomic<bool>>(false);
-  const auto origin = clock_type::now();
-  auto& sys = self->system();
-  g.stages = spawn_stages(sys, s.cfg, o, g.plan, std::move(layers), g.rp, g.groups, g.abandon, origin);
-  g.driver = spawn_attempt_driver(sys, s.cfg, o, g.plan, g.stages, g.rp.ckpt.step, s.last_good, origin);
-  for (auto& a : g.stages) {
+  s.gen = s.host->start(self->system(), s.number++, *s.log);
+  s.alive.clear();
+  for (auto& a : s.gen->local) {
     self->monitor(a);
-    g.alive.push_back(a.address());
+    s.alive.push_back(a.address());
   }
-  self->monitor(g.driver);
-  g.alive.push_back(g.driver.address());
+  s.out = train_output{};
   s.failure = run_failure{run_errc::none, -1, -1, -1, {}};
-  s.gen = std::move(g);
 }
 
-// Every actor of the current generation is told to go.
-void stop_generation(supervisor_ptr self) {
-  auto& g = *self->state.gen;
-  for (auto& a : g.stages) self->send_exit(a, caf::exit_reason::user_shutdown);
-  self->send_exit(g.driver, caf::exit_reason::user_shutdown);
+// Gives up with `f`: the other processes are told, this one's actors go.
+void give_up(supervisor_ptr self, run_failure f) {
+  auto& s = self->state;
+  s.host->finish(exit_code_for(f.code));
+  s.host->stop(*s.gen);
+  self->become(winding_down(self, "giving_up", [f = std::move(f)](supervisor_ptr me) {
+    me->state.promise.deliver(to_error(f));
+    me->quit();
+  }));
 }
 
-// The generation failed with s.failure: its stages give up their
-// collectives, every actor goes, and the ledger decides what comes next.
+// The generation failed with s.failure: the host decides while its actors
+// still run (a heal asks them what they hold), then they go.
 void on_failed(supervisor_ptr self) {
   auto& s = self->state;
-  auto& g = *s.gen;
-  if (g.abandon) {
-    g.abandon->store(true);
-    keep_for_good(g.groups);
-  }
-  stop_generation(self);
-  const run_failure f = s.failure;
-  if (!s.supervised) {
-    self->become(winding_down(self, "giving_up", [f](supervisor_ptr me) {
-      me->state.promise.deliver(to_error(f));
-      me->quit();
-    }));
+  host_decision next;
+  try {
+    next = s.host->decide(*s.gen, s.failure, *s.log);
+  } catch (...) {
+    s.host->stop(*s.gen);
+    fail_with_exception(self, std::current_exception());
     return;
   }
-  auto next = s.restarts.decide(f, s.cfg, s.last_good->step);
   if (!next.retry) {
-    self->become(winding_down(self, "giving_up", [failure = std::move(next.failure)](supervisor_ptr me) {
-      me->state.promise.deliver(to_error(failure));
-      me->quit();
-    }));
+    give_up(self, std::move(next.failure));
     return;
   }
-  s.cfg.faults.inject = std::move(next.faults);
-  // Steps recorded past the boundary we roll back to are re-run.
-  auto& steps = s.log->steps;
-  while (!steps.empty() && steps.back().step > next.resume_after) steps.pop_back();
-  // Lost: the failed step's work, from its boundary to the failure.
-  const double lost = std::chrono::duration<double>(clock_type::now() - s.log->boundary_at).count();
-  s.recovery_s += lost;
-  s.notices.push_back(restart_notice(s.restarts.count(), f, next.resume_after, lost));
+  s.host->stop(*s.gen);
   self->become(winding_down(self, "healing", [](supervisor_ptr me) {
     try {
       start_generation(me);
@@ -220,32 +110,40 @@ void fail(supervisor_ptr self, const caf::error& err) {
   on_failed(self);
 }
 
+// Every actor is gone: the output, with the generations merged.
+void deliver_output(supervisor_ptr self) {
+  auto& s = self->state;
+  auto& out = s.out;
+  out.result.allreduce = s.gen->backend;
+  out.result.split_backward = s.gen->plan.pol->splits_backward();
+  out.result.resumed_from = s.gen->resumed_from;
+  s.host->complete(out);
+  out.result.supervisor_states = s.log->states;
+  if (s.host->supervised())
+    merge_generations(out.result, std::move(s.log->steps), std::move(s.log->notices), s.opts.skip_steps,
+                      s.gen->resumed_after, s.log->restarts, s.log->recovery_s);
+  s.promise.deliver(std::move(out));
+  self->quit();
+}
+
 // Replica 0's weights (the others hold the same, --verify-replicas), in
-// model order whatever stage or chunk held a layer; then every actor goes.
+// model order whatever stage or chunk held a layer; then every process is
+// told the run is done, and every actor goes.
 void collect_weights(supervisor_ptr self) {
-  auto& g = *self->state.gen;
-  g.pending = g.plan.stages;
+  auto& s = self->state;
+  auto& g = *s.gen;
+  s.pending = g.plan.stages;
   for (int r = 0; r < g.plan.stages; ++r)
     self->request(g.stages[static_cast<size_t>(r)], caf::infinite, weights_atom::value)
         .then(
             [=](named_params& w) {
-              auto& gen = *self->state.gen;
-              for (auto& p : w) gen.out.weights.push_back(std::move(p));
-              if (--gen.pending > 0) return;
-              sort_by_layer(gen.out.weights);
-              stop_generation(self);
-              self->become(winding_down(self, "closing", [](supervisor_ptr me) {
-                auto& st = me->state;
-                auto& out = st.gen->out;
-                out.result.allreduce = st.gen->groups.backend;
-                out.result.split_backward = st.gen->plan.pol->splits_backward();
-                out.result.resumed_from = st.gen->rp.ckpt.step;
-                if (st.supervised)
-                  merge_generations(out.result, std::move(st.log->steps), std::move(st.notices), st.opts.skip_steps,
-                                    st.resumed_after, st.restarts.count(), st.recovery_s);
-                st.promise.deliver(std::move(out));
-                me->quit();
-              }));
+              auto& st = self->state;
+              for (auto& p : w) st.out.weights.push_back(std::move(p));
+              if (--st.pending > 0) return;
+              sort_by_layer(st.out.weights);
+              st.host->finish(0);
+              st.host->stop(*st.gen);
+              self->become(winding_down(self, "closing", deliver_output));
             },
             [=](caf::error& err) { fail(self, err); });
 }
@@ -254,19 +152,19 @@ void collect_weights(supervisor_ptr self) {
 void run_generation(supervisor_ptr self) {
   auto& g = *self->state.gen;
   const int S = g.plan.stages;
-  g.pending = S * g.plan.dp;
+  self->state.pending = S * g.plan.dp;
   for (int d = 0; d < g.plan.dp; ++d) {
     std::vector<caf::actor> replica(g.stages.begin() + d * S, g.stages.begin() + (d + 1) * S);
     for (int r = 0; r < S; ++r)
       self->request(replica[static_cast<size_t>(r)], caf::infinite, wire_atom::value, replica, g.driver)
           .then(
               [=] {
-                auto& gen = *self->state.gen;
-                if (--gen.pending > 0 || self->state.failure.code != run_errc::none) return;
-                self->request(gen.driver, caf::infinite, run_atom::value)
+                auto& st = self->state;
+                if (--st.pending > 0 || st.failure.code != run_errc::none) return;
+                self->request(st.gen->driver, caf::infinite, run_atom::value)
                     .then(
                         [=](train_result& r) {
-                          self->state.gen->out.result = std::move(r);
+                          self->state.out.result = std::move(r);
                           collect_weights(self);
                         },
                         [=](caf::error& err) { fail(self, err); });
@@ -279,9 +177,7 @@ void run_generation(supervisor_ptr self) {
 // running, the driver notices a stage's death itself (it fails the run,
 // naming the stage); the driver's own is a failure here.
 bool forget(supervisor_ptr self, const caf::down_msg& dm) {
-  auto& s = self->state;
-  if (!s.gen) return false;
-  auto& alive = s.gen->alive;
+  auto& alive = self->state.alive;
   auto it = std::find(alive.begin(), alive.end(), dm.source);
   if (it == alive.end()) return false;
   alive.erase(it);
@@ -289,7 +185,7 @@ bool forget(supervisor_ptr self, const caf::down_msg& dm) {
 }
 
 caf::behavior running(supervisor_ptr self) {
-  self->state.phase = "running";
+  enter(self, "running");
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
     if (!forget(self, dm)) return;
@@ -302,31 +198,31 @@ caf::behavior running(supervisor_ptr self) {
   return {[](run_atom) {}};  // the run is under way; a second request is ignored
 }
 
-// Waits until every actor of the generation is down, then `then`.
+// Waits until every actor of the generation here is down, then `then`.
 caf::behavior winding_down(supervisor_ptr self, const char* name, std::function<void(supervisor_ptr)> then) {
   auto finish_if_done = [=] {
-    if (self->state.gen->alive.empty()) then(self);
+    if (self->state.alive.empty()) then(self);
   };
   self->set_down_handler([=](caf::down_msg& dm) {
     if (forget(self, dm)) finish_if_done();
   });
-  self->state.phase = name;
+  enter(self, name);
   // Every actor went before this state began: act once the state is in.
-  if (self->state.gen->alive.empty()) self->send(self, gone_atom::value);
+  if (self->state.alive.empty()) self->send(self, gone_atom::value);
   return {[=](gone_atom) { finish_if_done(); }};
 }
 
-caf::behavior idle(supervisor_ptr self, config cfg, train_options opts, std::shared_ptr<std::exception_ptr> thrown) {
+caf::behavior idle(supervisor_ptr self, std::function<std::unique_ptr<generation_host>()> make_host,
+                   train_options opts, std::shared_ptr<std::exception_ptr> thrown) {
   auto& s = self->state;
-  s.cfg = std::move(cfg);
+  s.make_host = std::move(make_host);
   s.opts = std::move(opts);
   s.thrown = std::move(thrown);
-  s.supervised = s.cfg.supervision.max_restarts > 0;
-  if (s.supervised) s.last_good = std::make_shared<checkpoint>();
   return {[=](run_atom) -> caf::result<train_output> {
     auto& st = self->state;
     st.promise = self->make_response_promise();
     try {
+      st.host = st.make_host();
       start_generation(self);
     } catch (...) {
       fail_with_exception(self, std::current_exception());
@@ -339,25 +235,12 @@ caf::behavior idle(supervisor_ptr self, config cfg, train_options opts, std::sha
 
 }  // namespace
 
-train_output run_supervised(const config& cfg, const train_options& opts) {
-  for (size_t i = 0; i < cfg.faults.inject.size(); ++i)
-    if (const auto kind = cfg.faults.inject[i].kind; kind == fault_kind::kill_process || kind == fault_kind::stop_process)
-      throw cfg.error_at("faults.inject[" + std::to_string(i) + "].kind",
-                         std::string(info(kind).name) + (kind == fault_kind::kill_process ? " kills" : " stops") +
-                             " the stage's whole process, and this run has one: run it under "
-                             "`actorpipe launch --nprocs N` (or use kill_stage)");
-  caf::actor_system_config sys_cfg;
-  add_run_error_category(sys_cfg);
-  add_payload_types(sys_cfg);
-  sys_cfg.set("scheduler.max-threads", 2);
-  // An idle worker polls a while, then sleeps on a condition variable that a
-  // new message wakes at once. CAF's middle phase (sleeps of 50 us between
-  // polls) would add up to 100 us to each driver message at a step boundary.
-  sys_cfg.set("work-stealing.moderate-poll-attempts", 0);
-  caf::actor_system sys{sys_cfg};
+train_output supervise(caf::actor_system& sys, std::function<std::unique_ptr<generation_host>()> make_host,
+                       const train_options& opts) {
   auto thrown = std::make_shared<std::exception_ptr>();
-  // Detached: set-up (building a generation's model and groups) blocks.
-  auto sup = sys.spawn<caf::detached>(idle, cfg, opts, thrown);
+  // Detached: set-up (building a generation's model, groups, a rendezvous)
+  // blocks.
+  auto sup = sys.spawn<caf::detached>(idle, std::move(make_host), opts, thrown);
   train_output out;
   run_failure failure{run_errc::none, -1, -1, -1, {}};
   {

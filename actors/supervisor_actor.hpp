@@ -1,7 +1,10 @@
 #pragma once
-// The supervisor: the one actor that spawns a run's stage actors and its
-// driver, monitors every one of them, decides a restart, and owns the
-// generation number that every message of an attempt carries (its epoch).
+// The supervisor: the one actor that runs a run's generations, whether its
+// stages all live in this process or in several (rank 0's). A host builds
+// each generation where its stages live (actors/generation_host.hpp); the
+// supervisor wires and runs it, monitors this process's actors of it, and
+// decides with the host what a failure leads to. It owns the generation
+// number that every message of a generation carries (its epoch).
 //
 //                      run
 //                       |
@@ -9,36 +12,43 @@
 //   +--------------> running ----- the driver's run, then replica 0's
 //   |                   |   \      weights, came back
 //   |                   |    \------------------------------> closing
-//   |   the attempt failed                                       |
+//   |   the generation failed                                    |
 //   |                   |                                         | every
-//   |   restartable, and no more than supervision.max_restarts    | actor
-//   |   within window_steps (restart_ledger)?                      | down
-//   |        yes /             \ no                                 v
-//   |           v               v                         reply the output
+//   |   the host decides (a restart within supervision's          | actor
+//   |   max_restarts and window_steps, a heal from memory, a       | down
+//   |   process started again), while the actors still run         v
+//   |        yes /             \ no                         reply the output
+//   |           v               v
 //   |        healing         giving_up
 //   |           |               |
 //   +-----------+               +-- every actor down: reply the failure
 //   every actor of the old
-//   generation is down: spawn the next one from the last step boundary
+//   generation here is down: the host starts the next one from the
+//   boundary it chose
 //
 // Every state waits for the down message of every actor of its generation
-// before it goes on, so no actor (and no message) of an old generation
-// survives into the next one, and none is alive once the caller has the
-// reply. A stage blocked in a collective of a failed generation is told to
-// give up (its abandon flag), and the groups of that generation are kept
-// for the life of the process (destroying one would wait on it).
+// in this process before it goes on, so no actor (and no message) of an
+// old generation survives into the next one, and none is alive once the
+// caller has the reply. The states it took are in the result
+// (train_result::supervisor_states).
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
 
+#include <functional>
+#include <memory>
+
+#include "actors/generation_host.hpp"
 #include "actors/trainer.hpp"
 
 namespace actorpipe {
 
-/// Runs cfg in this process under a supervisor actor, in one actor system
-/// that lives for the whole run: what run_training returns for a run whose
-/// stages all live here. Rethrows what set-up threw (config_error for bad
-/// input) and throws a run_error when the run fails for good.
-train_output run_supervised(const config& cfg, const train_options& opts);
+/// Runs a run's generations under a supervisor actor in `sys`, on the host
+/// that `make_host` builds (on the supervisor's own thread). Rethrows what
+/// set-up threw (config_error for bad input) and throws a run_error when
+/// the run fails for good. The output's result lists the supervisor's
+/// states in order.
+train_output supervise(caf::actor_system& sys, std::function<std::unique_ptr<generation_host>()> make_host,
+                       const train_options& opts);
 
 }  // namespace actorpipe
 

@@ -20,7 +20,7 @@
 #include "actors/driver_actor.hpp"
 #include "actors/stage_actor.hpp"
 #include "actors/rank_trainer.hpp"
-#include "actors/supervisor_actor.hpp"
+#include "actors/local_host.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 #include "runtime/files/checkpoint.hpp"

@@ -47,6 +47,9 @@ struct train_result {
   std::vector<std::string> notices;      ///< one line each: what went wrong and what was done
   std::vector<int64_t> skipped_steps;    ///< steps dropped for a NaN or an infinity
   int restarts = 0;                      ///< supervised restarts after a stage died
+  /// The supervisor's states in the order it took them (running, healing,
+  /// closing, ...): the same for a run in one process and over several.
+  std::vector<std::string> supervisor_states;
   double recovery_s = 0.0;               ///< wall time of the attempts that failed
   std::vector<std::string> devices;  ///< per stage, replica 0's
   /// Every (replica, stage)'s device, [replica][stage], as the rank that
