@@ -6,6 +6,7 @@
 // its stages live, decides what a failure leaves to start the next one
 // from, and stops its own part.
 #include <caf/actor.hpp>
+#include <caf/duration.hpp>
 #include <caf/fwd.hpp>
 
 #include <chrono>
@@ -61,6 +62,10 @@ public:
   /// Whether every step boundary is kept to restart from
   /// (supervision.max_restarts > 0): the log is then merged at the end.
   virtual bool supervised() const = 0;
+
+  /// How long a stage may take to answer the supervisor's wire and weights
+  /// requests (a stage in another process may be gone without a word).
+  virtual caf::duration request_timeout() const { return caf::infinite; }
 
   /// Builds generation `number` (0 first, then one more per restart) and
   /// spawns its driver, which appends every closed step to `log` when

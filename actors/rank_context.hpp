@@ -13,7 +13,8 @@
 //   rank_heal.cpp       rank 0, after a generation failed: who is gone,
 //                       what the others hold, heal or give up, and telling
 //                       every rank
-//   rank_trainer.cpp    a generation in order, and the run of generations
+//   rank_host.cpp       rank 0's generations under the supervisor actor
+//   rank_trainer.cpp    a rank: rank 0 supervises, the others follow
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "actors/attempt_setup.hpp"
+#include "actors/generation_host.hpp"
 #include "actors/stage_actor.hpp"
 #include "actors/supervision.hpp"
 #include "runtime/dist/boundary_memory.hpp"
@@ -74,12 +76,8 @@ struct rank_context {
   uint16_t port = 0;
   resume_point rp0;  // generation 0's start (--resume)
   std::shared_ptr<boundary_memory> boundary;  // null: no healing
-  // Rank 0.
+  // Rank 0 (its steps, notices and restarts are the supervisor's log).
   restart_ledger ledger;
-  std::vector<step_record> steps;  // every generation's, up to its boundary
-  std::vector<std::string> notices;
-  double recovery_s = 0.0;  // work lost to restarts
-  clock_type::time_point boundary_at = clock_type::now();
   bool fresh = true;  // this process's first generation
   // Rank 0, healing: when the failure was seen and the replacement asked for.
   clock_type::time_point failed_at{}, asked_at{};
@@ -201,22 +199,42 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
                        const train_options& opts, const resume_point& rp, const generation_links& links,
                        layers_building building, rank_stages& out);
 
+// -- rank_trainer.cpp -------------------------------------------------------------------
+
+/// This process's part of generation hp.generation, joined: the plan (a
+/// process started again reads it from the store), the config without the
+/// faults that fired, the links, where its stages started, the stages, and
+/// every rank connected.
+struct joined_generation {
+  heal_plan hp;
+  config cfg;
+  generation_links links;
+  resume_point rp;
+  std::unique_ptr<rank_stages> stages;
+  generation_peers peers;
+};
+joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts);
+
 // -- rank_heal.cpp -----------------------------------------------------------------------
 
-/// How a generation ended on this rank.
-struct generation_end {
-  bool heal = false;
-  heal_plan next;
-  train_output out;
-};
+/// Rank 0, once generation hp.generation failed: the ranks whose process
+/// is gone, sorted, seen on their directories (which cx.self monitors; a
+/// connection lost closes every proxy of it at once, so up to 300 ms, and
+/// 20 ms more once one is among them).
+std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs);
 
-/// Rank 0, after its driver returned from generation hp.generation
-/// (`failure`, code none when the run ended well; `out` what it trained,
-/// from after step `resumed`): heals (the next plan in the store, every
-/// survivor told) or stops every rank with the run's exit code. Throws the
-/// run's error when it gives up.
-generation_end conclude(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
-                        const generation_peers& peers, const heal_plan& hp, const config& cfg, int64_t resumed,
-                        run_failure& failure, train_output out);
+/// Rank 0: heals after `failure` (restartable, within supervision's
+/// limits, from memory or disk, the dead started again by the launcher):
+/// the next plan, written to the store, its notice in `log`, every
+/// survivor told. nullopt: give up (`failure` then names the processes
+/// gone).
+std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                              const heal_plan& hp, const config& cfg, const std::vector<int>& dead,
+                              run_failure& failure, supervision_log& log);
+
+/// Rank 0: the run is over, every other rank told `code` and waited for
+/// (those not in `dead`; 5 s at most).
+void stop_ranks(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                const generation_peers& peers, const std::vector<int>& dead, int code);
 
 }  // namespace actorpipe::rank_detail

@@ -16,7 +16,8 @@ namespace {
 // heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
                                      const heal_plan& now, const held_steps& held,
-                                     const std::function<bool(bool from_dead)>& copies_arriving) {
+                                     const std::function<bool(bool from_dead)>& copies_arriving,
+                                     const supervision_log& log) {
   if (!dead.empty()) {
     std::string ranks;
     for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
@@ -25,7 +26,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   if (!cx.boundary) return std::nullopt;
   heal_plan hp;
   hp.generation = g + 1;
-  hp.resume_after = cx.steps.empty() ? now.resume_after : cx.steps.back().step;
+  hp.resume_after = log.steps.empty() ? now.resume_after : log.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
   // dp > 1: every boundary is the live state (runtime/dist/boundary_memory.hpp),
@@ -87,7 +88,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
     f = decision.failure;
     // Every death counts: the earlier ones were healed.
     if (f.code == run_errc::restart_limit)
-      for (const auto& n : cx.notices) f.text += "; before it, " + n;
+      for (const auto& n : log.notices) f.text += "; before it, " + n;
     return std::nullopt;
   }
   for (int q : dead)
@@ -99,14 +100,12 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   return hp;
 }
 
-// The ranks whose process went, sorted, seen on their directories (a
-// connection lost closes every proxy of it at once; wait a little for the
-// directory's).
-std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs, const run_failure& failure) {
+}  // namespace
+
+std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs) {
   const rank_env& env = cx.env;
   caf::scoped_actor& self = cx.self;
   std::vector<int> dead;
-  if (failure.code == run_errc::none) return dead;
   // Up to 300 ms; 20 ms more once one is among them (the others of a
   // lost host go down with it). A failure first seen by a survivor (a
   // transfer or an allreduce with the dead) names the survivor's stage,
@@ -127,21 +126,13 @@ std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dir
   return dead;
 }
 
-}  // namespace
-
-generation_end conclude(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
-                        const generation_peers& peers, const heal_plan& hp, const config& cfg, int64_t resumed,
-                        run_failure& failure, train_output out) {
+std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                              const heal_plan& hp, const config& cfg, const std::vector<int>& dead,
+                              run_failure& failure, supervision_log& log) {
   const rank_env& env = cx.env;
   const uint32_t g = hp.generation;
-  const std::string& prefix = links.prefix;
   caf::scoped_actor& self = cx.self;
   const std::vector<caf::actor>& dirs = peers.dirs;
-  generation_end end;
-  end.out = std::move(out);
-  cx.failed_at = clock_type::now();
-  const std::vector<int> dead = gone_ranks(cx, dirs, failure);
-  for (int q = 1; q < env.world_size; ++q) self->demonitor(dirs[static_cast<size_t>(q)]);
   // What a surviving process holds, asked through its directory (rank 0's
   // own too; nothing from a rank that does not answer).
   const auto dir_of = [&](int q) { return q == 0 ? cx.dir : dirs[static_cast<size_t>(q)]; };
@@ -168,49 +159,45 @@ generation_end conclude(rank_context& cx, const kv_store_ptr& store, const gener
     }
     return false;
   };
-  if (failure.code != run_errc::none && restartable(failure.code)) {
-    if (auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving)) {
-      const run_failure& failed = failure;  // naming the processes that went
-      while (!cx.steps.empty() && cx.steps.back().step > next->resume_after) cx.steps.pop_back();
-      const double lost = std::chrono::duration<double>(clock_type::now() - cx.boundary_at).count();
-      cx.recovery_s += lost;
-      std::string how = !next->from_disk                        ? std::string("from memory")
-                        : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
-                                                                 : "every stage from the newest checkpoint, in " +
-                                                                       cfg.checkpoint.dir;
-      for (int q : dead) {
-        how += "; started rank " + std::to_string(q) + " again";
-        if (!next->from_disk)
-          for (const auto& slot : cx.places.owned(q))
-            how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
-                   " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
-                   "'s memory";
-      }
-      cx.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
-      store->set(heal_key(env, next->generation), next->encode());
-      cx.asked_at = clock_type::now();
-      if (cx.opts.on_notice)
-        cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
-                          (dead.empty() ? std::string() : ", " + std::to_string(dead.size()) + " process(es) started again"));
-      for (int q = 1; q < env.world_size; ++q)
-        if (std::find(dead.begin(), dead.end(), q) == dead.end())
-          self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
-      end.heal = true;
-      end.next = *next;
-      return end;
-    }
+  if (!restartable(failure.code)) return std::nullopt;
+  auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving, log);
+  if (!next) return std::nullopt;
+  const run_failure& failed = failure;  // naming the processes that went
+  while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
+  const double lost = std::chrono::duration<double>(clock_type::now() - log.boundary_at).count();
+  log.recovery_s += lost;
+  log.restarts = cx.ledger.count();
+  std::string how = !next->from_disk                        ? std::string("from memory")
+                    : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
+                                                             : "every stage from the newest checkpoint, in " +
+                                                                   cfg.checkpoint.dir;
+  for (int q : dead) {
+    how += "; started rank " + std::to_string(q) + " again";
+    if (!next->from_disk)
+      for (const auto& slot : cx.places.owned(q))
+        how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
+               " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) + "'s memory";
   }
-  const int code = failure.code == run_errc::none ? 0 : exit_code_for(failure.code);
+  log.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
+  store->set(heal_key(env, next->generation), next->encode());
+  cx.asked_at = clock_type::now();
+  if (cx.opts.on_notice)
+    cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
+                      (dead.empty() ? std::string() : ", " + std::to_string(dead.size()) + " process(es) started again"));
+  for (int q = 1; q < env.world_size; ++q)
+    if (!is_dead(q)) self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+  return next;
+}
+
+void stop_ranks(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                const generation_peers& peers, const std::vector<int>& dead, int code) {
+  const rank_env& env = cx.env;
   // Confirmed through the store, so that no stop is lost in a socket when
   // this process ends; a rank that is gone never confirms (bounded).
-  for (int q = 1; q < env.world_size; ++q) self->send(dirs[static_cast<size_t>(q)], stop_atom::value, int32_t{code});
-  store->wait_count(prefix + "/actorpipe/stopped", env.world_size - 1 - static_cast<int>(dead.size()),
+  for (int q = 1; q < env.world_size; ++q)
+    cx.self->send(peers.dirs[static_cast<size_t>(q)], stop_atom::value, int32_t{code});
+  store->wait_count(links.prefix + "/actorpipe/stopped", env.world_size - 1 - static_cast<int>(dead.size()),
                     milliseconds(5000));
-  if (failure.code != run_errc::none) throw_run_error(std::move(failure));
-  end.out.result.allreduce = cx.plan.dp > 1 ? "gloo" : "";
-  end.out.result.split_backward = cx.plan.pol->splits_backward();
-  end.out.result.resumed_from = resumed;
-  return end;
 }
 
 }  // namespace actorpipe::rank_detail

@@ -30,6 +30,7 @@ struct supervisor_state {
   std::vector<caf::actor_addr> alive;  // the generation's actors here, monitored, not down yet
   train_output out;
   int pending = 0;  // replies still awaited (wire, weights)
+  bool answered = false;  // the driver answered the run (it quits after that, as it should)
   run_failure failure{run_errc::none, -1, -1, -1, {}};  // the current generation's first
   std::shared_ptr<std::exception_ptr> thrown;  // set-up's exception, for the caller
   caf::response_promise promise;
@@ -60,6 +61,7 @@ void start_generation(supervisor_ptr self) {
     s.alive.push_back(a.address());
   }
   s.out = train_output{};
+  s.answered = false;
   s.failure = run_failure{run_errc::none, -1, -1, -1, {}};
 }
 
@@ -134,7 +136,7 @@ void collect_weights(supervisor_ptr self) {
   auto& g = *s.gen;
   s.pending = g.plan.stages;
   for (int r = 0; r < g.plan.stages; ++r)
-    self->request(g.stages[static_cast<size_t>(r)], caf::infinite, weights_atom::value)
+    self->request(g.stages[static_cast<size_t>(r)], s.host->request_timeout(), weights_atom::value)
         .then(
             [=](named_params& w) {
               auto& st = self->state;
@@ -156,7 +158,8 @@ void run_generation(supervisor_ptr self) {
   for (int d = 0; d < g.plan.dp; ++d) {
     std::vector<caf::actor> replica(g.stages.begin() + d * S, g.stages.begin() + (d + 1) * S);
     for (int r = 0; r < S; ++r)
-      self->request(replica[static_cast<size_t>(r)], caf::infinite, wire_atom::value, replica, g.driver)
+      self->request(replica[static_cast<size_t>(r)], self->state.host->request_timeout(), wire_atom::value, replica,
+                    g.driver)
           .then(
               [=] {
                 auto& st = self->state;
@@ -164,6 +167,7 @@ void run_generation(supervisor_ptr self) {
                 self->request(st.gen->driver, caf::infinite, run_atom::value)
                     .then(
                         [=](train_result& r) {
+                          self->state.answered = true;
                           self->state.out.result = std::move(r);
                           collect_weights(self);
                         },
@@ -189,7 +193,9 @@ caf::behavior running(supervisor_ptr self) {
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
     if (!forget(self, dm)) return;
-    if (dm.source == s.gen->driver.address() && s.failure.code == run_errc::none) {
+    // The driver quits once it answered the run: only a driver gone before
+    // that is a failure.
+    if (dm.source == s.gen->driver.address() && !s.answered && s.failure.code == run_errc::none) {
       s.failure = run_failure{run_errc::failed, -1, -1, -1, "the driver stopped: " + self->system().render(dm.reason)};
       on_failed(self);
     }

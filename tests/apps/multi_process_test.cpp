@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "tests/cpu_only.hpp"
@@ -776,6 +777,42 @@ TEST(HealAfterAnUpdate, AtDpTwoRollsForwardToTheDecidedStepAtDpOneBackAndEndsBit
     EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << tag << describe(r);
     fs::remove_all(test_dir() / (tag + "_ckpt"));
   }
+}
+
+// One supervisor for both: a stage actor killed in one process (restarted
+// from the boundary in memory) and the same stage's process killed under
+// launch (healed from its keeper's memory, the process started again) go
+// through the same supervisor states, and both end on the clean run's bytes.
+TEST(OneSupervisor, AKilledStageAndAKilledProcessTakeTheSameStates) {
+  const std::string clean = (test_dir() / "states_clean.pt").string();
+  auto a = actorpipe({"train", healing_config("states_clean", 3, 1), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  const auto states_of = [](const std::string& results) {
+    const auto doc = nlohmann::json::parse(testing_util::slurp_file(results));
+    return std::make_pair(doc.at("supervision").at("states").get<std::vector<std::string>>(),
+                          doc.at("supervision").at("restarts").get<int>());
+  };
+  std::vector<std::pair<std::vector<std::string>, int>> seen;
+  for (const std::string kind : {"kill_stage", "kill_process"}) {
+    const std::string tag = "states_" + kind;
+    const std::string config = healing_config(
+        tag, 3, 1, "faults:\n  inject:\n    - {kind: " + kind + ", stage: 1, step: 3, after_op: F1}\n");
+    const std::string saved = (test_dir() / (tag + ".pt")).string(), results = (test_dir() / (tag + ".json")).string();
+    const bool processes = kind == "kill_process";
+    auto r = processes ? actorpipe({"launch", "--nprocs", "3", config, "--quiet", "--save", saved, "--results", results},
+                                   120)
+                       : actorpipe({"train", config, "--quiet", "--save", saved, "--results", results});
+    ASSERT_EQ(r.code, 0) << kind << describe(r);
+    EXPECT_NE(r.out.find("restarts: 1,"), std::string::npos) << kind << describe(r);
+    EXPECT_TRUE(bytes_of(clean) == bytes_of(saved)) << kind << ": other bytes than the clean run";
+    seen.push_back(states_of(results));
+    fs::remove_all(test_dir() / (tag + "_ckpt"));
+  }
+  const std::vector<std::string> expected{"running", "healing", "running", "closing"};
+  EXPECT_EQ(seen[0].first, expected) << "one process";
+  EXPECT_EQ(seen[1].first, expected) << "launch";
+  EXPECT_EQ(seen[0].second, 1);
+  EXPECT_EQ(seen[1].second, 1);
 }
 
 // At dp 1 a stage's keeper on the same machine holds its copies in shared

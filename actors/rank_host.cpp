@@ -1,0 +1,140 @@
+#include "actors/rank_host.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/supervision.hpp"
+#include "runtime/util/text.hpp"
+
+namespace actorpipe::rank_detail {
+
+namespace {
+
+class rank_host final : public generation_host {
+public:
+  rank_host(rank_runtime& rt, rank_start st)
+      : rt_(rt),
+        self_(*rt.sys),
+        cx_{st.cfg,
+            st.opts,
+            st.env,
+            where_of(st.env),
+            st.timeout,
+            rank_placement(st.cfg.parallel.dp, st.cfg.pipeline.stages, st.env.world_size),
+            std::move(st.plan),
+            st.host,
+            self_,
+            st.dir,
+            st.port,
+            find_resume(st.opts, nullptr),
+            std::move(st.boundary)} {
+    next_.generation = start_generation();
+  }
+
+  bool supervised() const override { return cx_.boundary != nullptr; }
+
+  caf::duration request_timeout() const override { return caf::duration{cx_.timeout}; }
+
+  generation start(caf::actor_system& sys, uint32_t number, supervision_log& log) override {
+    (void)number;  // the heal plan numbers the generations
+    train_options opts = cx_.opts;
+    opts.epoch = next_.generation;
+    gen_ = join_generation(rt_, cx_, next_, opts);
+    const heal_plan& hp = gen_.hp;
+    if (hp.generation > 0) say_healed(hp);
+    // Which processes go down is seen on their directories.
+    for (int q = 1; q < cx_.env.world_size; ++q) self_->monitor(gen_.peers.dirs[static_cast<size_t>(q)]);
+    dead_.clear();
+    cx_.decided.store(-2);
+    opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
+    auto user = opts.on_step;
+    opts.on_step = [&log, user](const step_record& r) {
+      log.steps.push_back(r);
+      log.boundary_at = clock_type::now();
+      if (user) user(r);
+    };
+    log.boundary_at = clock_type::now();
+    generation g;
+    g.number = hp.generation;
+    g.plan = cx_.plan;
+    g.stages = gen_.peers.all;
+    g.resumed_after = g.resumed_from = hp.generation > 0 ? hp.resume_after : gen_.rp.ckpt.step;
+    g.backend = cx_.plan.dp > 1 ? "gloo" : "";
+    g.driver = spawn_attempt_driver(sys, gen_.cfg, opts, cx_.plan, g.stages, g.resumed_after, nullptr, gen_.links.origin);
+    g.local = {g.driver};
+    return g;
+  }
+
+  host_decision decide(generation& g, run_failure& f, supervision_log& log) override {
+    (void)g;
+    cx_.failed_at = clock_type::now();
+    dead_ = gone_ranks(cx_, gen_.peers.dirs);
+    demonitor();
+    host_decision out;
+    if (auto next = heal(cx_, rt_.store, gen_.peers, gen_.hp, gen_.cfg, dead_, f, log)) {
+      next_ = *next;
+      out.retry = true;
+    } else {
+      out.failure = f;
+    }
+    return out;
+  }
+
+  // Rank 0's own stages go (and are waited for, bounded); the driver is
+  // the supervisor's to wait for.
+  void stop(generation& g) override {
+    gen_.stages.reset();
+    caf::anon_send_exit(g.driver, caf::exit_reason::user_shutdown);
+  }
+
+  // The devices as the ranks that run the stages resolved them: under auto
+  // on CUDA another rank's are on its own GPU, not on this one's.
+  void complete(train_output& out) override {
+    const auto& all = gen_.peers.all;
+    const auto& on = gen_.peers.all_on;
+    if (on.size() != all.size()) return;
+    const auto S = static_cast<std::ptrdiff_t>(cx_.plan.stages);
+    auto& res = out.result;
+    res.replica_devices.clear();
+    for (auto at = on.begin(); at != on.end(); at += S) res.replica_devices.emplace_back(at, at + S);
+    res.devices = res.replica_devices.front();
+  }
+
+  void finish(int code) override {
+    demonitor();
+    stop_ranks(cx_, rt_.store, gen_.links, gen_.peers, dead_, code);
+  }
+
+private:
+  void demonitor() {
+    for (int q = 1; q < cx_.env.world_size && q < static_cast<int>(gen_.peers.dirs.size()); ++q)
+      self_->demonitor(gen_.peers.dirs[static_cast<size_t>(q)]);
+  }
+
+  // The heal's timings, once the healed generation is ready to run.
+  void say_healed(const heal_plan& hp) const {
+    if (!cx_.opts.on_notice) return;
+    const auto now = clock_type::now();
+    const auto& l = gen_.links;
+    cx_.opts.on_notice("heal: generation " + std::to_string(hp.generation) + " runs from after step " +
+                       std::to_string(hp.resume_after) + ": " + fmt("%.0f", ms_between(cx_.failed_at, cx_.asked_at)) +
+                       " ms to decide, " + fmt("%.0f", ms_between(cx_.asked_at, l.met_at)) +
+                       " ms to the rendezvous (the new process's start), " +
+                       fmt("%.0f", ms_between(l.met_at, l.grouped_at)) + " ms for the channel and groups, " +
+                       fmt("%.0f", ms_between(l.grouped_at, now)) + " ms for the state and the stages");
+  }
+
+  rank_runtime& rt_;
+  caf::scoped_actor self_;  // this thread's: requests, monitors, stops
+  rank_context cx_;
+  heal_plan next_;         // the generation to start next
+  joined_generation gen_;  // the current one (its stages go before self_)
+  std::vector<int> dead_;  // the ranks gone in the current generation
+};
+
+}  // namespace
+
+std::unique_ptr<generation_host> make_rank_host(rank_runtime& rt, rank_start start) {
+  return std::make_unique<rank_host>(rt, std::move(start));
+}
+
+}  // namespace actorpipe::rank_detail
