@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "actors/rank_context.hpp"
+#include "actors/rank_agent.hpp"
 #include "actors/rank_host.hpp"
 #include "actors/supervisor_actor.hpp"
 #include "messages/atoms.hpp"
@@ -50,28 +51,6 @@ namespace {
 
 using namespace rank_detail;
 
-// A rank other than 0: serves its stages, generation after generation,
-// until rank 0 says stop (an exit code other than 0 is a peer_stopped).
-train_output follow(rank_runtime& rt, rank_context& cx) {
-  const rank_env& env = cx.env;
-  heal_plan hp;
-  hp.generation = start_generation();
-  for (;;) {
-    train_options opts = cx.opts;
-    opts.epoch = hp.generation;
-    joined_generation j = join_generation(rt, cx, hp, opts);
-    const served s = serve(cx.self, j.peers.dirs[0], j.links.met.endpoints[0], env);
-    if (s.heal > 0) {
-      hp = heal_plan::decode(rt.store->get(heal_key(env, s.heal)));
-      continue;  // this generation's stages go as j does
-    }
-    rt.store->add(j.links.prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
-    if (s.code != 0)
-      throw peer_stopped(cx.where + ": stopped: rank 0 ended the run with exit code " + std::to_string(s.code), s.code);
-    return {};
-  }
-}
-
 train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& opts) {
   const rank_env& env = opts.ranks;
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
@@ -88,29 +67,28 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   configure(rt.sc, milliseconds(static_cast<int64_t>(cfg.supervision.heartbeat_timeout_s * 1000)));
   rt.sys = std::make_unique<caf::actor_system>(rt.sc);
   caf::actor_system& sys = *rt.sys;
-  caf::scoped_actor self{sys};
   const bool supervised = cfg.supervision.max_restarts > 0;
   // dp > 1: the boundary is the live state, forgotten before each update
   // (two only where a skipped step keeps the same tensors twice); at
   // dp = 1 the keepers' copies can lag (runtime/dist/boundary_memory.hpp).
   auto boundary = supervised ? std::make_shared<boundary_memory>(live_boundaries(cfg.parallel.dp) ? 2 : 4) : nullptr;
-  auto dir = spawn_directory(sys, caf::actor{self}, boundary);
+  rank_start start{cfg, opts, env, timeout, std::move(plan), host, caf::actor{}, 0, boundary};
+  if (env.rank != 0) {
+    run_agent(rt, start);  // publishes its directory itself
+    return {};
+  }
+  // Rank 0 runs the supervisor, on a host that sees every process.
+  caf::scoped_actor self{sys};
+  start.dir = spawn_directory(sys, caf::actor{self}, boundary);
   struct dir_stopper {
     caf::scoped_actor& self;
     caf::actor dir;
     ~dir_stopper() { self->send_exit(dir, caf::exit_reason::user_shutdown); }
-  } stop_dir{self, dir};
-  auto published = sys.middleman().publish(dir, 0, nullptr, true);
+  } stop_dir{self, start.dir};
+  auto published = sys.middleman().publish(start.dir, 0, nullptr, true);
   if (!published) throw rendezvous_error(where_of(env) + ": cannot publish its stages: " + sys.render(published.error()));
-  if (env.rank == 0) {
-    // Rank 0 runs the supervisor, on a host that sees every process.
-    rank_start start{cfg, opts, env, timeout, std::move(plan), host, dir, *published, boundary};
-    return supervise(sys, [&rt, &start] { return make_rank_host(rt, start); }, opts);
-  }
-  rank_context cx{cfg,  opts, env, where_of(env), timeout,
-                  rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size),
-                  std::move(plan), host, self, dir, *published, find_resume(opts, nullptr), boundary};
-  return follow(rt, cx);
+  start.port = *published;
+  return supervise(sys, [&rt, &start] { return make_rank_host(rt, start); }, opts);
 }
 
 }  // namespace
