@@ -102,14 +102,15 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
     dirs[static_cast<size_t>(q)] = *remote;
   }
   if (env.rank > 0) self->send(dirs[0], stages_atom::value, int32_t{env.rank}, g, cx.dir, mine, mine_on);
+  // Rank 0: every stage in slot order (replica d, stage r at d S + r),
+  // wherever the placement put it; the others: their own.
   std::vector<caf::actor>& all = peers.all;
-  std::vector<std::string>& all_on = peers.all_on;  // rank 0: as `all`, slot d * S + r
+  std::vector<std::string>& all_on = peers.all_on;
   all = mine;
   all_on = mine_on;
   if (env.rank == 0) {
     const auto deadline = clock_type::now() + cx.timeout;
-    const size_t per_rank = static_cast<size_t>(cx.places.actors_per_rank());
-    std::vector<caf::actor> got;
+    std::vector<caf::actor> got;  // per rank 1.., its directory, then its stages
     std::vector<std::string> got_on;
     poll_backoff wait(milliseconds(5));
     while (got.empty()) {
@@ -124,11 +125,19 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
               [](caf::error&) {});
       if (got.empty()) wait.pause();
     }
-    all_on.insert(all_on.end(), got_on.begin(), got_on.end());
-    for (int q = 1; q < env.world_size; ++q) {
-      auto first = got.begin() + static_cast<std::ptrdiff_t>((q - 1) * (per_rank + 1));
-      dirs[static_cast<size_t>(q)] = *first;
-      all.insert(all.end(), first + 1, first + 1 + static_cast<std::ptrdiff_t>(per_rank));
+    const int S = cx.places.pp();
+    all.assign(static_cast<size_t>(cx.places.dp() * S), caf::actor{});
+    all_on.assign(all.size(), std::string());
+    size_t at = 0, on_at = 0;
+    for (int q = 0; q < env.world_size; ++q) {
+      if (q > 0) dirs[static_cast<size_t>(q)] = got.at(at++);
+      size_t own = 0;
+      for (const auto& slot : cx.places.owned(q)) {
+        const auto index = static_cast<size_t>(slot.replica * S + slot.stage);
+        all[index] = q == 0 ? mine.at(own) : got.at(at++);
+        all_on[index] = q == 0 ? mine_on.at(own) : got_on.at(on_at++);
+        ++own;
+      }
     }
   }
   store->add(prefix + "/actorpipe/connected", 1);

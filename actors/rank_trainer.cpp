@@ -24,6 +24,13 @@ joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan 
   joined_generation j;
   const uint32_t g = hp.generation;
   rendezvous_result met = meet(rt, cx, g);
+  // The placement is rank 0's supervisor's: it publishes the generation's,
+  // every other rank reads it.
+  const std::string placed = gen_prefix(cx.env, g) + "/actorpipe/placement";
+  if (cx.env.rank == 0)
+    rt.store->set(placed, cx.places.encode());
+  else
+    cx.places = rank_placement::decode(rt.store->get(placed));
   // A process started again reads the plan it was started for.
   if (g > 0 && cx.fresh) hp = heal_plan::decode(rt.store->get(heal_key(cx.env, g)));
   cx.fresh = false;

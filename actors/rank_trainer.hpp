@@ -1,48 +1,36 @@
 #pragma once
 // One rank of a multi-process run (train_options::ranks.world_size > 1).
 //
-// Every rank: spawns the stage actors rank_placement gives it, publishes
-// them through CAF's middleman (a directory actor on an ephemeral port),
-// meets the others at the rendezvous (runtime/dist/transport/rendezvous.hpp:
-// endpoints, config digests, the store), joins the tensor channel (Gloo
-// send/recv between the processes) and the replicas' allreduce groups, and
-// connects to every other rank's directory, so that each pair of ranks has
-// a direct CAF connection before the first message.
-//
-// Rank 0 then runs the driver as a one-process run does: it wires every
-// stage (a remote stage gets the handles of its neighbours and the driver),
-// trains, evaluates, collects the weights, and tells every other rank to
-// stop, with the run's exit code. The others serve their stages until then.
-//
-//   every rank:  spawn stages -> publish -> rendezvous -> channel + groups
-//                -> connect to every directory -> barrier
-//   rank 0:      driver: wire, run, weights -> stop(code) to every rank
-//   rank k > 0:  wait for stop(code) (exit with it) or for rank 0's node to
-//                go down (exit 1, naming it)
+// Rank 0 runs the supervisor actor (actors/supervisor_actor.hpp) on a rank
+// host (actors/rank_host.hpp); every other rank runs an agent actor
+// (actors/rank_agent.hpp). For each generation every rank joins the
+// rendezvous (endpoints, config digests, the store), forms the tensor
+// channel (Gloo send/recv between the processes) and the replicas'
+// allreduce groups, builds its own stage actors (rank_placement gives it
+// its slots) and connects to every other rank's directory, so that each
+// pair of ranks has a direct CAF connection before the first message.
+// Rank 0's supervisor then wires every stage (a remote stage gets the
+// handles of its neighbours and the driver), runs the driver, collects the
+// weights and tells every other rank to stop, with the run's exit code.
 //
 // Without supervision.max_restarts, a worker process that dies ends the
 // run: its stages' proxies go down on rank 0, the driver fails the run
 // naming the stage (exit 1), and rank 0 stops the others.
 //
-// With it, rank 0 heals the run in generations. Every stage keeps a copy
-// of its weights and optimizer state at each step boundary in its process's
-// boundary memory; at dp = 1 it also sends that copy, on a channel of its
-// own, to its keeper (rank_placement::keeper). When a process dies, rank 0
-// asks every surviving process which boundaries it holds, picks the newest
-// that all slots can start from (runtime/dist/heal_plan.hpp), writes the plan to
-// the store, has the launcher start the dead rank again, and tells the
-// survivors to start the next generation. There, a lost stage's donor (a
-// replica's process, or its keeper's) sends the copy over the new
-// generation's tensor channel, and every other stage starts from its own.
-//
-//   rank 0:  run fails -> who is dead -> held boundaries -> plan -> respawn
-//            -> heal(g) to the survivors -> next generation
-//   others:  heal(g) -> next generation (a donor sends first)
+// With it, the supervisor heals the run in generations. Every stage keeps
+// a copy of its weights and optimizer state at each step boundary in its
+// process's boundary memory; at dp = 1 it also sends that copy, on a
+// channel of its own, to its keeper (rank_placement::keeper). When a
+// process dies, the rank host asks every surviving process which
+// boundaries it holds, picks the newest that all slots can start from
+// (runtime/dist/heal_plan.hpp), writes the plan to the store, has the
+// launcher start the dead rank again, and tells the survivors' agents to
+// start the next generation. There, a lost stage's donor (a replica's
+// process, or its keeper's) sends the copy over the new generation's
+// tensor channel, and every other stage starts from its own.
 //
 // Each step of a generation is a unit of its own (actors/rank_context.hpp
-// lists them): rank_links (joining), rank_stages (the stages and their
-// start state), rank_directory (connections, serving), rank_heal (rank 0's
-// decision), and rank_trainer.cpp the generation in order.
+// lists them).
 #include "actors/trainer.hpp"
 
 namespace actorpipe {

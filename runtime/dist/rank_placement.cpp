@@ -1,5 +1,7 @@
 #include "runtime/dist/rank_placement.hpp"
 
+#include <algorithm>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +20,40 @@ void check_rank_placement(int dp, int pp, int world) {
 
 rank_placement::rank_placement(int dp, int pp, int world) : dp_(dp), pp_(pp), world_(world) {
   check_rank_placement(dp, pp, world);
+  for (int i = 0; i < dp * pp; ++i) owners_.push_back(i / actors_per_rank());
+}
+
+rank_placement rank_placement::of_owners(int dp, int pp, int world, std::vector<int> owners) {
+  if (dp < 1 || pp < 1 || world < 1 || owners.size() != static_cast<size_t>(dp) * static_cast<size_t>(pp))
+    throw std::invalid_argument("rank_placement: " + std::to_string(owners.size()) + " owners for dp " +
+                                std::to_string(dp) + " x pp " + std::to_string(pp));
+  for (int o : owners)
+    if (o < 0 || o >= world)
+      throw std::invalid_argument("rank_placement: owner " + std::to_string(o) + " is not a rank below world " +
+                                  std::to_string(world));
+  rank_placement p(1, 1, 1);
+  p.dp_ = dp;
+  p.pp_ = pp;
+  p.world_ = world;
+  p.owners_ = std::move(owners);
+  return p;
+}
+
+std::string rank_placement::encode() const {
+  std::string s = std::to_string(dp_) + " " + std::to_string(pp_) + " " + std::to_string(world_);
+  for (int o : owners_) s += " " + std::to_string(o);
+  return s;
+}
+
+rank_placement rank_placement::decode(const std::string& text) {
+  std::istringstream is(text);
+  int dp = 0, pp = 0, world = 0;
+  if (!(is >> dp >> pp >> world) || dp < 1 || pp < 1 || world < 1 || dp > 1 << 20 || pp > 1 << 20)
+    throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
+  std::vector<int> owners;
+  for (int o; is >> o;) owners.push_back(o);
+  if (!is.eof()) throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
+  return of_owners(dp, pp, world, std::move(owners));
 }
 
 void rank_placement::check_slot(int replica, int stage) const {
@@ -28,7 +64,7 @@ void rank_placement::check_slot(int replica, int stage) const {
 
 int rank_placement::owner(int replica, int stage) const {
   check_slot(replica, stage);
-  return (replica * pp_ + stage) / actors_per_rank();
+  return owners_[static_cast<size_t>(replica * pp_ + stage)];
 }
 
 std::vector<stage_slot> rank_placement::owned(int rank) const {
@@ -36,8 +72,8 @@ std::vector<stage_slot> rank_placement::owned(int rank) const {
     throw std::out_of_range("rank_placement: rank " + std::to_string(rank) + " is not below world " +
                             std::to_string(world_));
   std::vector<stage_slot> out;
-  const int per = actors_per_rank();
-  for (int i = rank * per; i < (rank + 1) * per; ++i) out.push_back({i / pp_, i % pp_});
+  for (int i = 0; i < dp_ * pp_; ++i)
+    if (owners_[static_cast<size_t>(i)] == rank) out.push_back({i / pp_, i % pp_});
   return out;
 }
 
@@ -60,10 +96,9 @@ int rank_placement::keeper(int replica, int stage) const {
 std::vector<int> rank_placement::stage_group(int stage) const {
   check_slot(0, stage);
   std::vector<int> ranks;
-  for (int r = 0; r < dp_; ++r) {
-    const int rank = owner(r, stage);  // ascending in r
-    if (ranks.empty() || ranks.back() != rank) ranks.push_back(rank);
-  }
+  for (int r = 0; r < dp_; ++r) ranks.push_back(owner(r, stage));
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   return ranks;
 }
 

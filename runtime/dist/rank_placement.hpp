@@ -12,6 +12,7 @@
 //   dp 2, pp 4, world 2: rank r holds all of replica r.
 // (Not to be confused with runtime/schedule/placement.hpp, which places virtual
 // stages on pipeline stages inside one replica.)
+#include <string>
 #include <vector>
 
 namespace actorpipe {
@@ -35,16 +36,29 @@ struct pipeline_neighbours {
 ///   "WORLD_SIZE 3 does not divide parallel.dp 2 x pipeline stages 4".
 void check_rank_placement(int dp, int pp, int world);
 
-/// dp x pp stage actors over `world` ranks (see the top of this file).
+/// dp x pp stage actors over `world` ranks: a value, which rank 0's
+/// supervisor computes for each generation and the other ranks read (the
+/// store carries it as encode() writes it). The default is the one at the
+/// top of this file.
 class rank_placement {
  public:
-  /// Checks with check_rank_placement.
+  /// The default: equal consecutive blocks. Checks with check_rank_placement.
   rank_placement(int dp, int pp, int world);
+
+  /// Any placement: `owners[replica * pp + stage]` runs that stage actor.
+  /// Throws std::invalid_argument for a size other than dp * pp or an
+  /// owner outside 0 .. world - 1.
+  static rank_placement of_owners(int dp, int pp, int world, std::vector<int> owners);
+
+  /// "dp pp world owner..." and back; decode throws std::invalid_argument
+  /// for anything else.
+  std::string encode() const;
+  static rank_placement decode(const std::string& text);
 
   int dp() const { return dp_; }
   int pp() const { return pp_; }
   int world() const { return world_; }
-  /// Stage actors per rank: dp * pp / world.
+  /// Stage actors per rank under the default placement: dp * pp / world.
   int actors_per_rank() const { return dp_ * pp_ / world_; }
 
   /// The rank that runs (replica, stage).
@@ -78,6 +92,7 @@ class rank_placement {
   int dp_;
   int pp_;
   int world_;
+  std::vector<int> owners_;  // by replica * pp + stage
 };
 
 }  // namespace actorpipe

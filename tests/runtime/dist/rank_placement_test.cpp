@@ -174,3 +174,42 @@ TEST(RankPlacement, EveryShapeDealsEqualConsecutiveBlocks) {
 
 }  // namespace
 }  // namespace actorpipe
+
+namespace actorpipe {
+namespace {
+
+// A placement is a value the supervisor may choose: any stage actor on any
+// rank, uneven too. Its questions answer from the table, and its text (what
+// the store carries to every rank) gives it back whole.
+TEST(RankPlacementValue, AnyOwnersAnswerFromTheTableAndRoundTripThroughText) {
+  // dp 2 x pp 3 on 3 ranks, uneven: rank 0 holds (0,0) (0,1); rank 1
+  // holds (0,2) (1,2); rank 2 holds (1,0) (1,1).
+  const auto p = rank_placement::of_owners(2, 3, 3, {0, 0, 1, 2, 2, 1});
+  EXPECT_EQ(p.owner(0, 2), 1);
+  EXPECT_EQ(p.owner(1, 0), 2);
+  EXPECT_EQ(p.owned(1), (std::vector<stage_slot>{{0, 2}, {1, 2}}));
+  EXPECT_EQ(p.owned(2), (std::vector<stage_slot>{{1, 0}, {1, 1}}));
+  EXPECT_EQ(p.neighbours(1, 1).prev, 2);
+  EXPECT_EQ(p.neighbours(1, 1).next, 1);
+  EXPECT_EQ(p.keeper(1, 2), 1);  // the nearest earlier stage in another process
+  EXPECT_EQ(p.keeper(0, 1), -1);
+  EXPECT_EQ(p.stage_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.stage_group(2), (std::vector<int>{1}));
+  const auto back = rank_placement::decode(p.encode());
+  EXPECT_EQ(back.encode(), "2 3 3 0 0 1 2 2 1");
+  for (int d = 0; d < 2; ++d)
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(back.owner(d, r), p.owner(d, r));
+  // The default placement is a value like any other.
+  const rank_placement blocks(2, 2, 4);
+  EXPECT_EQ(blocks.encode(), "2 2 4 0 1 2 3");
+  EXPECT_EQ(rank_placement::decode(blocks.encode()).owned(3), blocks.owned(3));
+}
+
+TEST(RankPlacementValue, ATextThatIsNotAPlacementIsRefused) {
+  for (const char* bad : {"", "2 3", "2 3 3 0 0 1", "2 3 3 0 0 1 2 2 9", "2 3 3 0 0 1 2 2 x", "0 1 1"})
+    EXPECT_THROW(rank_placement::decode(bad), std::invalid_argument) << "'" << bad << "'";
+  EXPECT_THROW(rank_placement::of_owners(1, 2, 2, {0, 2}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace actorpipe
