@@ -65,7 +65,7 @@ constexpr const char* to_string(run_errc code) {
 }
 
 /// The process's exit code for a run that ended with `code`: the one place
-/// that decides it (README, "Exit codes").
+/// that decides it (docs/EXIT_CODES.md lists them).
 constexpr int exit_code_for(run_errc code) {
   switch (code) {
     case run_errc::none: return 0;

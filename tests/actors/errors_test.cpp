@@ -17,7 +17,7 @@
 namespace actorpipe {
 namespace {
 
-// README, "Exit codes": 0 done, 1 the run failed, 2 bad config or
+// docs/EXIT_CODES.md: 0 done, 1 the run failed, 2 bad config or
 // arguments, 3 a hang or a deadlocking order, 4 more restarts than allowed.
 TEST(ExitCodes, EveryRunErrorMapsToTheDocumentedCode) {
   static_assert(exit_code_for(run_errc::hang) == 3, "usable in constant expressions");

@@ -1,5 +1,6 @@
-// The README's "write your own policy" example, compiled and run: the same
-// class as in the README, driven by the simulator like any built-in policy.
+// docs/CUSTOM_SCHEDULE.md's "write your own policy" example, compiled and
+// run: the same class as on that page, driven by the simulator like any
+// built-in policy.
 #include <gtest/gtest.h>
 
 #include "runtime/schedule/policy.hpp"
@@ -8,7 +9,7 @@
 namespace actorpipe {
 namespace {
 
-// --- README example begins ---
+// --- docs/CUSTOM_SCHEDULE.md example begins ---
 /// 1F1B's memory bound, but forwards first: a stage runs ahead while it
 /// may and only then turns to its backwards.
 class forward_first_policy : public policy {
@@ -24,7 +25,7 @@ public:
     return std::nullopt;  // wait for a message
   }
 };
-// --- README example ends ---
+// --- docs/CUSTOM_SCHEDULE.md example ends ---
 
 TEST(CustomPolicy, ReadmeExampleRunsInTheSimulatorWithinTheMemoryBound) {
   const int s = 4, m = 8;
