@@ -120,6 +120,27 @@ args parse(int argc, char** argv, int first, const command_spec& spec) {
   return a;
 }
 
+std::string schedule_names(bool trainable_only, size_t first_width, size_t width) {
+  std::vector<std::string> names;
+  if (trainable_only) {
+    names = trainable_schedule_names();
+  } else {
+    for (const auto& s : schedules()) names.push_back(s.name);
+  }
+  std::string out, line;
+  size_t limit = first_width;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string word = names[i] + (i + 1 < names.size() ? " |" : "");
+    if (!line.empty() && line.size() + 1 + word.size() > limit) {
+      out += line + "\n";
+      line.clear();
+      limit = width;
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
 int64_t parse_count(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);

@@ -63,6 +63,12 @@ struct args {
 /// spec does not have, is a usage_error naming it.
 args parse(int argc, char** argv, int first, const command_spec& spec);
 
+/// The registered schedules' names ("naive | gpipe | ..."), the trainable
+/// ones or every one, broken into lines of at most `width` characters (the
+/// first `first_width`) for a help text: help lists cannot drift from the
+/// registry.
+std::string schedule_names(bool trainable_only, size_t first_width, size_t width);
+
 /// `v` as an integer in 1..INT_MAX, or a usage_error naming `flag`.
 int64_t parse_count(const std::string& flag, const std::string& v);
 
@@ -128,5 +134,6 @@ int cmd_bubble(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
 int cmd_launch(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_keys(int argc, char** argv);
 
 }  // namespace actorpipe::app

@@ -16,9 +16,10 @@ const command_spec compare_spec = {
     "usage: actorpipe compare CONFIG [options]",
     "Trains CONFIG once per schedule and prints one comparison table.\n",
     {{"--schedules", "LIST",
-      "comma-separated (default: the config's compare.schedules,\n"
-      "else naive,gpipe,1f1b); NAME+recompute runs NAME with every\n"
-      "stage recomputing its activations"},
+      "comma-separated, of " + schedule_names(true, 36, 58) +
+          "\n(default: the config's compare.schedules, else\n"
+          "naive,gpipe,1f1b); NAME+recompute runs NAME with every\n"
+          "stage recomputing its activations"},
      {"--steps", "N", "override train.steps"},
      {"--log-every", "N", "progress line every N steps (default: quiet)"},
      {"--report", "PATH", "one HTML page with every schedule's timeline on one time axis"}},

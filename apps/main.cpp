@@ -1,4 +1,4 @@
-// actorpipe: train | compare | bubble | simulate | launch | generate. The command dispatch and
+// actorpipe: train | compare | bubble | simulate | launch | generate | keys. The command dispatch and
 // what each kind of failure exits with; the commands live in apps/*.cpp.
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,11 +26,13 @@ const char* main_help =
     "\n"
     "commands:\n"
     "  train CONFIG     train the model a YAML config describes\n"
-    "  compare CONFIG   train it under naive, gpipe and 1f1b; print one table\n"
+    "  compare CONFIG   train it under several schedules (the config's\n"
+    "                   compare.schedules, else naive, gpipe, 1f1b); one table\n"
     "  bubble           print the analytic pipeline-bubble table\n"
     "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
     "  launch CONFIG    train it as --nprocs N local processes (like torchrun)\n"
     "  generate CONFIG  continue a prompt with a trained GPT model (--load STATE)\n"
+    "  keys [PREFIX]    every config key with its type, default and meaning\n"
     "\n"
     "Run 'actorpipe COMMAND --help' for a command's options.\n";
 
@@ -59,7 +61,8 @@ int run_command(int argc, char** argv) {
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "launch") return cmd_launch(argc, argv);
     if (cmd == "generate") return cmd_generate(argc, argv);
-    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch | generate; see --help)");
+    if (cmd == "keys") return cmd_keys(argc, argv);
+    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch | generate | keys; see --help)");
   } catch (const config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;

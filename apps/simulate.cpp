@@ -34,9 +34,8 @@ const command_spec simulate_spec = {
     {{"--stages", "S", "pipeline stages (default 4)"},
      {"--microbatches", "M", "microbatches per step (default 8)"},
      {"--schedule", "NAME",
-      "any registered policy: naive | gpipe | 1f1b | interleaved |\n"
-      "interleaved-greedy | zb-h1 | zb-v | greedy | async\n"
-      "(default 1f1b; async simulates one step)"},
+      "any registered policy: " + schedule_names(false, 34, 56) +
+          "\n(default 1f1b; async simulates one step)"},
      {"--virtual-stages", "V",
       "chunks per stage for interleaved (default 2) and greedy\n"
       "(default 1); zb-v has 2"},

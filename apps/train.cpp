@@ -35,8 +35,7 @@ const command_spec train_spec = {
     "usage: actorpipe train CONFIG [options]",
     "",
     {{"--schedule", "NAME",
-      "override pipeline.schedule (naive | gpipe | 1f1b | interleaved |\n"
-      "zb-h1 | zb-v | greedy | async)"},
+      "override pipeline.schedule (" + schedule_names(true, 30, 58) + ")"},
      {"--steps", "N", "override train.steps"},
      {"--save", "PATH", "write the final state dict (torch.load reads it)"},
      {"--trace", "PATH", "write a Chrome-trace JSON of every op (open in Perfetto)"},

@@ -112,9 +112,7 @@ using namespace config_detail;
 void read_config(reader& r, const YAML::Node& root) {
   if (!root.IsDefined() || root.IsNull()) r.fail(source_mark{1, 1}, "", "the config is empty; it needs at least model.layers");
   if (!root.IsMap()) r.fail(root, "", "expected a map at the top level, found " + describe(root));
-  std::vector<std::string> names;
-  for (const auto& s : top_sections()) names.push_back(s.name);
-  const section top = r.read_map(root, "", names);
+  const section top = r.read_map(root, "");
   for (const auto& s : top_sections()) s.read(r, top.find(s.name));
   for (const auto& check : cross_checks()) check.run(r);
   resolve(r);

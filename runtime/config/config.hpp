@@ -106,7 +106,8 @@ inline bool is_measuring_device(const std::string& d) { return d == "null" || d 
 struct pipeline_config {
   int stages = 1;
   /// Inclusive layer ranges, one per virtual stage (stages x
-  /// virtual_stages); empty = balanced by parameter count.
+  /// virtual_stages); empty = balanced by compute (multiply-adds per
+  /// token, runtime/model/partition.hpp).
   std::vector<std::pair<int, int>> partition;
   std::string schedule = "1f1b";  ///< a name from known_schedules()
   /// Model chunks per stage (2 for zb-v; interleaved's v, default 2; 1

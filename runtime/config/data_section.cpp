@@ -6,8 +6,7 @@ namespace actorpipe::config_detail {
 
 void read_data(reader& r, const entry* e) {
   auto& d = r.cfg().data;
-  const section s = r.read_map(e ? e->value : Node(), "data",
-                               {"kind", "path", "test_fraction", "split", "shuffle", "normalize", "synthetic", "seq_len"});
+  const section s = r.read_map(e ? e->value : Node(), "data");
   r.read_choice(s, "kind", "data kind", {"csv", "tensors", "synthetic", "text"}, d.kind);
   if (d.kind == "text") {
     if (!s.has("seq_len")) r.fail(r.cfg().marks.at("data.kind"), "data.seq_len", "required when data.kind is text");
@@ -35,7 +34,7 @@ void read_data(reader& r, const entry* e) {
   r.read_fields(s, d, fields);
   if (from_file) return;
   const entry* syn = s.find("synthetic");
-  const section ss = r.read_map(syn ? syn->value : Node(), "data.synthetic", {"samples", "features", "classes"});
+  const section ss = r.read_map(syn ? syn->value : Node(), "data.synthetic");
   // features and classes stay 0 when absent: resolve() takes the model's.
   static const std::vector<field<data_config>> synthetic_fields{
       {"samples", &data_config::samples, rule::count()},

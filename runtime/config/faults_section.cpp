@@ -45,8 +45,7 @@ void read_amounts(reader& r, const section& s, fault_spec& spec) {
 void read_fault(reader& r, const Node& n, const std::string& key) {
   r.mark(key, n);
   if (!n.IsMap()) r.fail(n, key, "expected a map such as {kind: nonfinite, stage: 1, step: 5, microbatch: 2}");
-  const section s = r.read_map(n, key, {"kind", "stage", "step", "microbatch", "where", "from", "to", "probability", "ms",
-                                        "factor", "after_op", "op", "replica"});
+  const section s = r.read_map(n, key);
   fault_spec spec;
   fault_indices at;
   spec.kind = read_kind(r, s, key);
@@ -83,7 +82,7 @@ void read_fault(reader& r, const Node& n, const std::string& key) {
 
 void read_faults(reader& r, const entry* e) {
   if (!e) return;
-  const section s = r.read_map(e->value, "faults", {"seed", "inject"});
+  const section s = r.read_map(e->value, "faults");
   static const std::vector<field<faults_config>> fields{{"seed", &faults_config::seed}};
   r.read_fields(s, r.cfg().faults, fields);
   const entry* ie = s.find("inject");

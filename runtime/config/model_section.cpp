@@ -35,9 +35,7 @@ void read_layer(reader& r, const Node& node, size_t index) {
   const std::string path = item("model.layers", index);
   r.mark(path, node);
   if (!node.IsMap()) r.fail(node, path, "expected a map like {type: relu}, found " + describe(node));
-  const section s = r.read_map(node, path,
-                               {"type", "in", "out", "p", "dim", "vocab", "max_seq", "heads", "mlp_hidden",
-                                "dropout", "tie", "repeat"});
+  const section s = r.read_map(node, path);
   layer_spec layer;
   layer.key = path;
   if (!s.has("type")) r.fail_key(path + ".type", "required (one of: " + join(layer_types) + ")");
@@ -153,7 +151,7 @@ void check_layer_shapes(reader& r) {
 
 void read_model(reader& r, const entry* e) {
   if (!e) r.fail(source_mark{1, 1}, "model.layers", "required: the list of layers");
-  const section s = r.read_map(e->value, "model", {"layers", "init_from", "dtype"});
+  const section s = r.read_map(e->value, "model");
   const entry* layers = s.find("layers");
   if (!layers) r.fail_key("model.layers", "required: the list of layers");
   if (!layers->value.IsSequence())

@@ -100,9 +100,7 @@ void read_recompute(reader& r, const entry& re) {
 
 void read_pipeline(reader& r, const entry* e) {
   auto& p = r.cfg().pipeline;
-  const section s = r.read_map(e ? e->value : Node(), "pipeline",
-                               {"stages", "partition", "schedule", "microbatches", "devices", "intra_op_threads",
-                                "pace_ms", "lockstep", "virtual_stages", "max_inflight", "recompute", "sim_ms", "threads"});
+  const section s = r.read_map(e ? e->value : Node(), "pipeline");
   r.read_choice(s, "schedule", "schedule", known_schedules(), p.schedule);
   const schedule_traits& sched = *find_schedule(p.schedule);
   read_chunks(r, s, sched);
@@ -111,7 +109,7 @@ void read_pipeline(reader& r, const entry* e) {
   if (sched.one_microbatch) p.microbatches = 1;  // the whole batch as one microbatch
   if (const entry* de = s.find("devices")) read_devices(r, *de);
   if (const entry* se = s.find("sim_ms")) {
-    const section ss = r.read_map(se->value, "pipeline.sim_ms", {"F", "B", "W"});
+    const section ss = r.read_map(se->value, "pipeline.sim_ms");
     static const std::vector<field<pipeline_config>> times{
         {"F", &pipeline_config::sim_f_ms, rule::ms()},
         {"B", &pipeline_config::sim_b_ms, rule::ms()},

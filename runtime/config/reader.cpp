@@ -1,6 +1,8 @@
 // The config reader's machinery: positions, failing, maps and scalars.
 #include "runtime/config/reader.hpp"
 
+#include "runtime/config/schema.hpp"
+
 #include "runtime/util/text.hpp"
 
 #include <algorithm>
@@ -98,6 +100,10 @@ bool contains(const std::vector<std::string>& xs, const std::string& x) {
 }
 
 }  // namespace
+
+section reader::read_map(const Node& node, const std::string& path) {
+  return read_map(node, path, config_schema::keys_under(path));
+}
 
 section reader::read_map(const Node& node, const std::string& path, const std::vector<std::string>& allowed) {
   section s{path, {}};

@@ -182,6 +182,9 @@ public:
   /// rejects duplicate and unknown keys in document order, and records the
   /// position of every key.
   section read_map(const Node& node, const std::string& path, const std::vector<std::string>& allowed);
+  /// read_map with the keys runtime/config/schema.cpp lists under `path`:
+  /// what every section reader uses, so the reference lists every key.
+  section read_map(const Node& node, const std::string& path);
   /// Rejects keys that exist in the schema but not for this variant
   /// (momentum on adam, p on a linear layer).
   void only_keys(const section& s, const std::vector<std::string>& allowed, const std::string& what,

@@ -11,7 +11,7 @@ namespace actorpipe::config_detail {
 
 void read_parallel(reader& r, const entry* e) {
   if (!e) return;
-  const section s = r.read_map(e->value, "parallel", {"dp", "allreduce"});
+  const section s = r.read_map(e->value, "parallel");
   static const std::vector<field<parallel_config>> fields{
       {"dp", &parallel_config::dp, rule::at_least(1)},
       {"allreduce", &parallel_config::allreduce, rule::one_of("allreduce backend", {"auto", "gloo", "nccl"})},
@@ -22,7 +22,7 @@ void read_parallel(reader& r, const entry* e) {
 void read_checkpoint(reader& r, const entry* e) {
   if (!e) return;
   auto& c = r.cfg().checkpoint;
-  const section s = r.read_map(e->value, "checkpoint", {"dir", "every", "keep_last"});
+  const section s = r.read_map(e->value, "checkpoint");
   if (!r.read_string(s, "dir", c.dir) || c.dir.empty()) r.fail_key("checkpoint.dir", "expected a directory path");
   c.dir = r.resolve_path(c.dir);
   c.every = 1;
@@ -35,9 +35,7 @@ void read_checkpoint(reader& r, const entry* e) {
 
 void read_supervision(reader& r, const entry* e) {
   if (!e) return;
-  const section s = r.read_map(e->value, "supervision",
-                               {"watchdog_s", "on_nonfinite", "check_updates", "max_restarts", "window_steps", "copy_every", "op_timeout_ms",
-                                "max_skipped_fraction", "connect_timeout_s", "heartbeat_timeout_s"});
+  const section s = r.read_map(e->value, "supervision");
   using sc = supervision_config;
   static const std::vector<field<sc>> fields{
       {"op_timeout_ms", &sc::op_timeout_ms, rule::ms()},
@@ -58,7 +56,7 @@ void read_supervision(reader& r, const entry* e) {
 
 void read_compare(reader& r, const entry* e) {
   if (!e) return;
-  const section s = r.read_map(e->value, "compare", {"schedules"});
+  const section s = r.read_map(e->value, "compare");
   const entry* se = s.find("schedules");
   if (!se) return;
   const std::string path = "compare.schedules";

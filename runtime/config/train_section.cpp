@@ -22,7 +22,7 @@ void read_betas(reader& r, const entry& be, optimizer_config& o) {
 }
 
 void read_optimizer(reader& r, const entry& oe, optimizer_config& o) {
-  const section s = r.read_map(oe.value, "train.optimizer", {"type", "lr", "betas", "eps", "weight_decay", "momentum"});
+  const section s = r.read_map(oe.value, "train.optimizer");
   r.read_choice(s, "type", "optimizer", {"adam", "sgd"}, o.type);
   if (o.type == "adam")
     r.only_keys(s, {"type", "lr", "betas", "eps", "weight_decay"}, "the adam optimizer", [](auto&) { return "sgd"; });
@@ -40,7 +40,7 @@ void read_optimizer(reader& r, const entry& oe, optimizer_config& o) {
 }
 
 void read_lr_schedule(reader& r, const entry& le, lr_schedule_config& l) {
-  const section s = r.read_map(le.value, "train.lr_schedule", {"type", "step_size", "gamma"});
+  const section s = r.read_map(le.value, "train.lr_schedule");
   r.read_choice(s, "type", "lr schedule", {"none", "step"}, l.type);
   if (l.type == "none") r.only_keys(s, {"type"}, "lr_schedule none", [](auto&) { return "step"; });
   static const std::vector<field<lr_schedule_config>> fields{
@@ -54,8 +54,7 @@ void read_lr_schedule(reader& r, const entry& le, lr_schedule_config& l) {
 
 void read_train(reader& r, const entry* e) {
   auto& t = r.cfg().train;
-  const section s = r.read_map(e ? e->value : Node(), "train",
-                               {"steps", "batch_size", "optimizer", "lr_schedule", "clip_grad_norm", "seed"});
+  const section s = r.read_map(e ? e->value : Node(), "train");
   static const std::vector<field<train_config>> fields{
       {"steps", &train_config::steps, rule::count()},
       {"batch_size", &train_config::batch_size, rule::count()},

@@ -24,6 +24,8 @@
 
 #include "tests/cpu_only.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/config/schema.hpp"
+#include "runtime/schedule/policies/registry.hpp"
 #include "runtime/files/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
@@ -137,7 +139,8 @@ TEST(CliUsage, HelpForEveryCommandExitsZeroAndPrintsUsage) {
       {{"train", "-h"}, "--schedule"},
       {{"compare", "--help"}, "--schedules"},
       {{"bubble", "--help"}, "--stages"},
-      {{"simulate", "--help"}, "--cost"}};
+      {{"simulate", "--help"}, "--cost"},
+      {{"keys", "--help"}, "--markdown"}};
   for (const auto& [args, mention] : cases) {
     auto r = actorpipe(args);
     std::string what = args[0] + (args.size() > 1 ? " " + args[1] : "");
@@ -146,6 +149,49 @@ TEST(CliUsage, HelpForEveryCommandExitsZeroAndPrintsUsage) {
     EXPECT_NE(r.out.find(mention), std::string::npos) << what << "\n" << describe(r);
     EXPECT_EQ(r.err, "") << what;
   }
+}
+
+/// The words of a help text, the line breaks and the column gone.
+std::string flattened(const std::string& help) {
+  std::istringstream words(help);
+  std::string out, w;
+  while (words >> w) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+TEST(CliUsage, ScheduleListsInHelpTextsAreTheRegistrys) {
+  std::string trainable, every;
+  for (const auto& name : known_schedules()) trainable += (trainable.empty() ? "" : " | ") + name;
+  for (const auto& s : schedules()) every += (every.empty() ? "" : " | ") + s.name;
+  EXPECT_NE(trainable.find("dualpipev"), std::string::npos);
+  for (const auto& cmd : {"train", "compare"})
+    EXPECT_NE(flattened(actorpipe({cmd, "--help"}).out).find(trainable), std::string::npos) << cmd << ": " << trainable;
+  EXPECT_NE(flattened(actorpipe({"simulate", "--help"}).out).find(every), std::string::npos) << every;
+}
+
+TEST(CliKeys, EveryConfigKeyOrThoseUnderAPrefix) {
+  auto all = actorpipe({"keys"});
+  ASSERT_EQ(all.code, 0) << describe(all);
+  size_t listed = 0;
+  for (const auto& k : config_schema::keys()) {
+    EXPECT_NE(("\n" + all.out).find("\n" + std::string(k.path) + "  ("), std::string::npos) << k.path;
+    ++listed;
+  }
+  EXPECT_GE(listed, 90u);
+  auto some = actorpipe({"keys", "supervision"});
+  ASSERT_EQ(some.code, 0) << describe(some);
+  for (const auto& l : lines(some.out))
+    if (!l.empty() && l[0] != ' ') EXPECT_EQ(l.rfind("supervision", 0), 0u) << l;
+  EXPECT_NE(some.out.find("supervision.heartbeat_timeout_s  (seconds in [1, 86400]; default 10)"), std::string::npos)
+      << some.out;
+  auto md = actorpipe({"keys", "--markdown"});
+  EXPECT_EQ(md.code, 0);
+  EXPECT_TRUE(md.out == config_schema::render_markdown());
+  auto none = actorpipe({"keys", "superviion"});
+  EXPECT_EQ(none.code, 2) << describe(none);
+  EXPECT_EQ(none.err,
+            "actorpipe: no config key starts with 'superviion' (the sections: model, data, train, parallel, pipeline, "
+            "compare, checkpoint, supervision, faults)\n");
 }
 
 TEST(CliUsage, NoArgumentsExitsTwoWithUsageOnStderr) {
