@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "runtime/dist/rank_placement.hpp"
 #include "runtime/util/text.hpp"
 
 namespace actorpipe {
@@ -157,6 +158,27 @@ void read_torchelastic(const env_lookup& env, rank_env& out) {
   out.store_prefix = "/worker/attempt_" + std::to_string(out.restart_count);
 }
 
+/// Slurm's step ids above this are its special steps (interactive, batch,
+/// extern, pending: 0xfffffffa and up), never one srun started.
+constexpr int64_t last_srun_step = 0xfffffff9LL;
+
+/// Under Slurm with more than one task, this process must be a task of an
+/// srun step: an sbatch or salloc script itself has SLURM_NTASKS and (in a
+/// batch script) SLURM_PROCID 0, but no step id.
+void check_srun_step(const env_lookup& env, int world) {
+  const char* name = "SLURM_STEP_ID";
+  auto step = env(name);
+  if (!step) {
+    name = "SLURM_STEPID";
+    step = env(name);
+  }
+  if (step && all_digits(*step) && step->size() <= 10 && std::stoll(*step) <= last_srun_step) return;
+  const std::string why = step ? std::string(name) + " " + quoted_input(*step) + " is not an srun step"
+                               : std::string("SLURM_STEP_ID is not set");
+  fail("SLURM_NTASKS is " + std::to_string(world) + " but this process is not a task that srun started (" + why +
+       ": an sbatch or salloc script itself); start it with srun, as in 'srun actorpipe train CONFIG'");
+}
+
 const launcher_vars* detect(const env_lookup& env) {
   if (env("WORLD_SIZE")) return &torchrun_vars;
   if (env("OMPI_COMM_WORLD_SIZE")) return &openmpi_vars;
@@ -193,6 +215,29 @@ const char* local_rank_variable(rank_launcher launcher) {
   return torchrun_vars.local_rank;
 }
 
+const char* world_size_variable(rank_launcher launcher) {
+  switch (launcher) {
+    case rank_launcher::openmpi:
+      return openmpi_vars.size;
+    case rank_launcher::slurm:
+      return slurm_vars.size;
+    case rank_launcher::torchrun:
+    case rank_launcher::none:
+      break;
+  }
+  return torchrun_vars.size;
+}
+
+void check_world_divides(const rank_env& env, int dp, int pp) {
+  if (!env.multi_process()) return;
+  if (dp >= 1 && pp >= 1 && (static_cast<long long>(dp) * pp) % env.world_size != 0)
+    throw rank_env_error(std::string(world_size_variable(env.launcher)) + " " + std::to_string(env.world_size) +
+                             " does not divide parallel.dp " + std::to_string(dp) + " x pipeline stages " +
+                             std::to_string(pp),
+                         env.rank != 0);
+  check_rank_placement(dp, pp, env.world_size);
+}
+
 load_env load_env_for(const rank_env& ranks, int cuda_devices) {
   load_env out;
   out.cuda_devices = cuda_devices;
@@ -209,6 +254,7 @@ rank_env read_rank_env(const env_lookup& env) {
   const launcher_vars* vars = detect(env);
   if (!vars) return out;
   const int world = parse_positive(vars->size, *env(vars->size));
+  if (vars->kind == rank_launcher::slurm && world > 1) check_srun_step(env, world);
   const auto rank = env(vars->rank);
   if (!rank && world > 1) fail(std::string(vars->rank) + " is not set" + needed_when(vars->size, world));
   const int r = rank ? parse_count(vars->rank, *rank) : 0;

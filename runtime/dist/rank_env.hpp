@@ -14,7 +14,13 @@
 //   slurm         SLURM_NTASKS is set (srun): SLURM_PROCID, SLURM_LOCALID,
 //                 SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE (+
 //                 SLURM_NODEID), MASTER_ADDR or else the first host of
-//                 SLURM_JOB_NODELIST (SLURM_NODELIST), MASTER_PORT.
+//                 SLURM_JOB_NODELIST (SLURM_NODELIST), MASTER_PORT. With
+//                 SLURM_NTASKS > 1 the process must be a task of an srun
+//                 step: SLURM_STEP_ID (or SLURM_STEPID) a step number. An
+//                 sbatch or salloc script itself has none (Slurm 22.05),
+//                 yet SLURM_NTASKS, SLURM_PROCID 0 and SLURM_LOCALID 0, and
+//                 would take itself for rank 0 and wait for peers that
+//                 never come: it is refused, naming srun.
 //   none          none of these, or a world size of 1: one process, rank 0.
 //
 // MASTER_PORT defaults to 29500 (torchrun's default) under every launcher.
@@ -39,6 +45,13 @@ namespace actorpipe {
 /// A config_error, so the apps print it and exit with code 2.
 struct rank_env_error : config_error {
   using config_error::config_error;
+  /// `quiet`: every rank meets this error alike, and rank 0 says it for
+  /// them all; the apps exit 2 without printing it (one line in total).
+  rank_env_error(const std::string& line, bool quiet) : config_error(line), quiet_(quiet) {}
+  bool quiet() const { return quiet_; }
+
+ private:
+  bool quiet_ = false;
 };
 
 /// Which launcher's variables described the run.
@@ -50,6 +63,10 @@ const char* launcher_name(rank_launcher launcher);
 /// The variable that gives the local rank under `launcher`: "LOCAL_RANK"
 /// (torchrun, and none), "OMPI_COMM_WORLD_LOCAL_RANK" or "SLURM_LOCALID".
 const char* local_rank_variable(rank_launcher launcher);
+
+/// The variable that gives the world size under `launcher`: "WORLD_SIZE"
+/// (torchrun, and none), "OMPI_COMM_WORLD_SIZE" or "SLURM_NTASKS".
+const char* world_size_variable(rank_launcher launcher);
 
 /// The port MASTER_PORT defaults to (torchrun's default).
 constexpr int default_master_port = 29500;
@@ -91,9 +108,17 @@ using env_lookup = std::function<std::optional<std::string>(const std::string&)>
 /// The rank environment `env` describes (see the top of this file). Throws
 /// rank_env_error on a malformed number, a rank or local rank out of range,
 /// a missing RANK / MASTER_ADDR (or Slurm equivalent) when the world has
-/// more than one process, a port outside 1..65535, or a malformed
-/// SLURM_JOB_NODELIST.
+/// more than one process, a port outside 1..65535, a malformed
+/// SLURM_JOB_NODELIST, or Slurm's SLURM_NTASKS > 1 outside an srun step.
 rank_env read_rank_env(const env_lookup& env);
+
+/// Throws rank_env_error unless the world size of a multi-process run
+/// divides dp x pp, naming the variable it came from:
+///   "SLURM_NTASKS 4 does not divide parallel.dp 1 x pipeline stages 3".
+/// Every rank throws it; on ranks other than 0 it is quiet(), so that the
+/// line is printed once. Also checks dp and pp as check_rank_placement
+/// does (runtime/dist/rank_placement.hpp). One process: nothing to check.
+void check_world_divides(const rank_env& env, int dp, int pp);
 
 /// read_rank_env over a fixed set of variables (tests, `actorpipe launch`).
 rank_env read_rank_env(const std::map<std::string, std::string>& env);

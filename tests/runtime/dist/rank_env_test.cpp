@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace actorpipe {
@@ -127,7 +128,8 @@ const env_map slurm_env = {{"SLURM_NTASKS", "8"},
                            {"SLURM_LOCALID", "2"},
                            {"SLURM_TASKS_PER_NODE", "4(x2)"},
                            {"SLURM_JOB_NODELIST", "node[01-02]"},
-                           {"SLURM_NODEID", "1"}};
+                           {"SLURM_NODEID", "1"},
+                           {"SLURM_STEP_ID", "0"}};
 
 TEST(RankEnv, SlurmVariables) {
   const rank_env e = read_rank_env(slurm_env);
@@ -172,6 +174,49 @@ TEST(RankEnv, SlurmLocalWorldSize) {
   EXPECT_EQ(error_of(without(slurm_env, "SLURM_TASKS_PER_NODE")),
             "SLURM_TASKS_PER_NODE is not set (needed when SLURM_NTASKS is 8)");
   EXPECT_EQ(error_of(without(slurm_env, "SLURM_LOCALID")), "SLURM_LOCALID is not set (needed when SLURM_NTASKS is 8)");
+}
+
+// What an sbatch script itself holds (Slurm 22.05, `sbatch -N1 -n3`): the
+// job's task count and a PROCID and LOCALID of 0, but no step id. Taken at
+// its word it would be rank 0 of 3 and wait for peers that never come.
+const env_map batch_script_env = {{"SLURM_NTASKS", "3"},         {"SLURM_NPROCS", "3"},
+                                  {"SLURM_PROCID", "0"},         {"SLURM_LOCALID", "0"},
+                                  {"SLURM_NODEID", "0"},         {"SLURM_TASKS_PER_NODE", "3"},
+                                  {"SLURM_JOB_NODELIST", "vm"}, {"SLURM_JOB_ID", "5"}};
+
+TEST(RankEnv, SlurmBatchScriptIsRefusedNamingSrun) {
+  const std::string tail =
+      ": an sbatch or salloc script itself); start it with srun, as in 'srun actorpipe train CONFIG'";
+  EXPECT_EQ(error_of(batch_script_env),
+            "SLURM_NTASKS is 3 but this process is not a task that srun started (SLURM_STEP_ID is not set" + tail);
+  // Slurm's special steps, by name or by number (batch is 0xfffffffb).
+  EXPECT_EQ(error_of(with(batch_script_env, {{"SLURM_STEP_ID", "batch"}})),
+            "SLURM_NTASKS is 3 but this process is not a task that srun started (SLURM_STEP_ID 'batch' is not an "
+            "srun step" + tail);
+  EXPECT_EQ(error_of(with(batch_script_env, {{"SLURM_STEPID", "4294967291"}})),
+            "SLURM_NTASKS is 3 but this process is not a task that srun started (SLURM_STEPID '4294967291' is not an "
+            "srun step" + tail);
+  EXPECT_EQ(error_of(with(batch_script_env, {{"SLURM_STEP_ID", "99999999999"}})),
+            "SLURM_NTASKS is 3 but this process is not a task that srun started (SLURM_STEP_ID '99999999999' is not an "
+            "srun step" + tail);
+  // A task of srun's step: either name, any regular step number.
+  for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"})
+    for (const char* id : {"0", "7", "4294967289"}) {
+      const rank_env e = read_rank_env(with(batch_script_env, {{name, id}}));
+      EXPECT_EQ(e.launcher, rank_launcher::slurm) << name << " " << id;
+      EXPECT_EQ(e.world_size, 3) << name << " " << id;
+      EXPECT_EQ(e.master_addr, "vm") << name << " " << id;
+    }
+  // One task (sbatch -n1) is one process, step or none.
+  EXPECT_EQ(read_rank_env(with(batch_script_env, {{"SLURM_NTASKS", "1"}})).world_size, 1);
+  // torchrun or mpirun started from the batch script: their variables win.
+  EXPECT_EQ(read_rank_env(with(batch_script_env, {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "vm"}}))
+                .launcher,
+            rank_launcher::torchrun);
+  EXPECT_EQ(read_rank_env(with(batch_script_env, {{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"},
+                                                  {"MASTER_ADDR", "vm"}}))
+                .launcher,
+            rank_launcher::openmpi);
 }
 
 TEST(RankEnv, SlurmTasksPerNodeExpands) {
@@ -298,6 +343,54 @@ TEST(LoadEnvFor, EachLauncherGivesItsRankLocalRankAndVariable) {
   EXPECT_EQ(o.rank, 3);
   EXPECT_EQ(o.local_rank_variable, "OMPI_COMM_WORLD_LOCAL_RANK");
   EXPECT_STREQ(local_rank_variable(rank_launcher::none), "LOCAL_RANK");
+}
+
+// ---- the world size against the config ------------------------------------
+
+/// The line and quiet() check_world_divides throws; fails when it returns.
+std::pair<std::string, bool> divide_error(const rank_env& env, int dp, int pp) {
+  try {
+    check_world_divides(env, dp, pp);
+  } catch (const rank_env_error& e) {
+    return {e.what(), e.quiet()};
+  }
+  ADD_FAILURE() << "no rank_env_error";
+  return {"", false};
+}
+
+TEST(WorldDivides, NamesTheVariableTheWorldSizeCameFrom) {
+  EXPECT_STREQ(world_size_variable(rank_launcher::torchrun), "WORLD_SIZE");
+  EXPECT_STREQ(world_size_variable(rank_launcher::none), "WORLD_SIZE");
+  EXPECT_STREQ(world_size_variable(rank_launcher::slurm), "SLURM_NTASKS");
+  EXPECT_STREQ(world_size_variable(rank_launcher::openmpi), "OMPI_COMM_WORLD_SIZE");
+  // `srun -n4` on a 3-stage config: the user never set WORLD_SIZE.
+  const rank_env slurm4 = read_rank_env(with(slurm_env, {{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"},
+                                                        {"SLURM_LOCALID", "0"}, {"SLURM_TASKS_PER_NODE", "4"},
+                                                        {"SLURM_NODEID", "0"}}));
+  EXPECT_EQ(divide_error(slurm4, 1, 3).first, "SLURM_NTASKS 4 does not divide parallel.dp 1 x pipeline stages 3");
+  EXPECT_EQ(divide_error(read_rank_env(openmpi_env), 1, 3).first,
+            "OMPI_COMM_WORLD_SIZE 4 does not divide parallel.dp 1 x pipeline stages 3");
+  EXPECT_EQ(divide_error(read_rank_env(torchrun_env), 2, 3).first,
+            "WORLD_SIZE 8 does not divide parallel.dp 2 x pipeline stages 3");
+}
+
+TEST(WorldDivides, RankZeroAloneSaysIt) {
+  for (int rank = 0; rank < 8; ++rank) {
+    const rank_env e = read_rank_env(with(torchrun_env, {{"RANK", std::to_string(rank)}}));
+    const auto [line, quiet] = divide_error(e, 1, 3);
+    EXPECT_EQ(line, "WORLD_SIZE 8 does not divide parallel.dp 1 x pipeline stages 3") << rank;
+    EXPECT_EQ(quiet, rank != 0) << rank;
+  }
+}
+
+TEST(WorldDivides, AWorldThatDividesOrOneProcessPasses) {
+  EXPECT_NO_THROW(check_world_divides(read_rank_env(torchrun_env), 2, 4));   // 8 of 8
+  EXPECT_NO_THROW(check_world_divides(read_rank_env(torchrun_env), 4, 4));   // 2 stage actors each
+  EXPECT_NO_THROW(check_world_divides(read_rank_env(openmpi_env), 1, 8));
+  EXPECT_NO_THROW(check_world_divides(read_rank_env(env_map{}), 1, 3));      // one process
+  // dp and pp themselves are checked as check_rank_placement does.
+  EXPECT_EQ(divide_error(read_rank_env(torchrun_env), 0, 4).first, "parallel.dp 0 is not a positive integer");
+  EXPECT_EQ(divide_error(read_rank_env(torchrun_env), 2, 0).first, "pipeline.stages 0 is not a positive integer");
 }
 
 // ---- errors ----------------------------------------------------------------
