@@ -20,7 +20,7 @@
 namespace actorpipe::app {
 
 // Exit codes come from messages/errors.hpp's exit_code_for(), the one
-// place that decides them (README, "Exit codes").
+// place that decides them (docs/EXIT_CODES.md).
 constexpr int exit_ok = exit_code_for(run_errc::none);
 constexpr int exit_failed = exit_code_for(run_errc::failed);
 constexpr int exit_usage = exit_code_for(run_errc::bad_config);

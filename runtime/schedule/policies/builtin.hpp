@@ -27,6 +27,16 @@ public:
   std::optional<op_id> next(const stage_view& v) const override;
 };
 
+/// Forwards first, up to twice 1F1B's in-flight bound: a stage runs further
+/// ahead than 1F1B before it turns to its backwards (more activation
+/// memory, more slack for uneven op times). The worked example of
+/// docs/CUSTOM_SCHEDULE.md.
+class forward_first_policy : public policy {
+public:
+  std::string name() const override { return "forward-first"; }
+  std::optional<op_id> next(const stage_view& v) const override;
+};
+
 /// ZB-H1 (Qi et al., 2024): the backward split into B (input gradient,
 /// which unblocks the stage before) and W (weight gradient). 1F1B's
 /// warm-up and F-B alternation, with each W deferred while stage r holds at

@@ -99,6 +99,11 @@ std::vector<schedule_traits> build() {
   greedy.takes_max_inflight = true;
   r.push_back(greedy);
 
+  auto forward_first = one_chunk("forward-first", [](const policy_options&) {
+    return std::make_unique<forward_first_policy>();
+  });
+  r.push_back(forward_first);
+
   auto ig = one_chunk("interleaved-greedy", [](const policy_options& o) {
     return std::make_unique<interleaved_greedy_policy>(o.virtual_stages);
   });

@@ -180,7 +180,7 @@ train:
 pipeline:
   schedule: gpip
 )yaml",
-       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, async)"},
+       "{FILE}:7:13: pipeline.schedule: unknown schedule 'gpip'; did you mean 'gpipe'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, forward-first, async)"},
       {"UnknownOptimizer",
        R"yaml(model:
   layers:
@@ -811,7 +811,7 @@ supervision:
 compare:
   schedules: [gpipe, 1f1d]
 )yaml",
-       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, async)"},
+       "{FILE}:7:22: compare.schedules[1]: unknown schedule '1f1d'; did you mean '1f1b'? (known: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, greedy, forward-first, async)"},
       {"DevicesCountMismatch",
        R"yaml(model:
   layers:

@@ -367,7 +367,7 @@ TEST(LoadConfig, DirectoryIsNotAConfig) {
 }
 
 TEST(LoadConfig, KnownSchedules) {
-  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "greedy", "async"}));
+  EXPECT_EQ(known_schedules(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "greedy", "forward-first", "async"}));
 }
 
 TEST(LoadConfig, EveryTableFieldLoads) {
