@@ -244,6 +244,117 @@ TEST(Torchrun, FourRanksSaveTheOneProcessBytes) {
   EXPECT_NE(m[1].str(), "29500") << out;
 }
 
+std::string ip_binary() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+/// `ip args...`; "" on success, else what it printed and its exit code.
+std::string ip(const std::vector<std::string>& args) {
+  testing_util::child_limits limits;
+  limits.timeout_s = 30;
+  const auto r = testing_util::run_child(ip_binary(), args, limits);
+  if (r.code == 0) return "";
+  std::string cmd = "ip";
+  for (const auto& a : args) cmd += " " + a;
+  return cmd + " -> exit " + std::to_string(r.code) + ": " + r.err + r.out;
+}
+
+/// Two hosts as far as the network goes: two namespaces joined by a veth
+/// pair, `<net>.1` in a and `<net>.2` in b (as tests/apps/two_hosts_test.cpp
+/// makes them, with names and a subnet of its own). Both are deleted in
+/// every path, which removes the pair.
+class two_namespaces {
+ public:
+  two_namespaces() {
+    const std::string id = std::to_string(getpid());
+    a = "lpA_" + id;
+    b = "lpB_" + id;
+    va = "lA" + id;  // at most 2 + 7 digits: under IFNAMSIZ
+    vb = "lB" + id;
+    net = "10.232." + std::to_string(getpid() % 250);
+    if (getuid() != 0 || ip_binary().empty()) {
+      why = "not root, or no ip binary";
+      return;
+    }
+    ip({"netns", "del", a});  // leftovers of a killed run with the same pid
+    ip({"netns", "del", b});
+    ip({"link", "del", va});
+    if (!(why = ip({"netns", "add", a})).empty()) return;
+    made_a = true;
+    if (!(why = ip({"netns", "add", b})).empty()) return;
+    made_b = true;
+    for (const auto& step : std::vector<std::vector<std::string>>{
+             {"link", "add", va, "type", "veth", "peer", "name", vb},
+             {"link", "set", va, "netns", a},
+             {"link", "set", vb, "netns", b},
+             {"-n", a, "addr", "add", net + ".1/24", "dev", va},
+             {"-n", b, "addr", "add", net + ".2/24", "dev", vb},
+             {"-n", a, "link", "set", va, "up"},
+             {"-n", b, "link", "set", vb, "up"},
+             {"-n", a, "link", "set", "lo", "up"},
+             {"-n", b, "link", "set", "lo", "up"},
+         })
+      if (!(setup_error = ip(step)).empty()) return;
+    ok = true;
+  }
+  ~two_namespaces() {
+    if (made_a) ip({"netns", "del", a});
+    if (made_b) ip({"netns", "del", b});
+    if (!ok) ip({"link", "del", va});
+  }
+  two_namespaces(const two_namespaces&) = delete;
+  two_namespaces& operator=(const two_namespaces&) = delete;
+
+  std::string a, b, va, vb, net;
+  bool ok = false;
+  std::string why;          ///< no namespace could be made: skip
+  std::string setup_error;  ///< made, but the link failed: fail
+
+ private:
+  bool made_a = false, made_b = false;
+};
+
+// The two-host line of docs/TWO_HOSTS.md: torchrun on two hosts (network
+// namespaces), 2 ranks each, its static rendezvous at node 0's address
+// (its agent hosts the store: TORCHELASTIC_USE_AGENT_STORE). The 4 ranks
+// save the one-process bytes.
+TEST(Torchrun, TwoNodesInTwoNetworkNamespacesSaveTheOneProcessBytes) {
+  REQUIRE_PROGRAM(torchrun_bin, "python3-torch");
+  two_namespaces hosts;
+  if (!hosts.why.empty()) GTEST_SKIP() << "cannot make network namespaces: " << hosts.why;
+  ASSERT_TRUE(hosts.ok) << hosts.setup_error;
+  const std::string one = (test_dir() / "one.pt").string(), many = (test_dir() / "many.pt").string();
+  const std::string ref = one_process({digits_config, "--steps", "4"}, one);
+  ASSERT_FALSE(ref.empty());
+  // Node 0's namespace is new and empty, so any port would do there; one
+  // the kernel gave out keeps to the rule anyway.
+  const std::string master = hosts.net + ".1", port = std::to_string(free_port("127.0.0.1"));
+  auto node = [&](int k, const std::string& ns) {
+    std::vector<std::string> args = {"netns",     "exec",      ns,     torchrun_bin, "--nnodes",
+                                     "2",         "--node_rank", std::to_string(k), "--nproc_per_node", "2",
+                                     "--master_addr", master, "--master_port", port, "--redirects", "1",
+                                     "--tee",     "1",         "--no_python", ACTORPIPE_BIN, "train",
+                                     digits_config, "--steps", "4",    "--quiet"};
+    if (k == 0) args.insert(args.end(), {"--save", many});
+    return args;
+  };
+  launcher b("node1", ip_binary(), node(1, hosts.b));
+  launcher a("node0", ip_binary(), node(0, hosts.a));
+  ASSERT_TRUE(a.started() && b.started());
+  const int code_a = a.wait(120), code_b = b.wait(120);
+  ASSERT_EQ(code_a, 0) << a.output() << "--- node 1:\n" << b.output();
+  ASSERT_EQ(code_b, 0) << b.output() << "--- node 0:\n" << a.output();
+  const std::string out = a.output();
+  EXPECT_TRUE(ref == bytes_of(many)) << "torchrun on two hosts saved other bytes than one process\n" << out;
+  EXPECT_NE(out.find("[default0]:processes: 4 (torchrun/env), 1 stage actor(s) each, consecutive (replica, stage) "
+                     "blocks; master " + master + ":" + port),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(b.output().find("actorpipe: "), std::string::npos) << "a rank other than 0 spoke\n" << b.output();
+}
+
 // mpirun's ranks read OMPI_COMM_WORLD_*; MASTER_ADDR and MASTER_PORT come
 // from -x. 4 ranks save the one-process bytes.
 TEST(Mpirun, FourRanksSaveTheOneProcessBytes) {
