@@ -1,14 +1,18 @@
-// The launchers users know, run for real: Debian's torchrun (python3-torch)
-// and OpenMPI's mpirun (openmpi-bin) start `actorpipe train` as several
-// ranks, and the weights they save are byte for byte those of one process;
-// torchrun with --max_restarts restarts every worker after a `kill -9` of
-// one, and they resume from the newest checkpoint and end on the same bytes.
+// The launchers users know, run for real: `actorpipe launch`, Debian's
+// torchrun (python3-torch) and OpenMPI's mpirun (openmpi-bin) start
+// `actorpipe train` as several ranks, on one host and (launch, torchrun,
+// ranks by hand) on two hosts made of network namespaces, and the weights
+// they save are byte for byte those of one process; torchrun with
+// --max_restarts restarts every worker after a `kill -9` of one, and they
+// resume from the newest checkpoint and end on the same bytes. These are
+// the commands of docs/PROCESSES.md and docs/TWO_HOSTS.md, on
+// configs/digits_mlp.yaml with fewer steps. Slurm is rehearsed by hand.
 //
 // No port is fixed: torchrun's own rendezvous listens on 127.0.0.1:0 (its
-// --standalone would take port 29400), mpirun gets a MASTER_PORT the kernel
-// gave out. Each launcher runs in its own process group; that group, and
-// any process whose command line names the test's directory, is killed
-// however the test ends. Slurm is rehearsed by hand (docs/PROCESSES.md).
+// --standalone would take port 29400), mpirun and the two hosts get a
+// MASTER_PORT the kernel gave out. Each launcher runs in its own process
+// group; that group, and any process whose command line names the test's
+// directory, is killed however the test ends; namespaces are deleted.
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -19,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -220,6 +225,22 @@ std::vector<std::string> torchrun_args(int nprocs, const std::vector<std::string
   if ((path).empty() || ::access((path).c_str(), X_OK) != 0)                                    \
   GTEST_SKIP() << (package) << " is not installed (scripts/setup.sh installs it): test skipped"
 
+// actorpipe's own launcher on one host: 4 processes on
+// configs/digits_mlp.yaml save the one-process bytes.
+TEST(Launch, FourProcessesSaveTheOneProcessBytes) {
+  const std::string one = (test_dir() / "one.pt").string(), many = (test_dir() / "many.pt").string();
+  const std::string ref = one_process({digits_config, "--steps", "4"}, one);
+  ASSERT_FALSE(ref.empty());
+  launcher run("launch", ACTORPIPE_BIN,
+               {"launch", "--nprocs", "4", digits_config, "--steps", "4", "--quiet", "--save", many});
+  ASSERT_TRUE(run.started());
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_TRUE(ref == bytes_of(many)) << "launch --nprocs 4 saved other bytes than one process\n" << out;
+  EXPECT_NE(out.find("processes: 4 (torchrun/env)"), std::string::npos) << out;
+  EXPECT_EQ(count(out, "actorpipe: "), 1u) << "a rank other than 0 spoke\n" << out;
+}
+
 // The line docs/PROCESSES.md shows, on configs/digits_mlp.yaml (4 stages)
 // with a shorter run: 4 ranks under torchrun save the one-process bytes,
 // and rank 0 alone writes and speaks. torchrun hands the workers a
@@ -316,12 +337,17 @@ class two_namespaces {
   bool made_a = false, made_b = false;
 };
 
-// The two-host line of docs/TWO_HOSTS.md: torchrun on two hosts (network
-// namespaces), 2 ranks each, its static rendezvous at node 0's address
-// (its agent hosts the store: TORCHELASTIC_USE_AGENT_STORE). The 4 ranks
-// save the one-process bytes.
-TEST(Torchrun, TwoNodesInTwoNetworkNamespacesSaveTheOneProcessBytes) {
-  REQUIRE_PROGRAM(torchrun_bin, "python3-torch");
+// What node k of two runs, inside its namespace: the args after
+// `ip netns exec NS`. `save` is "" for node 1.
+using node_command =
+    std::function<std::vector<std::string>(int k, const std::string& master, const std::string& port,
+                                           const std::string& save)>;
+
+// configs/digits_mlp.yaml (4 stages) on two hosts (network namespaces),
+// as docs/TWO_HOSTS.md runs it: node 0 and node 1 each run `node(k, ...)`,
+// both exit 0, node 0's --save holds the one-process bytes and rank 0
+// alone speaks. `plan` is how rank 0's processes line starts.
+void expect_two_hosts_save_the_one_process_bytes(const node_command& node, const std::string& plan) {
   two_namespaces hosts;
   if (!hosts.why.empty()) GTEST_SKIP() << "cannot make network namespaces: " << hosts.why;
   ASSERT_TRUE(hosts.ok) << hosts.setup_error;
@@ -331,28 +357,66 @@ TEST(Torchrun, TwoNodesInTwoNetworkNamespacesSaveTheOneProcessBytes) {
   // Node 0's namespace is new and empty, so any port would do there; one
   // the kernel gave out keeps to the rule anyway.
   const std::string master = hosts.net + ".1", port = std::to_string(free_port("127.0.0.1"));
-  auto node = [&](int k, const std::string& ns) {
-    std::vector<std::string> args = {"netns",     "exec",      ns,     torchrun_bin, "--nnodes",
-                                     "2",         "--node_rank", std::to_string(k), "--nproc_per_node", "2",
-                                     "--master_addr", master, "--master_port", port, "--redirects", "1",
-                                     "--tee",     "1",         "--no_python", ACTORPIPE_BIN, "train",
-                                     digits_config, "--steps", "4",    "--quiet"};
-    if (k == 0) args.insert(args.end(), {"--save", many});
+  auto in = [](const std::string& ns, std::vector<std::string> args) {
+    args.insert(args.begin(), {"netns", "exec", ns});
     return args;
   };
-  launcher b("node1", ip_binary(), node(1, hosts.b));
-  launcher a("node0", ip_binary(), node(0, hosts.a));
+  launcher b("node1", ip_binary(), in(hosts.b, node(1, master, port, "")));
+  launcher a("node0", ip_binary(), in(hosts.a, node(0, master, port, many)));
   ASSERT_TRUE(a.started() && b.started());
   const int code_a = a.wait(120), code_b = b.wait(120);
   ASSERT_EQ(code_a, 0) << a.output() << "--- node 1:\n" << b.output();
   ASSERT_EQ(code_b, 0) << b.output() << "--- node 0:\n" << a.output();
   const std::string out = a.output();
-  EXPECT_TRUE(ref == bytes_of(many)) << "torchrun on two hosts saved other bytes than one process\n" << out;
-  EXPECT_NE(out.find("[default0]:processes: 4 (torchrun/env), 1 stage actor(s) each, consecutive (replica, stage) "
-                     "blocks; master " + master + ":" + port),
+  EXPECT_TRUE(ref == bytes_of(many)) << "two hosts saved other bytes than one process\n" << out;
+  EXPECT_NE(out.find(plan + ", consecutive (replica, stage) blocks; master " + master + ":" + port),
             std::string::npos)
       << out;
+  EXPECT_EQ(count(out, "actorpipe: "), 1u) << "a rank other than 0 spoke\n" << out;
   EXPECT_EQ(b.output().find("actorpipe: "), std::string::npos) << "a rank other than 0 spoke\n" << b.output();
+}
+
+// By hand: one rank per host (2 stage actors each), torchrun's variables
+// set with env.
+TEST(TwoHosts, RanksStartedByHandSaveTheOneProcessBytes) {
+  auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
+    std::vector<std::string> args = {"/usr/bin/env", "RANK=" + std::to_string(k), "WORLD_SIZE=2", "LOCAL_RANK=0",
+                                     "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=" + master, "MASTER_PORT=" + port,
+                                     ACTORPIPE_BIN, "train", digits_config, "--steps", "4", "--quiet"};
+    if (!save.empty()) args.insert(args.end(), {"--save", save});
+    return args;
+  };
+  expect_two_hosts_save_the_one_process_bytes(node, "processes: 2 (torchrun/env), 2 stage actor(s) each");
+}
+
+// actorpipe's own launcher, torchrun's static rendezvous flags: 2 ranks
+// per host.
+TEST(TwoHosts, LaunchOnEachHostSavesTheOneProcessBytes) {
+  auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
+    std::vector<std::string> args = {ACTORPIPE_BIN, "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                     "--nprocs", "2", "--master-addr", master, "--master-port", port,
+                                     digits_config, "--steps", "4", "--quiet"};
+    if (!save.empty()) args.insert(args.end(), {"--save", save});
+    return args;
+  };
+  expect_two_hosts_save_the_one_process_bytes(node, "processes: 4 (torchrun/env), 1 stage actor(s) each");
+}
+
+// Debian's torchrun on each host, 2 ranks each, its static rendezvous at
+// node 0's address (its agent hosts the store:
+// TORCHELASTIC_USE_AGENT_STORE).
+TEST(TwoHosts, TorchrunOnEachHostSavesTheOneProcessBytes) {
+  REQUIRE_PROGRAM(torchrun_bin, "python3-torch");
+  auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
+    std::vector<std::string> args = {torchrun_bin,     "--nnodes",   "2",         "--node_rank", std::to_string(k),
+                                     "--nproc_per_node", "2",        "--master_addr", master,     "--master_port",
+                                     port,             "--redirects", "1",        "--tee",       "1",
+                                     "--no_python",    ACTORPIPE_BIN, "train",    digits_config, "--steps",
+                                     "4",              "--quiet"};
+    if (!save.empty()) args.insert(args.end(), {"--save", save});
+    return args;
+  };
+  expect_two_hosts_save_the_one_process_bytes(node, "[default0]:processes: 4 (torchrun/env), 1 stage actor(s) each");
 }
 
 // mpirun's ranks read OMPI_COMM_WORLD_*; MASTER_ADDR and MASTER_PORT come
