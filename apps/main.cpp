@@ -64,7 +64,9 @@ int run_command(int argc, char** argv) {
     if (cmd == "keys") return cmd_keys(argc, argv);
     throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch | generate | keys; see --help)");
   } catch (const config_error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    // A rank other than 0 keeps quiet about what rank 0 says for every rank.
+    const auto* rank_error = dynamic_cast<const rank_env_error*>(&e);
+    if (!rank_error || !rank_error->quiet()) std::fprintf(stderr, "%s\n", e.what());
     return exit_usage;
   } catch (const usage_error& e) {
     std::fprintf(stderr, "actorpipe: %s\n", e.what());

@@ -273,7 +273,7 @@ int cmd_train(int argc, char** argv) {
       throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
   }
   check_async_stream(cfg);
-  if (env.multi_process()) check_rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size);
+  check_world_divides(env, cfg.parallel.dp, cfg.pipeline.stages);  // names SLURM_NTASKS etc.; rank 0 alone says it
   // Rank 0 speaks for a multi-process run; the others stay quiet.
   const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;

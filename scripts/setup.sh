@@ -10,9 +10,9 @@ if ! declare -p ACTORPIPE_CMAKE_ARGS >/dev/null 2>&1; then ACTORPIPE_CMAKE_ARGS=
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev nlohmann-json3-dev libcli11-dev python3-torch python3-sklearn
-          libopenblas0-openmp
+          libopenblas0-openmp  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
           openmpi-bin  # mpirun: tests/apps/launchers_test.cpp starts ranks with it
-          fortunes)  # the fortune-cookie texts: configs/gpt_fortunes.yaml trains a byte-level GPT on them  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
+          fortunes)  # the fortune-cookie texts: configs/gpt_fortunes.yaml trains a byte-level GPT on them
 # scripts/test also opens the HTML report in a real headless browser.
 if [ "${ACTORPIPE_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi
 
