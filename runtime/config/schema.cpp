@@ -6,168 +6,177 @@
 #include "runtime/config/config.hpp"
 
 #include <cstring>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
 namespace actorpipe::config_schema {
 
+namespace {
+
+// A plain array: constant-initialized, so keys() works from any static
+// initializer.
+constexpr key_doc table[] = {
+    // -- model --
+    {"model", "map", "required", "The network: a list of layers applied in order, like torch.nn.Sequential."},
+    {"model.layers", "list of maps", "required",
+     "The layers, each a map with a `type` (see Layer types below) and that type's keys."},
+    {"model.layers[].type", "layer type", "required", "What the layer is: one of the layer types below."},
+    {"model.layers[].in", "int", "required", "linear: input width."},
+    {"model.layers[].out", "int", "required", "linear: output width."},
+    {"model.layers[].p", "number in [0, 1]", "0", "dropout: the probability of zeroing an element."},
+    {"model.layers[].dim", "int", "required",
+     "layernorm: the normalized width; embedding, gpt_block, lm_head: the model width."},
+    {"model.layers[].vocab", "int", "required", "embedding, lm_head: the vocabulary size (256 for bytes)."},
+    {"model.layers[].max_seq", "int", "required", "embedding: how many positions it has (at least data.seq_len)."},
+    {"model.layers[].heads", "int", "required", "gpt_block: attention heads; they must divide dim."},
+    {"model.layers[].mlp_hidden", "int", "(4 dim)", "gpt_block: the hidden width of its MLP."},
+    {"model.layers[].dropout", "number in [0, 1]", "0", "embedding, gpt_block: the dropout probability inside the layer."},
+    {"model.layers[].tie", "bool", "false",
+     "lm_head: share the embedding's weight (wte.weight), as GPT-2 does; each stage holds a copy and their gradients are summed."},
+    {"model.layers[].repeat", "int", "1",
+     "Any layer: this many consecutive copies. Layer indices, partitions and state-dict keys count the expanded list."},
+    {"model.init_from", "path", "(seeded init)",
+     "Initial weights: a file of `torch.save(model.state_dict(), PATH)`, relative to the config. A NaN or an infinity in it is refused."},
+    {"model.dtype", "float32 | bfloat16 | float16", "float32",
+     "Parameters, activations and gradients. Also written bf16, fp16, half, fp32, float."},
+    // -- data --
+    {"data", "map", "(synthetic data)", "Where the rows come from and how they are split."},
+    {"data.kind", "csv | tensors | synthetic | text", "synthetic",
+     "csv: a CSV file, optionally .gz, whose last column is the label. tensors: a `torch.save({\"x\": X, \"y\": Y})` "
+     "file. synthetic: learnable data drawn from train.seed. text: a file whose bytes are the tokens (for a GPT)."},
+    {"data.path", "path", "required", "csv, tensors, text: the file, relative to the config."},
+    {"data.seq_len", "int", "required", "text: tokens per sample; the targets are the next bytes."},
+    {"data.test_fraction", "number in [0, 1)", "0.2", "The share of rows held out for the test accuracy and loss."},
+    {"data.split", "tail | random", "tail",
+     "tail: the last test_fraction of the rows (file order) are held out. random: one permutation seeded by train.seed "
+     "is split instead."},
+    {"data.shuffle", "bool", "false", "Reshuffle the training rows every epoch (seeded by train.seed)."},
+    {"data.normalize", "none | standard", "none", "standard: scale every feature by the training split's mean and std."},
+    {"data.synthetic", "map", "(the defaults below)", "synthetic: the size of the drawn data."},
+    {"data.synthetic.samples", "int", "2048", "Rows drawn."},
+    {"data.synthetic.features", "int", "(model input width)", "Features per row; it must equal the model's input width."},
+    {"data.synthetic.classes", "int", "(model output width)", "Classes; at least 2 and at most the model's output width."},
+    // -- train --
+    {"train", "map", "(the defaults below)", "How long and how to train."},
+    {"train.steps", "int", "50", "Optimizer steps: consecutive batches, drop_last, wrapping around epochs."},
+    {"train.batch_size", "int", "256", "Rows per step, split into pipeline.microbatches (and over parallel.dp replicas)."},
+    {"train.clip_grad_norm", "number > 0", "(no clipping)",
+     "Clip the global 2-norm of the gradients over every stage, as torch's clip_grad_norm_."},
+    {"train.seed", "int", "42", "Initial weights, dropout masks, shuffling, the random split and synthetic data."},
+    {"train.optimizer", "map", "(adam, lr 0.001)", "The optimizer, bitwise as torch.optim's."},
+    {"train.optimizer.type", "adam | sgd", "adam", "torch.optim.Adam or torch.optim.SGD."},
+    {"train.optimizer.lr", "number > 0", "0.001", "The learning rate."},
+    {"train.optimizer.betas", "[number, number]", "[0.9, 0.999]", "adam: beta1 and beta2, each in [0, 1]."},
+    {"train.optimizer.eps", "number > 0", "1e-08", "adam: added to the denominator."},
+    {"train.optimizer.weight_decay", "number >= 0", "0", "L2 penalty, as torch's weight_decay."},
+    {"train.optimizer.momentum", "number >= 0", "0", "sgd: momentum."},
+    {"train.lr_schedule", "map", "(constant)", "How the learning rate changes, stepped every optimizer step."},
+    {"train.lr_schedule.type", "none | step", "none", "step: torch's StepLR."},
+    {"train.lr_schedule.step_size", "int", "1", "step: multiply the rate by gamma every step_size steps."},
+    {"train.lr_schedule.gamma", "number > 0", "1", "step: the factor."},
+    // -- parallel --
+    {"parallel", "map", "(one replica)", "Data parallelism around the pipeline."},
+    {"parallel.dp", "int", "1",
+     "Replicas of the whole pipeline; each stage's gradients are summed over its replicas before the step. "
+     "train.batch_size is split over them."},
+    {"parallel.allreduce", "auto | gloo | nccl", "auto",
+     "How replicas sum their gradients: auto takes nccl when every stage is on a GPU in one process, gloo otherwise. "
+     "Across processes the groups are gloo."},
+    // -- pipeline --
+    {"pipeline", "map", "(one stage)", "How the model is cut into stages and which schedule runs them."},
+    {"pipeline.stages", "int", "1", "Pipeline stages. Layers are balanced by compute (multiply-adds per token) unless a partition is given."},
+    {"pipeline.partition", "list of [first, last]", "(balanced by compute)",
+     "Inclusive layer ranges, one per virtual stage (stages x virtual_stages), chaining over every layer."},
+    {"pipeline.schedule", "schedule name", "1f1b", "Which policy picks each stage's next op (docs/SCHEDULES.md):"},
+    {"pipeline.microbatches", "int", "1",
+     "Microbatches per step, split like torch.chunk; microbatch i's loss is weighted by its size over the batch. "
+     "naive runs the batch as one."},
+    {"pipeline.virtual_stages", "int", "(the schedule's)",
+     "Model chunks per stage: interleaved (default 2) and greedy (default 1) take any count; zb-v and dualpipev run 2; "
+     "the others 1."},
+    {"pipeline.max_inflight", "int", "(S - rank + (v - 1) S)", "greedy only: microbatches a stage may hold open at once."},
+    {"pipeline.devices", "auto or list", "auto",
+     "One device per stage: cpu, cuda:N, or a measuring device (null: ops do no work; sim: ops take sim_ms), or one "
+     "list per replica. auto: every stage on cpu without a GPU; with GPUs, round-robin in one process, and "
+     "cuda:LOCAL_RANK in each process of a multi-process run."},
+    {"pipeline.intra_op_threads", "int in [0, 1024]", "0", "LibTorch threads per stage; 0: cores / stages, at least 1."},
+    {"pipeline.pace_ms", "ms", "0",
+     "Pad every op to at least this wall time: a stand-in for a slower device. 0: off."},
+    {"pipeline.lockstep", "bool", "false",
+     "The deterministic test device: stages fire in lock-step rounds of one op on a virtual clock, so the emergent "
+     "order is the uniform-cost order whatever the machine's load."},
+    {"pipeline.recompute", "all | none | list of bool", "none",
+     "Activation recomputation per stage: a recomputing stage keeps only each forward's input and runs the forward "
+     "again inside its backward."},
+    {"pipeline.threads", "dedicated | shared", "(the device's)",
+     "dedicated: a thread per stage. shared: CAF's scheduler (the null device at dp 1, whose ops never block, takes it "
+     "by default)."},
+    {"pipeline.sim_ms", "map", "(F 1, B 1, W 0)", "The sim device's op times, as the simulator's cost model."},
+    {"pipeline.sim_ms.F", "ms", "1", "A forward."},
+    {"pipeline.sim_ms.B", "ms", "1", "A backward for the input; a full backward takes B + W."},
+    {"pipeline.sim_ms.W", "ms", "0", "A backward for the weights."},
+    // -- compare --
+    {"compare", "map", "(naive, gpipe, 1f1b)", "What `actorpipe compare` runs."},
+    {"compare.schedules", "list of schedule names", "(naive, gpipe, 1f1b)",
+     "The schedules to run, in this order; NAME+recompute runs NAME with every stage recomputing."},
+    // -- checkpoint --
+    {"checkpoint", "map", "(no checkpoints)", "On-disk checkpoints, which `--resume` continues from."},
+    {"checkpoint.dir", "path", "required", "Where the step_NNNNNNNN.pt files go, relative to the config."},
+    {"checkpoint.every", "int", "1", "Write one every this many steps; the last step is always written."},
+    {"checkpoint.keep_last", "int", "3",
+     "Keep the newest this many (0: every one); older ones go once a newer one is safely written."},
+    // -- supervision --
+    {"supervision", "map", "(the defaults below)", "Watching the run: hangs, NaNs, restarts and lost processes."},
+    {"supervision.watchdog_s", "seconds in [0, 86400]", "60",
+     "No op fired anywhere for this long: stop with exit 3 and the per-stage op grid. 0: no watchdog."},
+    {"supervision.on_nonfinite", "skip | stop", "skip",
+     "A NaN or an infinity before the step or left by it: skip the step (weights and optimizer state as before it), "
+     "or write a checkpoint and stop."},
+    {"supervision.check_updates", "bool", "true",
+     "Each update steps aside and is checked for a NaN or an infinity in every parameter and optimizer state before "
+     "it counts (a stage holds its state twice during the step). false: in place and unchecked."},
+    {"supervision.max_skipped_fraction", "number in [0, 1]", "0.5",
+     "More steps than this share of train.steps skipped for a NaN or an infinity: stop with exit 1. 1: never."},
+    {"supervision.max_restarts", "int", "0",
+     "Restarts after a stage or a process died, at most this many within window_steps; 0: a death ends the run."},
+    {"supervision.window_steps", "int", "10", "The window max_restarts counts over."},
+    {"supervision.copy_every", "int", "1",
+     "Processes: keep boundary copies after every K-th step only; a death then re-runs up to K steps."},
+    {"supervision.op_timeout_ms", "ms", "500",
+     "A stage that waited this long for its next input asks the sender to send it again (a dropped message). 0: never."},
+    {"supervision.connect_timeout_s", "seconds in [1, 86400]", "60",
+     "Processes: how long a rank tries to reach the master and the others, and how long a transfer or a remote "
+     "request may wait."},
+    {"supervision.heartbeat_timeout_s", "seconds in [1, 86400]", "10",
+     "Processes: a peer that sent nothing (not even its heartbeat every 0.5 s) for this long is taken for dead."},
+    // -- faults --
+    {"faults", "map", "(none)", "Faults injected on purpose, to see the runtime cope. Picked by seed and message ids, never by timing, so a scenario repeats."},
+    {"faults.seed", "int", "0", "Draws the messages that probability-based faults pick."},
+    {"faults.inject", "list of maps", "(none)", "The faults, each a map with a kind (see Fault kinds below)."},
+    {"faults.inject[].kind", "fault kind", "required", "What goes wrong: one of the fault kinds below."},
+    {"faults.inject[].stage", "int", "0", "The stage it happens on (nonfinite, slow_stage, kill_stage, throw, kill_process, stop_process, stale_message)."},
+    {"faults.inject[].step", "int", "0", "The step it happens at."},
+    {"faults.inject[].microbatch", "int", "0", "nonfinite: the microbatch whose value turns NaN."},
+    {"faults.inject[].where", "grad | activation | update", "grad",
+     "nonfinite: a microbatch's gradient or activation, or the stage's first parameter right after its update."},
+    {"faults.inject[].after_op", "op", "required",
+     "kill_stage, kill_process, stop_process: the op (F5, B2, W3) right after which it happens; kill_process and "
+     "stop_process also take `update`."},
+    {"faults.inject[].op", "op", "required", "throw: the op that throws; drop: the op whose message is lost."},
+    {"faults.inject[].from", "int", "(any stage)", "delay, drop: only messages sent by this stage."},
+    {"faults.inject[].to", "int", "(any stage)", "delay, drop: only messages sent to this stage."},
+    {"faults.inject[].probability", "number in [0, 1]", "0", "duplicate, delay: the share of messages picked."},
+    {"faults.inject[].ms", "ms", "0", "delay: how long a picked message is held back."},
+    {"faults.inject[].factor", "number in [1, 1000]", "1", "slow_stage: every op takes this many times as long."},
+    {"faults.inject[].replica", "int", "(every replica)", "A stage's fault with parallel.dp > 1: only this replica's."},
+};
+
+}  // namespace
+
 const std::vector<key_doc>& keys() {
-  static const std::vector<key_doc> table{
-      // -- model --
-      {"model", "map", "required", "The network: a list of layers applied in order, like torch.nn.Sequential."},
-      {"model.layers", "list of maps", "required",
-       "The layers, each a map with a `type` (see Layer types below) and that type's keys."},
-      {"model.layers[].type", "layer type", "required", "What the layer is: one of the layer types below."},
-      {"model.layers[].in", "int", "required", "linear: input width."},
-      {"model.layers[].out", "int", "required", "linear: output width."},
-      {"model.layers[].p", "number in [0, 1]", "0", "dropout: the probability of zeroing an element."},
-      {"model.layers[].dim", "int", "required",
-       "layernorm: the normalized width; embedding, gpt_block, lm_head: the model width."},
-      {"model.layers[].vocab", "int", "required", "embedding, lm_head: the vocabulary size (256 for bytes)."},
-      {"model.layers[].max_seq", "int", "required", "embedding: how many positions it has (at least data.seq_len)."},
-      {"model.layers[].heads", "int", "required", "gpt_block: attention heads; they must divide dim."},
-      {"model.layers[].mlp_hidden", "int", "(4 dim)", "gpt_block: the hidden width of its MLP."},
-      {"model.layers[].dropout", "number in [0, 1]", "0", "embedding, gpt_block: the dropout probability inside the layer."},
-      {"model.layers[].tie", "bool", "false",
-       "lm_head: share the embedding's weight (wte.weight), as GPT-2 does; each stage holds a copy and their gradients are summed."},
-      {"model.layers[].repeat", "int", "1",
-       "Any layer: this many consecutive copies. Layer indices, partitions and state-dict keys count the expanded list."},
-      {"model.init_from", "path", "(seeded init)",
-       "Initial weights: a file of `torch.save(model.state_dict(), PATH)`, relative to the config. A NaN or an infinity in it is refused."},
-      {"model.dtype", "float32 | bfloat16 | float16", "float32",
-       "Parameters, activations and gradients. Also written bf16, fp16, half, fp32, float."},
-      // -- data --
-      {"data", "map", "(synthetic data)", "Where the rows come from and how they are split."},
-      {"data.kind", "csv | tensors | synthetic | text", "synthetic",
-       "csv: a CSV file, optionally .gz, whose last column is the label. tensors: a `torch.save({\"x\": X, \"y\": Y})` "
-       "file. synthetic: learnable data drawn from train.seed. text: a file whose bytes are the tokens (for a GPT)."},
-      {"data.path", "path", "required", "csv, tensors, text: the file, relative to the config."},
-      {"data.seq_len", "int", "required", "text: tokens per sample; the targets are the next bytes."},
-      {"data.test_fraction", "number in [0, 1)", "0.2", "The share of rows held out for the test accuracy and loss."},
-      {"data.split", "tail | random", "tail",
-       "tail: the last test_fraction of the rows (file order) are held out. random: one permutation seeded by train.seed "
-       "is split instead."},
-      {"data.shuffle", "bool", "false", "Reshuffle the training rows every epoch (seeded by train.seed)."},
-      {"data.normalize", "none | standard", "none", "standard: scale every feature by the training split's mean and std."},
-      {"data.synthetic", "map", "(the defaults below)", "synthetic: the size of the drawn data."},
-      {"data.synthetic.samples", "int", "2048", "Rows drawn."},
-      {"data.synthetic.features", "int", "(model input width)", "Features per row; it must equal the model's input width."},
-      {"data.synthetic.classes", "int", "(model output width)", "Classes; at least 2 and at most the model's output width."},
-      // -- train --
-      {"train", "map", "(the defaults below)", "How long and how to train."},
-      {"train.steps", "int", "50", "Optimizer steps: consecutive batches, drop_last, wrapping around epochs."},
-      {"train.batch_size", "int", "256", "Rows per step, split into pipeline.microbatches (and over parallel.dp replicas)."},
-      {"train.clip_grad_norm", "number > 0", "(no clipping)",
-       "Clip the global 2-norm of the gradients over every stage, as torch's clip_grad_norm_."},
-      {"train.seed", "int", "42", "Initial weights, dropout masks, shuffling, the random split and synthetic data."},
-      {"train.optimizer", "map", "(adam, lr 0.001)", "The optimizer, bitwise as torch.optim's."},
-      {"train.optimizer.type", "adam | sgd", "adam", "torch.optim.Adam or torch.optim.SGD."},
-      {"train.optimizer.lr", "number > 0", "0.001", "The learning rate."},
-      {"train.optimizer.betas", "[number, number]", "[0.9, 0.999]", "adam: beta1 and beta2, each in [0, 1]."},
-      {"train.optimizer.eps", "number > 0", "1e-08", "adam: added to the denominator."},
-      {"train.optimizer.weight_decay", "number >= 0", "0", "L2 penalty, as torch's weight_decay."},
-      {"train.optimizer.momentum", "number >= 0", "0", "sgd: momentum."},
-      {"train.lr_schedule", "map", "(constant)", "How the learning rate changes, stepped every optimizer step."},
-      {"train.lr_schedule.type", "none | step", "none", "step: torch's StepLR."},
-      {"train.lr_schedule.step_size", "int", "1", "step: multiply the rate by gamma every step_size steps."},
-      {"train.lr_schedule.gamma", "number > 0", "1", "step: the factor."},
-      // -- parallel --
-      {"parallel", "map", "(one replica)", "Data parallelism around the pipeline."},
-      {"parallel.dp", "int", "1",
-       "Replicas of the whole pipeline; each stage's gradients are summed over its replicas before the step. "
-       "train.batch_size is split over them."},
-      {"parallel.allreduce", "auto | gloo | nccl", "auto",
-       "How replicas sum their gradients: auto takes nccl when every stage is on a GPU in one process, gloo otherwise. "
-       "Across processes the groups are gloo."},
-      // -- pipeline --
-      {"pipeline", "map", "(one stage)", "How the model is cut into stages and which schedule runs them."},
-      {"pipeline.stages", "int", "1", "Pipeline stages. Layers are balanced by compute (multiply-adds per token) unless a partition is given."},
-      {"pipeline.partition", "list of [first, last]", "(balanced by compute)",
-       "Inclusive layer ranges, one per virtual stage (stages x virtual_stages), chaining over every layer."},
-      {"pipeline.schedule", "schedule name", "1f1b", "Which policy picks each stage's next op (docs/SCHEDULES.md):"},
-      {"pipeline.microbatches", "int", "1",
-       "Microbatches per step, split like torch.chunk; microbatch i's loss is weighted by its size over the batch. "
-       "naive runs the batch as one."},
-      {"pipeline.virtual_stages", "int", "(the schedule's)",
-       "Model chunks per stage: interleaved (default 2) and greedy (default 1) take any count; zb-v and dualpipev run 2; "
-       "the others 1."},
-      {"pipeline.max_inflight", "int", "(S - rank + (v - 1) S)", "greedy only: microbatches a stage may hold open at once."},
-      {"pipeline.devices", "auto or list", "auto",
-       "One device per stage: cpu, cuda:N, or a measuring device (null: ops do no work; sim: ops take sim_ms), or one "
-       "list per replica. auto: every stage on cpu without a GPU; with GPUs, round-robin in one process, and "
-       "cuda:LOCAL_RANK in each process of a multi-process run."},
-      {"pipeline.intra_op_threads", "int in [0, 1024]", "0", "LibTorch threads per stage; 0: cores / stages, at least 1."},
-      {"pipeline.pace_ms", "ms", "0",
-       "Pad every op to at least this wall time: a stand-in for a slower device. 0: off."},
-      {"pipeline.lockstep", "bool", "false",
-       "The deterministic test device: stages fire in lock-step rounds of one op on a virtual clock, so the emergent "
-       "order is the uniform-cost order whatever the machine's load."},
-      {"pipeline.recompute", "all | none | list of bool", "none",
-       "Activation recomputation per stage: a recomputing stage keeps only each forward's input and runs the forward "
-       "again inside its backward."},
-      {"pipeline.threads", "dedicated | shared", "(the device's)",
-       "dedicated: a thread per stage. shared: CAF's scheduler (the null device at dp 1, whose ops never block, takes it "
-       "by default)."},
-      {"pipeline.sim_ms", "map", "(F 1, B 1, W 0)", "The sim device's op times, as the simulator's cost model."},
-      {"pipeline.sim_ms.F", "ms", "1", "A forward."},
-      {"pipeline.sim_ms.B", "ms", "1", "A backward for the input; a full backward takes B + W."},
-      {"pipeline.sim_ms.W", "ms", "0", "A backward for the weights."},
-      // -- compare --
-      {"compare", "map", "(naive, gpipe, 1f1b)", "What `actorpipe compare` runs."},
-      {"compare.schedules", "list of schedule names", "(naive, gpipe, 1f1b)",
-       "The schedules to run, in this order; NAME+recompute runs NAME with every stage recomputing."},
-      // -- checkpoint --
-      {"checkpoint", "map", "(no checkpoints)", "On-disk checkpoints, which `--resume` continues from."},
-      {"checkpoint.dir", "path", "required", "Where the step_NNNNNNNN.pt files go, relative to the config."},
-      {"checkpoint.every", "int", "1", "Write one every this many steps; the last step is always written."},
-      {"checkpoint.keep_last", "int", "3",
-       "Keep the newest this many (0: every one); older ones go once a newer one is safely written."},
-      // -- supervision --
-      {"supervision", "map", "(the defaults below)", "Watching the run: hangs, NaNs, restarts and lost processes."},
-      {"supervision.watchdog_s", "seconds in [0, 86400]", "60",
-       "No op fired anywhere for this long: stop with exit 3 and the per-stage op grid. 0: no watchdog."},
-      {"supervision.on_nonfinite", "skip | stop", "skip",
-       "A NaN or an infinity before the step or left by it: skip the step (weights and optimizer state as before it), "
-       "or write a checkpoint and stop."},
-      {"supervision.check_updates", "bool", "true",
-       "Each update steps aside and is checked for a NaN or an infinity in every parameter and optimizer state before "
-       "it counts (a stage holds its state twice during the step). false: in place and unchecked."},
-      {"supervision.max_skipped_fraction", "number in [0, 1]", "0.5",
-       "More steps than this share of train.steps skipped for a NaN or an infinity: stop with exit 1. 1: never."},
-      {"supervision.max_restarts", "int", "0",
-       "Restarts after a stage or a process died, at most this many within window_steps; 0: a death ends the run."},
-      {"supervision.window_steps", "int", "10", "The window max_restarts counts over."},
-      {"supervision.copy_every", "int", "1",
-       "Processes: keep boundary copies after every K-th step only; a death then re-runs up to K steps."},
-      {"supervision.op_timeout_ms", "ms", "500",
-       "A stage that waited this long for its next input asks the sender to send it again (a dropped message). 0: never."},
-      {"supervision.connect_timeout_s", "seconds in [1, 86400]", "60",
-       "Processes: how long a rank tries to reach the master and the others, and how long a transfer or a remote "
-       "request may wait."},
-      {"supervision.heartbeat_timeout_s", "seconds in [1, 86400]", "10",
-       "Processes: a peer that sent nothing (not even its heartbeat every 0.5 s) for this long is taken for dead."},
-      // -- faults --
-      {"faults", "map", "(none)", "Faults injected on purpose, to see the runtime cope. Picked by seed and message ids, never by timing, so a scenario repeats."},
-      {"faults.seed", "int", "0", "Draws the messages that probability-based faults pick."},
-      {"faults.inject", "list of maps", "(none)", "The faults, each a map with a kind (see Fault kinds below)."},
-      {"faults.inject[].kind", "fault kind", "required", "What goes wrong: one of the fault kinds below."},
-      {"faults.inject[].stage", "int", "0", "The stage it happens on (nonfinite, slow_stage, kill_stage, throw, kill_process, stop_process, stale_message)."},
-      {"faults.inject[].step", "int", "0", "The step it happens at."},
-      {"faults.inject[].microbatch", "int", "0", "nonfinite: the microbatch whose value turns NaN."},
-      {"faults.inject[].where", "grad | activation | update", "grad",
-       "nonfinite: a microbatch's gradient or activation, or the stage's first parameter right after its update."},
-      {"faults.inject[].after_op", "op", "required",
-       "kill_stage, kill_process, stop_process: the op (F5, B2, W3) right after which it happens; kill_process and "
-       "stop_process also take `update`."},
-      {"faults.inject[].op", "op", "required", "throw: the op that throws; drop: the op whose message is lost."},
-      {"faults.inject[].from", "int", "(any stage)", "delay, drop: only messages sent by this stage."},
-      {"faults.inject[].to", "int", "(any stage)", "delay, drop: only messages sent to this stage."},
-      {"faults.inject[].probability", "number in [0, 1]", "0", "duplicate, delay: the share of messages picked."},
-      {"faults.inject[].ms", "ms", "0", "delay: how long a picked message is held back."},
-      {"faults.inject[].factor", "number in [1, 1000]", "1", "slow_stage: every op takes this many times as long."},
-      {"faults.inject[].replica", "int", "(every replica)", "A stage's fault with parallel.dp > 1: only this replica's."},
-  };
-  return table;
+  static const std::vector<key_doc> all(std::begin(table), std::end(table));
+  return all;
 }
 
 namespace {

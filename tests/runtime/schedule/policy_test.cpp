@@ -67,7 +67,7 @@ TEST(MbSet, TracksMembershipCountAndLowest) {
 TEST(PolicyRegistry, ListsEveryBuiltInPolicyInOrder) {
   auto names = policy_names();
   EXPECT_EQ(names, (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "async",
-                                             "greedy", "interleaved-greedy"}));
+                                             "greedy", "forward-first", "interleaved-greedy"}));
   for (const auto& n : names) {
     auto p = make_policy(n);
     ASSERT_NE(p, nullptr) << n;
