@@ -175,7 +175,9 @@ template <class Ready>
 void shm_ring::wait_for(Ready ready, bool as_writer, clock::time_point deadline, const char* what) {
   auto& bell = as_writer ? h_->space_bell : h_->data_bell;
   auto& sleeps = as_writer ? h_->writer_sleeps : h_->reader_sleeps;
+  auto& mine = writer_ ? h_->writer_closed : h_->reader_closed;
   while (!ready()) {
+    if (mine.load() != 0) throw shm_ring_error(path_ + ": " + what + ": this end is closed");
     const std::string gone = peer_gone();
     if (!gone.empty()) throw shm_ring_error(path_ + ": " + what + ": " + gone);
     const auto now = clock::now();
