@@ -33,6 +33,7 @@
 #include "tests/apps/child_process.hpp"
 #include "tests/cpu_only.hpp"
 #include "tests/test_util.hpp"
+#include "tests/apps/two_namespaces.hpp"
 
 extern char** environ;
 
@@ -40,6 +41,9 @@ namespace actorpipe {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::ip;
+using testing_util::ip_binary;
+using testing_util::two_namespaces;
 
 const std::string torchrun_bin = "/usr/bin/torchrun";  // python3-torch
 const std::string digits_config = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/digits_mlp.yaml";
@@ -265,78 +269,6 @@ TEST(Torchrun, FourRanksSaveTheOneProcessBytes) {
   EXPECT_NE(m[1].str(), "29500") << out;
 }
 
-std::string ip_binary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
-    if (::access(p, X_OK) == 0) return p;
-  return "";
-}
-
-/// `ip args...`; "" on success, else what it printed and its exit code.
-std::string ip(const std::vector<std::string>& args) {
-  testing_util::child_limits limits;
-  limits.timeout_s = 30;
-  const auto r = testing_util::run_child(ip_binary(), args, limits);
-  if (r.code == 0) return "";
-  std::string cmd = "ip";
-  for (const auto& a : args) cmd += " " + a;
-  return cmd + " -> exit " + std::to_string(r.code) + ": " + r.err + r.out;
-}
-
-/// Two hosts as far as the network goes: two namespaces joined by a veth
-/// pair, `<net>.1` in a and `<net>.2` in b (as tests/apps/two_hosts_test.cpp
-/// makes them, with names and a subnet of its own). Both are deleted in
-/// every path, which removes the pair.
-class two_namespaces {
- public:
-  two_namespaces() {
-    const std::string id = std::to_string(getpid());
-    a = "lpA_" + id;
-    b = "lpB_" + id;
-    va = "lA" + id;  // at most 2 + 7 digits: under IFNAMSIZ
-    vb = "lB" + id;
-    net = "10.232." + std::to_string(getpid() % 250);
-    if (getuid() != 0 || ip_binary().empty()) {
-      why = "not root, or no ip binary";
-      return;
-    }
-    ip({"netns", "del", a});  // leftovers of a killed run with the same pid
-    ip({"netns", "del", b});
-    ip({"link", "del", va});
-    if (!(why = ip({"netns", "add", a})).empty()) return;
-    made_a = true;
-    if (!(why = ip({"netns", "add", b})).empty()) return;
-    made_b = true;
-    for (const auto& step : std::vector<std::vector<std::string>>{
-             {"link", "add", va, "type", "veth", "peer", "name", vb},
-             {"link", "set", va, "netns", a},
-             {"link", "set", vb, "netns", b},
-             {"-n", a, "addr", "add", net + ".1/24", "dev", va},
-             {"-n", b, "addr", "add", net + ".2/24", "dev", vb},
-             {"-n", a, "link", "set", va, "up"},
-             {"-n", b, "link", "set", vb, "up"},
-             {"-n", a, "link", "set", "lo", "up"},
-             {"-n", b, "link", "set", "lo", "up"},
-         })
-      if (!(setup_error = ip(step)).empty()) return;
-    ok = true;
-  }
-  ~two_namespaces() {
-    if (made_a) ip({"netns", "del", a});
-    if (made_b) ip({"netns", "del", b});
-    if (!ok) ip({"link", "del", va});
-  }
-  two_namespaces(const two_namespaces&) = delete;
-  two_namespaces& operator=(const two_namespaces&) = delete;
-
-  std::string a, b, va, vb, net;
-  bool ok = false;
-  std::string why;          ///< no namespace could be made: skip
-  std::string setup_error;  ///< made, but the link failed: fail
-
- private:
-  bool made_a = false, made_b = false;
-};
-
 // What node k of two runs, inside its namespace: the args after
 // `ip netns exec NS`. `save` is "" for node 1.
 using node_command =
@@ -348,7 +280,7 @@ using node_command =
 // both exit 0, node 0's --save holds the one-process bytes and rank 0
 // alone speaks. `plan` is how rank 0's processes line starts.
 void expect_two_hosts_save_the_one_process_bytes(const node_command& node, const std::string& plan) {
-  two_namespaces hosts;
+  two_namespaces hosts("lp", 'l', "10.232");
   if (!hosts.why.empty()) GTEST_SKIP() << "cannot make network namespaces: " << hosts.why;
   ASSERT_TRUE(hosts.ok) << hosts.setup_error;
   const std::string one = (test_dir() / "one.pt").string(), many = (test_dir() / "many.pt").string();

@@ -27,6 +27,7 @@
 #include "tests/apps/child_process.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
+#include "tests/apps/two_namespaces.hpp"
 
 extern char** environ;
 
@@ -34,6 +35,9 @@ namespace actorpipe {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::ip;
+using testing_util::ip_binary;
+using testing_util::two_namespaces;
 using clock_type = std::chrono::steady_clock;
 
 testing_util::child_limits limits(double timeout_s) {
@@ -41,76 +45,6 @@ testing_util::child_limits limits(double timeout_s) {
   l.timeout_s = timeout_s;
   return l;
 }
-
-std::string ip_binary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
-    if (::access(p, X_OK) == 0) return p;
-  return "";
-}
-
-/// `ip args...`; "" on success, else what it printed and its exit code.
-std::string ip(const std::vector<std::string>& args) {
-  const auto r = testing_util::run_child(ip_binary(), args, limits(30));
-  if (r.code == 0) return "";
-  std::string cmd = "ip";
-  for (const auto& a : args) cmd += " " + a;
-  return cmd + " -> exit " + std::to_string(r.code) + ": " + r.err + r.out;
-}
-
-/// Two namespaces joined by a veth pair, `<net>.1` in A and `<net>.2` in B.
-/// The destructor deletes both namespaces (which removes the veth ends) in
-/// every path, and the host-side veth in case it never moved.
-class two_namespaces {
-public:
-  two_namespaces() {
-    const std::string id = std::to_string(getpid());
-    a = "apA_" + id;
-    b = "apB_" + id;
-    va = "vA" + id;  // at most 2 + 7 digits: under IFNAMSIZ
-    vb = "vB" + id;
-    net = "10.231." + std::to_string(getpid() % 250);
-    if (ip_binary().empty()) {
-      why = "no ip binary";
-      return;
-    }
-    ip({"netns", "del", a});  // leftovers of a killed run with the same pid
-    ip({"netns", "del", b});
-    ip({"link", "del", va});
-    if (!(why = ip({"netns", "add", a})).empty()) return;
-    made_a = true;
-    if (!(why = ip({"netns", "add", b})).empty()) return;
-    made_b = true;
-    for (const auto& step : std::vector<std::vector<std::string>>{
-             {"link", "add", va, "type", "veth", "peer", "name", vb},
-             {"link", "set", va, "netns", a},
-             {"link", "set", vb, "netns", b},
-             {"-n", a, "addr", "add", net + ".1/24", "dev", va},
-             {"-n", b, "addr", "add", net + ".2/24", "dev", vb},
-             {"-n", a, "link", "set", va, "up"},
-             {"-n", b, "link", "set", vb, "up"},
-             {"-n", a, "link", "set", "lo", "up"},
-             {"-n", b, "link", "set", "lo", "up"},
-         }) {
-      if (!(setup_error = ip(step)).empty()) return;
-    }
-    ok = true;
-  }
-  ~two_namespaces() {
-    if (made_a) ip({"netns", "del", a});
-    if (made_b) ip({"netns", "del", b});
-    if (!ok) ip({"link", "del", va});  // gone already when it reached a namespace
-  }
-  two_namespaces(const two_namespaces&) = delete;
-  two_namespaces& operator=(const two_namespaces&) = delete;
-
-  std::string a, b, va, vb, net;
-  bool ok = false;
-  std::string why;          ///< a namespace could not be created: skip
-  std::string setup_error;  ///< the namespaces exist but the link failed: fail
-
-private:
-  bool made_a = false, made_b = false;
-};
 
 /// One rank: `ip netns exec NS ACTORPIPE_BIN args...` with `env` (torchrun's
 /// variables from the parent's environment dropped first), run in `dir`
@@ -302,7 +236,7 @@ std::map<std::string, std::string> rank_env(int rank, const std::string& master,
 
 TEST(TwoHosts, TwoRanksInTwoNamespacesSaveWhatOneProcessSaves) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
-  two_namespaces ns;
+  two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   // Free on the host a moment ago; the namespaces are fresh and have ports
   // of their own, so it is free there.
@@ -368,7 +302,7 @@ std::string with_steps(std::string text, int steps) {
 // over the gap, nothing restarts, and rank 0 saves the bytes of one process.
 TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
-  two_namespaces ns;
+  two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
@@ -412,7 +346,7 @@ TEST(TwoHosts, ALinkDownShorterThanTheHeartbeatTimeoutLosesNothing) {
 // waiting on forever as a second brain.
 TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
-  two_namespaces ns;
+  two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
@@ -452,7 +386,7 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
 // stops by itself, and its launcher with it, naming rank 0.
 TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
-  two_namespaces ns;
+  two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
@@ -505,7 +439,7 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
 
 TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
-  two_namespaces ns;
+  two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   // Free on the host a moment ago; the namespaces are fresh and have ports
   // of their own, so it is free there.
