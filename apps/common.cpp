@@ -121,12 +121,7 @@ args parse(int argc, char** argv, int first, const command_spec& spec) {
 }
 
 std::string schedule_names(bool trainable_only, size_t first_width, size_t width) {
-  std::vector<std::string> names;
-  if (trainable_only) {
-    names = trainable_schedule_names();
-  } else {
-    for (const auto& s : schedules()) names.push_back(s.name);
-  }
+  const std::vector<std::string> names = trainable_only ? trainable_schedule_names() : policy_names();
   std::string out, line;
   size_t limit = first_width;
   for (size_t i = 0; i < names.size(); ++i) {
