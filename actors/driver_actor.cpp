@@ -102,7 +102,7 @@ void start_step(driver_ptr self) {
                     : std::vector<batch>(static_cast<size_t>(s.setup.microbatches));
     for (size_t i = 0; i < mbs.size(); ++i)
       self->send(s.setup.stages[d * per_replica], fwd_atom::value,
-                 activation_msg{{s.setup.epoch, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y, nullptr, {}});
+                 activation_msg{{s.setup.epoch, s.step, static_cast<int32_t>(i), 0, s.round}, mbs[i].x, mbs[i].y, nullptr});
   }
   if (cfg.pipeline.lockstep) start_round(self);
 }
@@ -115,7 +115,7 @@ void feed_async_step(driver_ptr self, int64_t t) {
   for (size_t i = 0; i < mbs.size(); ++i)
     self->send(s.setup.stages.front(), fwd_atom::value,
                activation_msg{{s.setup.epoch, 0, static_cast<int32_t>(t * s.setup.microbatches + static_cast<int64_t>(i)), 0, 0},
-                              mbs[i].x, mbs[i].y, nullptr, {}});
+                              mbs[i].x, mbs[i].y, nullptr});
 }
 
 void start_eval(driver_ptr self);

@@ -41,6 +41,10 @@
 #include "runtime/dist/transport/shared_segments.hpp"
 #include "runtime/dist/transport/tensor_channel.hpp"
 
+namespace actorpipe {
+class data_plane;
+}
+
 namespace actorpipe::rank_detail {
 
 using clock_type = std::chrono::steady_clock;
@@ -115,7 +119,11 @@ double ms_between(clock_type::time_point a, clock_type::time_point b);
 struct generation_links {
   std::string prefix;  // the generation's store prefix
   rendezvous_result met;
-  std::shared_ptr<tensor_channel> channel;
+  std::shared_ptr<tensor_channel> channel;  // state handed over (heals)
+  /// Activations and gradients to and from the processes this one's stages
+  /// exchange them with; a notice when a shared ring could not be had.
+  std::shared_ptr<data_plane> plane;
+  std::string plane_notice;
   /// dp 1 with healing: the boundary copies' own channel (null otherwise),
   /// and this process's machine id, for copies through shared memory.
   std::shared_ptr<tensor_channel> copies;

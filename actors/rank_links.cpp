@@ -4,11 +4,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "actors/rank_context.hpp"
 #include "messages/payloads.hpp"
+#include "runtime/dist/transport/data_plane.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "runtime/dist/transport/p2p_group.hpp"
 
@@ -63,6 +67,45 @@ std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_place
     for (size_t i = 0; i < members.size(); ++i) out[slots[i]] = std::shared_ptr<allreduce_group>(std::move(made[i]));
   }
   return out;
+}
+
+// The processes whose stages exchange activations and gradients with this
+// rank's: the owners of neighbouring virtual stages of one replica.
+std::vector<int> op_peers(const rank_context& cx) {
+  std::set<int> peers;
+  const placement& plc = cx.plan.plc;
+  const int me = cx.env.rank;
+  for (int d = 0; d < cx.places.dp(); ++d)
+    for (int k = 0; k + 1 < plc.count(); ++k) {
+      const int a = cx.places.owner(d, plc.rank_of(k)), b = cx.places.owner(d, plc.rank_of(k + 1));
+      if (a != b && a == me) peers.insert(b);
+      if (a != b && b == me) peers.insert(a);
+    }
+  return {peers.begin(), peers.end()};
+}
+
+// Generation g's data plane: shared rings with peers on this machine, TCP
+// streams with the others (or with all of them under ACTORPIPE_SHM_DISABLE).
+// A ring holds two of the largest boundary records (1-64 MiB); a larger
+// record streams through it.
+std::shared_ptr<data_plane> join_data_plane(const rank_context& cx, const kv_store_ptr& store, const std::string& prefix,
+                                            uint32_t g, const config& cfg, std::string* notice) {
+  data_plane_options o;
+  o.rank = cx.env.rank;
+  o.peers = op_peers(cx);
+  o.store = store;
+  o.prefix = prefix;
+  o.host = cx.host;
+  o.machine = machine_id();
+  o.ring_stem = shm_dir() + "/" + segment_run_id() + ".dp.g" + std::to_string(g);
+  const int64_t record = largest_boundary_bytes(cfg, cx.plan.parts);
+  o.ring_bytes = static_cast<size_t>(std::clamp<int64_t>(2 * record, 1 << 20, 64 << 20));
+  o.timeout = cx.timeout;
+  try {
+    return data_plane::connect(o, notice);
+  } catch (const std::runtime_error& e) {
+    throw rendezvous_error(e.what());
+  }
 }
 
 }  // namespace
@@ -182,6 +225,8 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
     }
   };
   links.channel = join_channel("p2p");
+  links.plane = join_data_plane(cx, store, prefix, g, cfg, &links.plane_notice);
+  if (!links.plane_notice.empty()) std::fprintf(stderr, "%s: %s\n", cx.where.c_str(), links.plane_notice.c_str());
   const bool keeps_copies = cx.boundary && cx.plan.dp == 1 && env.world_size > 1;
   // Each rank says which machine's memory it is in (before the channel
   // forms, so every rank's is set once it has): a copy for a keeper in the

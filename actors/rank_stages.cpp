@@ -6,7 +6,9 @@
 #include <map>
 
 #include "actors/rank_context.hpp"
+#include "runtime/dist/transport/data_plane.hpp"
 #include "runtime/dist/transport/state_transfer.hpp"
+#include "runtime/model/partition.hpp"
 
 namespace actorpipe::rank_detail {
 
@@ -162,7 +164,13 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
     st.origin = links.origin;
     st.process_of = processes_of(cx.places, slot.replica);
     st.process = env.rank;
-    st.channel = links.channel;
+    st.plane = links.plane;
+    for (int c = 0; c < cx.plan.chunks; ++c) {
+      const int k = cx.plan.plc.virtual_stage(slot.stage, c);
+      const auto& parts = cx.plan.parts;
+      st.in_width.push_back(k > 0 ? output_width(cfg.model.layers, parts[static_cast<size_t>(k - 1)].second) : 0);
+      st.out_width.push_back(k + 1 < cx.plan.plc.count() ? output_width(cfg.model.layers, parts[static_cast<size_t>(k)].second) : 0);
+    }
     st.boundary = cx.boundary;
     st.resumed_after = g > 0 ? hp.resume_after : rp.ckpt.step;
     if (links.copies) {

@@ -100,7 +100,10 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         ls.step = &st.step;
         ls.process_of = st.setup.process_of;
         ls.process = st.setup.process;
-        ls.channel = st.setup.channel;
+        ls.replica = st.setup.replica;
+        ls.plane = st.setup.plane;
+        ls.in_width = st.setup.in_width;
+        ls.out_width = st.setup.out_width;
         st.link = make_local_link(self, std::move(ls));
         if (st.setup.lockstep)
           st.clock = make_lockstep_clock();
@@ -236,12 +239,10 @@ caf::behavior running(stage_ptr self) {
   return {
       [=](fwd_atom, activation_msg& m) {
         if (stale(self->state, m.h)) return;
-        if (self->state.link->fetch(m)) return;  // from another process: back once its tensor is in
         if (self->state.clock->take_now(m)) on_activation(self, m);
       },
       [=](bwd_atom, gradient_msg& m) {
         if (stale(self->state, m.h)) return;
-        if (self->state.link->fetch(m)) return;
         if (self->state.clock->take_now(m)) on_gradient(self, m);
       },
       [=](tick_atom) { on_tick(self); },

@@ -29,6 +29,7 @@ namespace actorpipe {
 class allreduce_group;
 struct optimizer_state_copy;
 class segment_ring;
+class data_plane;
 class tensor_channel;
 class boundary_memory;
 }
@@ -110,11 +111,15 @@ struct stage_setup {
   /// supervised run's in-memory snapshot (null: fresh).
   std::shared_ptr<const optimizer_state_copy> optimizer_copy;
   /// Multi-process: the process (rank) of each stage of this replica (empty:
-  /// all in this one), this one's, and the channel that carries tensors to
-  /// the others.
+  /// all in this one), this one's, and the data plane that carries
+  /// activations and gradients to the others.
   std::vector<int> process_of;
   int process = 0;
-  std::shared_ptr<tensor_channel> channel;
+  std::shared_ptr<data_plane> plane;
+  /// What a record from another process must measure in its last
+  /// dimension, per chunk: the input (F), the output's gradient (B); 0 or
+  /// empty: not checked.
+  std::vector<int64_t> in_width, out_width;
   /// Healing across processes: a copy of this stage's weights and optimizer
   /// state goes here at every step boundary, after step `resumed_after`
   /// once wired and after each apply (null: none kept).

@@ -8,11 +8,51 @@
 
 #include "messages/atoms.hpp"
 #include "runtime/model/device_stream.hpp"
-#include "runtime/dist/transport/tensor_channel.hpp"
+#include "runtime/dist/transport/data_plane.hpp"
 
 namespace actorpipe {
 
 namespace {
+
+using std::chrono::microseconds;
+
+// The stage `me` goes down with `why`, as a link's exit would take it.
+void fail_stage(const caf::actor_addr& me, const std::string& why) {
+  if (auto a = caf::actor_cast<caf::actor>(me))
+    caf::anon_send(a, caf::exit_msg{caf::actor_addr{}, caf::make_error(caf::sec::runtime_error, why)});
+}
+
+// What the plane's reader thread does with a record for this stage: the
+// width checked, the tensor moved to the stage's device, the message put
+// in the stage's mailbox.
+struct record_taker {
+  caf::actor_addr me;
+  int rank = 0;
+  std::string device;
+  std::vector<int64_t> in_width, out_width;
+
+  void operator()(op_record r) const {
+    auto stage = caf::actor_cast<caf::actor>(me);
+    if (!stage) return;
+    const bool fwd = r.kind == 0;
+    at::Tensor t = r.tensors.empty() ? at::Tensor() : r.tensors[0];
+    const auto& widths = fwd ? in_width : out_width;
+    const int64_t want = r.chunk >= 0 && static_cast<size_t>(r.chunk) < widths.size() ? widths[static_cast<size_t>(r.chunk)] : 0;
+    if (want > 0 && t.defined() && t.numel() > 0 && t.size(-1) != want) {
+      auto got = t.sizes().vec();
+      auto expected = got;
+      expected.back() = want;
+      fail_stage(me, shape_mismatch(fwd ? "an activation" : "a gradient", r.from, rank, expected, got));
+      return;
+    }
+    if (device != "cpu" && t.defined()) t = t.to(torch::Device(device));
+    const msg_header h{r.epoch, r.step, r.mb, r.chunk, r.round};
+    if (fwd)
+      caf::anon_send(stage, fwd_atom::value, activation_msg{h, std::move(t), r.tensors.size() > 1 ? r.tensors[1] : at::Tensor(), nullptr});
+    else
+      caf::anon_send(stage, bwd_atom::value, gradient_msg{h, std::move(t), nullptr});
+  }
+};
 
 class local_link final : public stage_link {
 public:
@@ -20,7 +60,14 @@ public:
     if (s_.epoch > 0) stale_from_ = s_.faults.stale_copy_from();
   }
 
-  void wire(std::vector<caf::actor> ranks) override { ranks_ = std::move(ranks); }
+  void wire(std::vector<caf::actor> ranks) override {
+    ranks_ = std::move(ranks);
+    if (!s_.plane) return;
+    const caf::actor_addr me = self_->address();
+    s_.plane->attach(s_.replica * s_.plc.stages + s_.rank,
+                     {record_taker{me, s_.rank, s_.device, s_.in_width, s_.out_width},
+                      [me](const std::string& why) { fail_stage(me, "stage: " + why); }});
+  }
 
   void begin_step() override {
     const size_t slots = static_cast<size_t>(s_.microbatches) * s_.chunks;
@@ -76,9 +123,6 @@ public:
     }
   }
 
-  bool fetch(activation_msg& m) override { return fetch_far(m, fwd_atom::value); }
-  bool fetch(gradient_msg& m) override { return fetch_far(m, bwd_atom::value); }
-
   uint32_t epoch() const override { return s_.epoch; }
 
 private:
@@ -86,52 +130,35 @@ private:
     return !s_.process_of.empty() && s_.process_of[static_cast<size_t>(to_rank)] != s_.process;
   }
 
-  // The tensor comes over the channel; then the message, whole, comes back
-  // to this stage. A transfer that fails takes the stage down with why.
-  template <class Msg, class Atom>
-  bool fetch_far(Msg& m, Atom atom) {
-    if (!m.far.pending()) return false;
-    if (!s_.channel) throw std::logic_error("a message from another process, but this stage has no tensor channel");
-    auto me = caf::actor_cast<caf::actor>(self_);
-    std::string device = s_.device;
-    Msg msg = std::move(m);
-    const remote_tensor far = msg.far;
-    msg.far = remote_tensor{};
-    s_.channel->fetch(
-        far,
-        [me, device, msg = std::move(msg), atom](at::Tensor t) mutable {
-          if (device != "cpu") t = t.to(torch::Device(device));
-          tensor_of(msg) = std::move(t);
-          caf::anon_send(me, atom, std::move(msg));
-        },
-        [me](const std::string& why) {
-          // As a link's exit would: the stage goes down with why.
-          caf::anon_send(me, caf::exit_msg{caf::actor_addr{}, caf::make_error(caf::sec::runtime_error, "stage: " + why)});
-        });
-    return true;
+  // To rank `to_rank`: a stage of this process gets the message (and the
+  // tensor's handle); one in another process gets it as a record on the
+  // data plane, no earlier than `delay` from now.
+  template <class Atom, class Msg>
+  void post(int to_rank, Atom atom, Msg msg, microseconds delay = microseconds(0)) {
+    if (remote(to_rank)) {
+      const auto not_before = delay.count() > 0 ? data_plane::clock::now() + delay : data_plane::clock::time_point{};
+      s_.plane->post(s_.process_of[static_cast<size_t>(to_rank)], record_of(to_rank, msg), not_before);
+    } else if (delay.count() > 0) {
+      self_->delayed_send(ranks_[to_rank], delay, atom, std::move(msg));
+    } else {
+      self_->send(ranks_[to_rank], atom, std::move(msg));
+    }
   }
 
-  static at::Tensor& tensor_of(activation_msg& m) { return m.x; }
-  static at::Tensor& tensor_of(gradient_msg& m) { return m.g; }
-
-  // To rank `to_rank`: a stage of this process gets the message (and the
-  // tensor's handle); one in another process gets the message without the
-  // tensor, whose bytes go over the channel. Returns what the message
-  // carries in the tensor's place (nothing when it carries the tensor).
-  template <class Atom, class Msg>
-  remote_tensor post(int to_rank, Atom atom, Msg msg, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
-    if (remote(to_rank)) {
-      at::Tensor& t = tensor_of(msg);
-      msg.far = s_.channel->post(t, s_.process_of[static_cast<size_t>(to_rank)]);
-      t = at::Tensor();
-      msg.ready = nullptr;
-    }
-    remote_tensor far = msg.far;
-    if (delay.count() > 0)
-      self_->delayed_send(ranks_[to_rank], delay, atom, std::move(msg));
-    else
-      self_->send(ranks_[to_rank], atom, std::move(msg));
-    return far;
+  op_record record_of(int to_rank, const activation_msg& m) const { return record(0, to_rank, m.h, {m.x, m.y}); }
+  op_record record_of(int to_rank, const gradient_msg& m) const { return record(1, to_rank, m.h, {m.g}); }
+  op_record record(int kind, int to_rank, const msg_header& h, std::vector<at::Tensor> tensors) const {
+    op_record r;
+    r.kind = kind;
+    r.to = s_.replica * s_.plc.stages + to_rank;
+    r.from = s_.rank;
+    r.epoch = h.epoch;
+    r.step = h.step;
+    r.mb = h.mb;
+    r.chunk = h.chunk;
+    r.round = h.round;
+    r.tensors = std::move(tensors);
+    return r;
   }
 
   int slot(int chunk, int mb) const { return chunk * s_.microbatches + mb; }
@@ -141,7 +168,7 @@ private:
   void prepare(msg_header& h, int k, at::Tensor& t, device_mark_ptr& ready) {
     h.epoch = s_.epoch;
     h.chunk = s_.plc.chunk_of(k);
-    if (remote(s_.plc.rank_of(k))) return;  // the channel copies it to the host
+    if (remote(s_.plc.rank_of(k))) return;  // the record copies it to the host
     const std::string& to_device = s_.devices[s_.plc.rank_of(k)];
     if (to_device != s_.device) t = t.to(torch::Device(to_device));
     if (s_.queue) ready = s_.queue->mark(t);
@@ -178,26 +205,13 @@ private:
       stale_from_.reset();
     }
     if (delay_ms > 0) ++s_.stats->injected_delays;
-    const remote_tensor far =
-        post(to_rank, atom, std::move(msg), std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
-    if (stale) send_stale(to_rank, atom, std::move(*stale), far);
-  }
-
-  // A stale_message fault: `msg` again, under the attempt before's epoch,
-  // as a late message of that attempt. Across processes its bytes went
-  // over that attempt's channel, whose tags count from 0 as this one's
-  // do: it names the transfer just posted for the real message (`far`).
-  // A receiver that fetched it before looking at its epoch would take
-  // those bytes, and the real message would wait for them forever.
-  template <class Atom, class Msg>
-  void send_stale(int to_rank, Atom atom, Msg msg, const remote_tensor& far) {
-    msg.h.epoch = s_.epoch - 1;
-    if (far.pending()) {
-      tensor_of(msg) = at::Tensor();
-      msg.far = far;
-      msg.ready = nullptr;
+    post(to_rank, atom, std::move(msg), microseconds(static_cast<int64_t>(delay_ms * 1000)));
+    if (stale) {
+      // A stale_message fault: `msg` again, under the attempt before's
+      // epoch, as a late message of that attempt; the receiver drops it.
+      stale->h.epoch = s_.epoch - 1;
+      post(to_rank, atom, std::move(*stale));
     }
-    self_->send(ranks_[to_rank], atom, std::move(msg));
   }
 
   caf::event_based_actor* self_;

@@ -6,9 +6,12 @@
 // or delay it. The stage says what goes where; the link says how.
 //
 // Between stages of one process, tensor handles pass through CAF mailboxes.
-// To a stage in another process the control message goes through CAF's
-// network layer without the tensor, whose bytes go over the process's
-// tensor channel (Gloo send/recv), never through CAF's serializer.
+// To a stage in another process an activation or a gradient crosses as one
+// record on the process pair's data channel (runtime/dist/transport/
+// data_plane.hpp: shared memory on one machine, a TCP stream between two):
+// the op's ids, its tensors' shapes, their bytes. The receiving side's
+// reader thread checks the width and puts the message in the stage's
+// mailbox: no CAF message crosses per op, and nothing waits on a handshake.
 #include <caf/fwd.hpp>
 
 #include <cstdint>
@@ -23,7 +26,7 @@
 namespace actorpipe {
 
 class device_stream;
-class tensor_channel;
+class data_plane;
 
 class stage_link {
 public:
@@ -44,12 +47,6 @@ public:
   /// A receiver asked again for what `chunk` sent: its output of `kind` (F:
   /// the activation, B: the gradient) for microbatch `mb` of `step`.
   virtual void resend(op_kind kind, int chunk, int64_t step, int mb) = 0;
-  /// A message from a stage in another process carries its tensor's
-  /// description, not the tensor: the bytes are fetched off this stage's
-  /// thread, and the message comes back to the stage with them. True when
-  /// `m` was taken that way (the stage then does nothing more with it).
-  virtual bool fetch(activation_msg& m) = 0;
-  virtual bool fetch(gradient_msg& m) = 0;
   /// The epoch this link stamps and a receiver accepts.
   virtual uint32_t epoch() const = 0;
 };
@@ -69,11 +66,15 @@ struct link_setup {
   /// The step whose messages may still be asked for again.
   const int64_t* step = nullptr;
   /// Multi-process: the process of every rank of this replica (empty: all
-  /// in this one), this process's, and the channel tensors to the other
-  /// processes go through.
+  /// in this one), this process's, this stage's replica, and the data
+  /// plane records to the other processes go through.
   std::vector<int> process_of;
   int process = 0;
-  std::shared_ptr<tensor_channel> channel;
+  int replica = 0;
+  std::shared_ptr<data_plane> plane;
+  /// The last dimension of what reaches each chunk from another process:
+  /// its input (F) and its output's gradient (B); 0: not checked.
+  std::vector<int64_t> in_width, out_width;
 };
 
 /// The in-process link of a stage actor `self`.

@@ -115,7 +115,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   } else {
     // The op's results leave once its padded time is over.
     pad(s, start, op_kind::F);
-    s.link->send_activation(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? r.out.detach() : r.out, msg.y, nullptr, {}});
+    s.link->send_activation(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? r.out.detach() : r.out, msg.y, nullptr});
   }
   note_stash(s);
 }
@@ -135,7 +135,7 @@ void fire_backward(stage_ptr self, int chunk, int mb, clock_type::time_point sta
   if (work) check_finite(s, {op_kind::B, mb, chunk}, grad_in);
   // The gradient of B(mb)'s input goes up once the op's time is over.
   pad(s, start, op_kind::B);
-  s.link->send_gradient(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? grad_in : s.nothing, nullptr, {}});
+  s.link->send_gradient(chunk, {{0, s.step, mb, 0, s.clock->round()}, work ? grad_in : s.nothing, nullptr});
 }
 
 }  // namespace

@@ -56,7 +56,6 @@ struct activation_msg {
   at::Tensor x;
   at::Tensor y;
   device_mark_ptr ready{};  ///< x is written once this mark is passed
-  remote_tensor far;        ///< from another process: x's bytes come this way
 };
 
 /// Input of B(step, mb): the gradient of the receiver's output.
@@ -64,7 +63,6 @@ struct gradient_msg {
   msg_header h;
   at::Tensor g;
   device_mark_ptr ready{};  ///< g is written once this mark is passed
-  remote_tensor far;        ///< from another process: g's bytes come this way
 };
 
 /// What a stage measured during one step.
@@ -186,12 +184,12 @@ typename Inspector::result_type inspect(Inspector& f, msg_header& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, activation_msg& x) {
-  return f(caf::meta::type_name("activation_msg"), x.h, x.x, x.y, x.far);
+  return f(caf::meta::type_name("activation_msg"), x.h, x.x, x.y);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
-  return f(caf::meta::type_name("gradient_msg"), x.h, x.g, x.far);
+  return f(caf::meta::type_name("gradient_msg"), x.h, x.g);
 }
 
 template <class Inspector>

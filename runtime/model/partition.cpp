@@ -68,4 +68,25 @@ partition_t partition_for(const config& cfg) {
                             cfg.pipeline.stages * cfg.pipeline.virtual_stages);
 }
 
+int64_t output_width(const std::vector<layer_spec>& layers, int index) {
+  for (int i = index; i >= 0; --i) {
+    const layer_spec& l = layers.at(static_cast<size_t>(i));
+    if (l.type == "linear") return l.out;
+    if (l.type == "lm_head") return l.vocab;
+    if (l.type == "embedding" || l.type == "gpt_block" || l.type == "layernorm") return l.dim;
+    if (l.type != "relu" && l.type != "gelu" && l.type != "tanh" && l.type != "dropout") return 0;
+  }
+  return 0;
+}
+
+int64_t largest_boundary_bytes(const config& cfg, const partition_t& parts) {
+  const int64_t dp = std::max(1, cfg.parallel.dp), m = std::max(1, cfg.pipeline.microbatches);
+  const int64_t rows = (cfg.train.batch_size + dp * m - 1) / (dp * m);
+  const int64_t seq = cfg.data.kind == "text" ? std::max<int64_t>(1, cfg.data.seq_len) : 1;
+  int64_t most = 0;
+  for (const auto& part : parts) most = std::max(most, output_width(cfg.model.layers, part.second));
+  // The activation, and the targets that ride along with it.
+  return rows * seq * (most + 1) * 4 + rows * seq * 8;
+}
+
 }  // namespace actorpipe

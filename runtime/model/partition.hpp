@@ -20,4 +20,14 @@ partition_t balanced_partition(const std::vector<int64_t>& costs, int stages);
 /// stages x virtual_stages virtual stages.
 partition_t partition_for(const struct config& cfg);
 
+/// The last dimension of layer `index`'s output (what crosses the boundary
+/// after it, both ways): a linear's out, a width-keeping layer's input's,
+/// an lm_head's vocab; 0 where the specs do not say.
+int64_t output_width(const std::vector<struct layer_spec>& layers, int index);
+
+/// The most bytes one microbatch's activation (with its targets) or
+/// gradient holds at any boundary of `parts` (float32; an estimate for
+/// sizing buffers, never a limit).
+int64_t largest_boundary_bytes(const struct config& cfg, const partition_t& parts);
+
 }  // namespace actorpipe

@@ -39,7 +39,7 @@ stage_setup one_stage(uint32_t epoch) {
 }
 
 activation_msg input(uint32_t epoch, int64_t step) {
-  return activation_msg{{epoch, step, 0, 0, 0}, at::empty({0}), at::empty({0}), nullptr, {}};
+  return activation_msg{{epoch, step, 0, 0, 0}, at::empty({0}), at::empty({0}), nullptr};
 }
 
 TEST(StageEpoch, AMessageOfAnotherEpochIsDroppedAndCountedAndALaterStepWaitsForTheClose) {

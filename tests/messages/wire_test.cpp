@@ -410,13 +410,11 @@ activation_msg filled(payload_tag<activation_msg>) {
   activation_msg m;
   m.x = at::ones({2});
   m.y = at::ones({2}, at::kLong);
-  m.far.shape = {2};
   return m;
 }
 gradient_msg filled(payload_tag<gradient_msg>) {
   gradient_msg m;
   m.g = at::ones({2});
-  m.far.shape = {2};
   return m;
 }
 grads_report filled(payload_tag<grads_report>) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -60,10 +61,23 @@ public:
       wait(POLLOUT, deadline, "writing");
       const ssize_t n = ::send(fd_, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) gone_ = true;
       if (n <= 0) throw std::runtime_error(name_ + ": writing: " + std::strerror(errno));
       p += n;
       bytes -= static_cast<size_t>(n);
     }
+  }
+
+  size_t try_write(const void* data, size_t bytes) override {
+    if (closed_) return 0;
+    size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::send(fd_, static_cast<const char*>(data) + done, bytes - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // full, or an error the blocking write then reports
+      done += static_cast<size_t>(n);
+    }
+    return done;
   }
 
   void read(void* out, size_t bytes, clock::time_point deadline) override {
@@ -72,6 +86,7 @@ public:
       wait(POLLIN, deadline, "reading");
       const ssize_t n = ::recv(fd_, p, bytes, MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) gone_ = true;
       if (n == 0) throw std::runtime_error(name_ + ": reading: the peer closed the stream");
       if (n < 0) throw std::runtime_error(name_ + ": reading: " + std::strerror(errno));
       p += n;
@@ -84,6 +99,7 @@ public:
   }
 
   std::string name() const override { return name_; }
+  bool peer_gone() const override { return gone_; }
 
 private:
   void wait(short events, clock::time_point deadline, const char* what) {
@@ -101,6 +117,7 @@ private:
   int fd_;
   std::string name_;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> gone_{false};
 };
 
 // -- a shared-memory ring ----------------------------------------------------
@@ -109,6 +126,8 @@ class ring_byte_pipe final : public byte_pipe {
 public:
   explicit ring_byte_pipe(std::unique_ptr<shm_ring> ring) : ring_(std::move(ring)) {}
   void write(const void* data, size_t bytes, clock::time_point deadline) override { ring_->write(data, bytes, deadline); }
+  size_t try_write(const void* data, size_t bytes) override { return ring_->try_write(data, bytes); }
+  bool peer_gone() const override { return !ring_->peer_gone().empty(); }
   void read(void* out, size_t bytes, clock::time_point deadline) override { ring_->read(out, bytes, deadline); }
   void close() override { ring_->close(); }
   std::string name() const override { return ring_->path(); }
@@ -152,9 +171,40 @@ std::unique_ptr<byte_pipe> ring_pipe(std::unique_ptr<shm_ring> ring) {
   return std::make_unique<ring_byte_pipe>(std::move(ring));
 }
 
-void data_sender::send(const op_record& r, byte_pipe::clock::time_point deadline) {
+/// A record as it crosses: its head, then the bytes of its tensors.
+struct data_sender::job {
+  record_head head{};
+  std::vector<at::Tensor> bytes;
+  clock::time_point due;
+  size_t done = 0;  // bytes of [head, tensors...] written so far
+
+  /// Each piece of the record from byte `done` on, to `put(data, n)`, which
+  /// says how much it took; false once one took less.
+  template <class Put>
+  bool each_piece(Put put) {
+    size_t at = 0;
+    auto piece = [&](const void* data, size_t n) {
+      if (done >= at + n) {
+        at += n;
+        return true;
+      }
+      const size_t skip = done - at;
+      const size_t took = put(static_cast<const char*>(data) + skip, n - skip);
+      done += took;
+      at += n;
+      return took == n - skip;
+    };
+    if (!piece(&head, sizeof head)) return false;
+    for (const auto& b : bytes)
+      if (b.defined() && b.nbytes() > 0 && !piece(b.data_ptr(), b.nbytes())) return false;
+    return true;
+  }
+};
+
+namespace {
+
+void encode(const op_record& r, record_head& h, std::vector<at::Tensor>& bytes) {
   if (r.tensors.size() > op_record::max_tensors) throw std::invalid_argument("a record holds at most two tensors");
-  record_head h{};
   h.magic = record_magic;
   h.version = record_version;
   h.kind = r.kind;
@@ -166,7 +216,7 @@ void data_sender::send(const op_record& r, byte_pipe::clock::time_point deadline
   h.chunk = r.chunk;
   h.round = r.round;
   h.count = static_cast<uint32_t>(r.tensors.size());
-  std::vector<at::Tensor> bytes(r.tensors.size());
+  bytes.assign(r.tensors.size(), at::Tensor());
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const at::Tensor& t = r.tensors[i];
     if (!t.defined()) continue;
@@ -179,14 +229,107 @@ void data_sender::send(const op_record& r, byte_pipe::clock::time_point deadline
     for (int64_t d = 0; d < t.dim(); ++d) th.shape[d] = t.size(d);
     th.bytes = static_cast<uint64_t>(bytes[i].nbytes());
   }
+}
+
+}  // namespace
+
+data_sender::data_sender(std::unique_ptr<byte_pipe> pipe, std::function<void(const std::string&, bool)> failed)
+    : pipe_(std::move(pipe)), failed_(std::move(failed)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+data_sender::~data_sender() { close(); }
+
+void data_sender::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    queue_.clear();
+    held_.clear();
+  }
+  pipe_->close();
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void data_sender::send(const op_record& r, clock::time_point deadline) {
+  job j;
+  encode(r, j.head, j.bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  pipe_->write(&h, sizeof h, deadline);
-  for (const auto& b : bytes)
-    if (b.defined() && b.nbytes() > 0) pipe_->write(b.data_ptr(), b.nbytes(), deadline);
+  j.each_piece([&](const void* data, size_t n) {
+    pipe_->write(data, n, deadline);
+    return n;
+  });
+}
+
+bool data_sender::write_now(job& j) {
+  return j.each_piece([&](const void* data, size_t n) { return pipe_->try_write(data, n); });
+}
+
+void data_sender::post(op_record r, clock::time_point not_before) {
+  auto j = std::make_shared<job>();
+  encode(r, j->head, j->bytes);
+  j->due = not_before;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (broken_ || stopping_) return;
+  if (not_before > clock::now()) {
+    held_.push_back(std::move(j));
+  } else if (busy_ || !queue_.empty() || !write_now(*j)) {
+    queue_.push_back(std::move(j));  // after what waits; the thread writes the rest
+  } else {
+    return;  // all of it went on this thread
+  }
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void data_sender::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Held records that are due join the queue, earliest first.
+    std::sort(held_.begin(), held_.end(), [](const auto& a, const auto& b) { return a->due < b->due; });
+    const auto now = clock::now();
+    while (!held_.empty() && held_.front()->due <= now) {
+      queue_.push_back(held_.front());
+      held_.erase(held_.begin());
+    }
+    if (stopping_) return;
+    if (queue_.empty()) {
+      if (held_.empty())
+        cv_.wait(lock);
+      else
+        cv_.wait_until(lock, held_.front()->due);
+      continue;
+    }
+    auto j = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::string why;
+    try {
+      const auto forever = clock::now() + std::chrono::hours(24 * 365);
+      j->each_piece([&](const void* data, size_t n) {
+        pipe_->write(data, n, forever);
+        return n;
+      });
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    lock.lock();
+    busy_ = false;
+    if (why.empty() || stopping_) continue;
+    broken_ = true;
+    queue_.clear();
+    held_.clear();
+    lock.unlock();
+    if (failed_) failed_(why, pipe_->peer_gone());
+    lock.lock();
+  }
 }
 
 data_receiver::data_receiver(std::unique_ptr<byte_pipe> pipe, std::function<void(op_record)> deliver,
-                             std::function<void(const std::string&)> failed)
+                             std::function<void(const std::string&, bool)> failed)
     : pipe_(std::move(pipe)), deliver_(std::move(deliver)), failed_(std::move(failed)) {
   thread_ = std::thread([this] { run(); });
 }
@@ -227,7 +370,7 @@ void data_receiver::run() {
       deliver_(std::move(r));
     }
   } catch (const std::exception& e) {
-    if (!stopping_) failed_(e.what());
+    if (!stopping_) failed_(e.what(), pipe_->peer_gone());
   }
 }
 

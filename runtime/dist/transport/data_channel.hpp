@@ -11,13 +11,17 @@
 // that fails (the peer gone, a garbled head) ends that thread with a
 // one-line reason to the failure callback; nothing is delivered after it.
 //
-// Not yet used by the stages: tensor_channel (Gloo) still carries their
-// bytes. This is the unit the stage link will move onto.
+// The sending side never blocks its caller on a slow or frozen peer
+// (post): what fits goes at once on the caller's thread, the rest (and
+// anything after it) on a thread of the sender's. runtime/dist/transport/
+// data_plane.hpp joins one pipe each way per pair of processes.
 #include <ATen/Tensor.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,9 +39,14 @@ public:
   virtual ~byte_pipe() = default;
   /// Throws std::runtime_error naming the pipe and the peer when it fails.
   virtual void write(const void* data, size_t bytes, clock::time_point deadline) = 0;
+  /// What fits of `bytes` now, never waiting (0 when closed); how much.
+  virtual size_t try_write(const void* data, size_t bytes) = 0;
   virtual void read(void* out, size_t bytes, clock::time_point deadline) = 0;
   virtual void close() = 0;
   virtual std::string name() const = 0;
+  /// Whether the other end closed or its process is gone (what a failed
+  /// read or write then was), as opposed to a timeout or a garbled stream.
+  virtual bool peer_gone() const = 0;
 };
 
 /// A connected stream socket (TCP, or a UNIX socketpair in tests); the pipe
@@ -66,15 +75,42 @@ struct op_record {
 /// The sending end: records go out whole and in order. Thread-safe.
 class data_sender {
 public:
-  explicit data_sender(std::unique_ptr<byte_pipe> pipe) : pipe_(std::move(pipe)) {}
-  /// Writes `r` (tensors made contiguous CPU copies where they are not);
-  /// throws when the pipe fails or the record does not fit a head.
-  void send(const op_record& r, byte_pipe::clock::time_point deadline);
-  void close() { pipe_->close(); }
+  using clock = byte_pipe::clock;
+  /// `failed` hears once why the pipe failed under post() (on the
+  /// sender's thread); what was posted after that is dropped.
+  explicit data_sender(std::unique_ptr<byte_pipe> pipe, std::function<void(const std::string&, bool peer_gone)> failed = {});
+  ~data_sender();
+  data_sender(const data_sender&) = delete;
+  data_sender& operator=(const data_sender&) = delete;
+  /// Writes `r` (tensors made contiguous CPU copies where they are not),
+  /// waiting for room; throws when the pipe fails or the record does not
+  /// fit a head. Not mixed with post() on one sender.
+  void send(const op_record& r, clock::time_point deadline);
+  /// Queues `r` to go after everything posted before it that is due, no
+  /// earlier than `not_before` (a held-back record lets later ones pass).
+  /// Never waits on the peer: what fits now is written on this thread,
+  /// the rest on the sender's. Throws only for a record that does not fit
+  /// a head.
+  void post(op_record r, clock::time_point not_before = {});
+  /// Ends the pipe and the sender's thread; what is queued is dropped.
+  void close();
+
+  struct job;
 
 private:
+  void run();
+  bool write_now(job& j);
+
   std::mutex mu_;
+  std::condition_variable cv_;
   std::unique_ptr<byte_pipe> pipe_;
+  std::function<void(const std::string&, bool)> failed_;
+  std::deque<std::shared_ptr<job>> queue_;   // due, in order
+  std::vector<std::shared_ptr<job>> held_;   // not yet due
+  bool busy_ = false;                        // the thread is writing one
+  bool broken_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 /// The receiving end: a thread that reads records until the pipe fails or
@@ -82,7 +118,11 @@ private:
 class data_receiver {
 public:
   data_receiver(std::unique_ptr<byte_pipe> pipe, std::function<void(op_record)> deliver,
-                std::function<void(const std::string&)> failed);
+                std::function<void(const std::string&, bool peer_gone)> failed);
+  data_receiver(std::unique_ptr<byte_pipe> pipe, std::function<void(op_record)> deliver,
+                std::function<void(const std::string&)> failed)
+      : data_receiver(std::move(pipe), std::move(deliver),
+                      [f = std::move(failed)](const std::string& why, bool) { f(why); }) {}
   ~data_receiver();
   data_receiver(const data_receiver&) = delete;
   data_receiver& operator=(const data_receiver&) = delete;
@@ -94,7 +134,7 @@ private:
 
   std::unique_ptr<byte_pipe> pipe_;
   std::function<void(op_record)> deliver_;
-  std::function<void(const std::string&)> failed_;
+  std::function<void(const std::string&, bool)> failed_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -192,24 +192,45 @@ void shm_ring::wait_for(Ready ready, bool as_writer, clock::time_point deadline,
   }
 }
 
+size_t shm_ring::put(const unsigned char* from, size_t bytes) {
+  const uint64_t cap = h_->capacity;
+  const uint64_t written = h_->written.load(std::memory_order_relaxed);
+  const uint64_t free = cap - (written - h_->taken.load(std::memory_order_acquire));
+  const uint64_t at = written % cap;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>({free, bytes, cap - at, piece_bytes}));
+  if (n == 0) return 0;
+  std::memcpy(data_ + at, from, n);
+  h_->written.store(written + n, std::memory_order_release);
+  h_->data_bell.fetch_add(1);
+  if (h_->reader_sleeps.load() != 0) futex_wake(&h_->data_bell);
+  return n;
+}
+
 void shm_ring::write(const void* data, size_t bytes, clock::time_point deadline) {
   if (!writer_) throw std::logic_error("shm_ring::write on the reader's end");
   const auto* from = static_cast<const unsigned char*>(data);
   const uint64_t cap = h_->capacity;
   while (bytes > 0) {
-    uint64_t written = h_->written.load(std::memory_order_relaxed);
+    const uint64_t written = h_->written.load(std::memory_order_relaxed);
     wait_for([&] { return written - h_->taken.load(std::memory_order_acquire) < cap; }, true, deadline,
              "writing");
-    const uint64_t free = cap - (written - h_->taken.load(std::memory_order_acquire));
-    const uint64_t at = written % cap;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>({free, bytes, cap - at, piece_bytes}));
-    std::memcpy(data_ + at, from, n);
-    h_->written.store(written + n, std::memory_order_release);
-    h_->data_bell.fetch_add(1);
-    if (h_->reader_sleeps.load() != 0) futex_wake(&h_->data_bell);
+    const size_t n = put(from, bytes);
     from += n;
     bytes -= n;
   }
+}
+
+size_t shm_ring::try_write(const void* data, size_t bytes) {
+  if (!writer_) throw std::logic_error("shm_ring::try_write on the reader's end");
+  if (h_->writer_closed.load() != 0 || h_->reader_closed.load() != 0) return 0;
+  const auto* from = static_cast<const unsigned char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    const size_t n = put(from + done, bytes - done);
+    if (n == 0) break;
+    done += n;
+  }
+  return done;
 }
 
 void shm_ring::read(void* out, size_t bytes, clock::time_point deadline) {

@@ -53,6 +53,8 @@ public:
   /// lags; throws shm_ring_error when the reader is gone or `deadline`
   /// passes first.
   void write(const void* data, size_t bytes, clock::time_point deadline);
+  /// Writer: appends what fits of `bytes` now, never waiting; how much.
+  size_t try_write(const void* data, size_t bytes);
   /// Reader: the next `bytes` bytes into `out`, waiting for them; throws
   /// as write() does when the writer is gone before they are all in.
   void read(void* out, size_t bytes, clock::time_point deadline);
@@ -61,6 +63,10 @@ public:
   /// Ends this side: the other side's waits end with an error once what
   /// was written is read.
   void close();
+
+  /// "" while the peer is there; else why not (it closed its end, or its
+  /// process is gone).
+  std::string peer_gone() const;
 
   size_t capacity() const;
   const std::string& path() const { return path_; }
@@ -75,7 +81,8 @@ private:
   /// the wait for the error.
   template <class Ready>
   void wait_for(Ready ready, bool as_writer, clock::time_point deadline, const char* what);
-  std::string peer_gone() const;
+  /// Copies at most one piece of `bytes` into the free space; how much.
+  size_t put(const unsigned char* from, size_t bytes);
 
   std::string path_;
   void* base_ = nullptr;
