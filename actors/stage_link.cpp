@@ -35,16 +35,12 @@ struct record_taker {
     auto stage = caf::actor_cast<caf::actor>(me);
     if (!stage) return;
     const bool fwd = r.kind == 0;
-    at::Tensor t = r.tensors.empty() ? at::Tensor() : r.tensors[0];
-    const auto& widths = fwd ? in_width : out_width;
-    const int64_t want = r.chunk >= 0 && static_cast<size_t>(r.chunk) < widths.size() ? widths[static_cast<size_t>(r.chunk)] : 0;
-    if (want > 0 && t.defined() && t.numel() > 0 && t.size(-1) != want) {
-      auto got = t.sizes().vec();
-      auto expected = got;
-      expected.back() = want;
-      fail_stage(me, shape_mismatch(fwd ? "an activation" : "a gradient", r.from, rank, expected, got));
+    const std::string wrong = record_mismatch(r, rank, in_width, out_width);
+    if (!wrong.empty()) {
+      fail_stage(me, wrong);
       return;
     }
+    at::Tensor t = r.tensors.empty() ? at::Tensor() : r.tensors[0];
     if (device != "cpu" && t.defined()) t = t.to(torch::Device(device));
     const msg_header h{r.epoch, r.step, r.mb, r.chunk, r.round};
     if (fwd)
@@ -227,6 +223,20 @@ private:
 };
 
 }  // namespace
+
+std::string record_mismatch(const op_record& r, int to_stage, const std::vector<int64_t>& in_width,
+                            const std::vector<int64_t>& out_width) {
+  const bool fwd = r.kind == 0;
+  const auto& widths = fwd ? in_width : out_width;
+  const int64_t want =
+      r.chunk >= 0 && static_cast<size_t>(r.chunk) < widths.size() ? widths[static_cast<size_t>(r.chunk)] : 0;
+  const at::Tensor t = r.tensors.empty() ? at::Tensor() : r.tensors[0];
+  if (want <= 0 || !t.defined() || t.numel() == 0 || t.size(-1) == want) return "";
+  auto got = t.sizes().vec();
+  auto expected = got;
+  expected.back() = want;
+  return shape_mismatch(fwd ? "an activation" : "a gradient", r.from, to_stage, expected, got);
+}
 
 std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup) {
   return std::make_unique<local_link>(self, std::move(setup));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "messages/payloads.hpp"
+#include "runtime/dist/transport/data_channel.hpp"
 #include "runtime/faults/fault_plan.hpp"
 #include "runtime/schedule/placement.hpp"
 
@@ -76,6 +77,13 @@ struct link_setup {
   /// its input (F) and its output's gradient (B); 0: not checked.
   std::vector<int64_t> in_width, out_width;
 };
+
+/// "" when record `r` (from another process, for stage `to_stage`) has the
+/// last dimension its chunk expects (`in_width` for an activation,
+/// `out_width` for a gradient; 0 or missing: unchecked); else one line
+/// naming both stages.
+std::string record_mismatch(const op_record& r, int to_stage, const std::vector<int64_t>& in_width,
+                            const std::vector<int64_t>& out_width);
 
 /// The in-process link of a stage actor `self`.
 std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup);

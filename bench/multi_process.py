@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`actorpipe launch --nprocs S` against the same config in one process.
 
-    python3 bench/multi_process.py [--build build] [--rounds 3]
+    python3 bench/multi_process.py [--build build] [--rounds 3] [--baseline OLD_BINARY]
 
 Four stages (pipeline.stages = 4), so S = 2 puts two stages in each process
 and S = 4 one. For the seed MLP (configs/seed_mlp.yaml), the digits app
@@ -15,6 +15,10 @@ and launch / one process. On the null device a step fires
 stages x microbatches x 2 ops (F and B), so the table also gives µs per op.
 If build/caf_roundtrip_bench exists it runs once at the end (the CAF
 middleman round trip between two processes, for reference).
+
+With --baseline, each round also runs every variant with that binary (an
+older build), right after this build's, and the table has a row for each:
+before and after from one run, under the same load.
 
 Python 3 standard library only. Derived configs go to a temporary
 directory; the digits data path is made absolute.
@@ -94,8 +98,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", help="another actorpipe binary to run beside this build's, round by round")
     args = ap.parse_args()
-    binary = os.path.join(args.build, "actorpipe")
+    binaries = [("", os.path.join(args.build, "actorpipe"))]
+    if args.baseline:
+        binaries = [(" (this build)", binaries[0][1]), (" (baseline)", os.path.abspath(args.baseline))]
     started = time.time()
     rows = []
     failures = 0
@@ -103,24 +110,26 @@ def main():
         for name, src, steps, warm, devices in CASES:
             config = os.path.join(tmp, f"case{len(rows)}.yaml")
             derive(src, config, devices)
-            times = {n: [] for n in [1] + NPROCS}
+            times = {(b, n): [] for b, _ in binaries for n in [1] + NPROCS}
             ops = None
             for r in range(args.rounds):
                 for n in [1] + NPROCS:
-                    doc = None
-                    for attempt in range(2):  # one retry: a failed run is reported, not hidden
-                        doc = run_once(binary, n, config, steps, os.path.join(tmp, "r.json"))
-                        if doc is not None:
-                            break
-                        failures += 1
-                    if doc is None:
-                        continue
-                    ops = doc["stages"] * doc["microbatches"] * 2 * max(1, doc.get("virtual_stages") or 1)
-                    step_s = [s["step_s"] for s in doc["steps"]][warm:]
-                    times[n].extend(step_s)
-                    print(f"  {name}, {'one process' if n == 1 else f'launch --nprocs {n}'}, round {r + 1}: "
-                          f"median {statistics.median(step_s) * 1e3:.2f} ms", file=sys.stderr, flush=True)
-            rows.append((name, steps, warm, ops, devices is not None, times))
+                    for tag, binary in binaries:
+                        doc = None
+                        for attempt in range(2):  # one retry: a failed run is reported, not hidden
+                            doc = run_once(binary, n, config, steps, os.path.join(tmp, "r.json"))
+                            if doc is not None:
+                                break
+                            failures += 1
+                        if doc is None:
+                            continue
+                        ops = doc["stages"] * doc["microbatches"] * 2 * max(1, doc.get("virtual_stages") or 1)
+                        step_s = [s["step_s"] for s in doc["steps"]][warm:]
+                        times[(tag, n)].extend(step_s)
+                        print(f"  {name}{tag}, {'one process' if n == 1 else f'launch --nprocs {n}'}, round {r + 1}: "
+                              f"median {statistics.median(step_s) * 1e3:.2f} ms", file=sys.stderr, flush=True)
+            for tag, _ in binaries:
+                rows.append((name + tag, steps, warm, ops, devices is not None, {n: times[(tag, n)] for n in [1] + NPROCS}))
 
     caf_line = None
     caf = os.path.join(args.build, "caf_roundtrip_bench")

@@ -179,6 +179,33 @@ TEST(LaunchEqualsOneProcessMore, DataParallelTwoOnTwoProcessesWithWholePipelines
   expect_launch_equals_one_process(write_config("dp2pp2w2", config_text(2, 4, "gpipe", 2)), 2, "dp2pp2w2");
 }
 
+// The data plane three ways, one set of bytes: shared rings (the two
+// processes share the machine: no notice), TCP streams under
+// ACTORPIPE_SHM_DISABLE=1 (silently), and TCP after a ring that could not
+// be made (one notice per process), against one process.
+TEST(LaunchEqualsOneProcessMore, OverSharedMemoryOverTcpAndInOneProcessTheSameBytes) {
+  const auto dir = test_dir();
+  const std::string config = write_config("ways", config_text(4, 8, "1f1b"));
+  const std::string one = (dir / "ways_one.pt").string();
+  auto a = actorpipe({"train", config, "--quiet", "--save", one});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  const std::string notice = "; activations and gradients go over TCP instead";
+  enum class way { shared, disabled, no_room };
+  for (const way how : {way::shared, way::disabled, way::no_room}) {
+    const std::string what = how == way::shared ? "shared memory" : how == way::disabled ? "tcp" : "no room";
+    if (how == way::disabled) ::setenv("ACTORPIPE_SHM_DISABLE", "1", 1);
+    if (how == way::no_room) ::setenv("ACTORPIPE_SHM_DIR", (dir / "ways_missing").c_str(), 1);
+    const std::string many = (dir / "ways_many.pt").string();
+    fs::remove(many);
+    auto b = actorpipe({"launch", "--nprocs", "2", config, "--quiet", "--save", many});
+    ::unsetenv("ACTORPIPE_SHM_DISABLE");
+    ::unsetenv("ACTORPIPE_SHM_DIR");
+    ASSERT_EQ(b.code, 0) << what << describe(b);
+    EXPECT_TRUE(bytes_of(one) == bytes_of(many)) << what << ": other bytes than one process";
+    EXPECT_EQ(count(b.err, notice), how == way::no_room ? 2u : 0u) << what << describe(b);
+  }
+}
+
 // async (PipeDream-2BW) never flushes: one stream of microbatches, each
 // stage stepping its own weights. Under launch it saves the one-process
 // bytes, with supervision on too (its boundary memory kept, nothing healed).

@@ -240,15 +240,20 @@ void data_plane::deliver(op_record r) {
 void data_plane::failed(int peer, const std::string& why, bool peer_gone) {
   // A peer gone is supervision's to see (its node is down); a stream that
   // broke otherwise is told to every slot, which goes down with why.
-  if (peer_gone) return;
   std::vector<std::function<void(const std::string&)>> tell;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
+    if (peer_gone) gone_.push_back(peer);
+    if (peer_gone || closed_) return;
     for (auto& in : inboxes_)
       if (in.second.failed) tell.push_back(in.second.failed);
   }
   for (auto& f : tell) f("from rank " + std::to_string(peer) + ": " + why);
+}
+
+std::vector<int> data_plane::gone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gone_;
 }
 
 std::string data_plane::way_to(int process) const {

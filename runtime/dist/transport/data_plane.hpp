@@ -65,6 +65,9 @@ public:
   void close();
   /// "shared memory" or "tcp": how records reach `process`.
   std::string way_to(int process) const;
+  /// The peers whose stream to this process ended because they closed it
+  /// or their process is gone.
+  std::vector<int> gone() const;
 
 private:
   data_plane() = default;
@@ -77,6 +80,7 @@ private:
   std::map<int, std::unique_ptr<data_sender>> senders_;
   std::map<int, std::string> ways_;
   std::vector<std::unique_ptr<data_receiver>> receivers_;
+  std::vector<int> gone_;
   bool closed_ = false;
 };
 

@@ -160,6 +160,52 @@ TEST(DataChannel, AGarbledHeadIsRefusedNotAllocated) {
   EXPECT_TRUE(got.records.empty());
 }
 
+TEST(DataChannel, PostNeverWaitsOnAReaderThatDoesNotRead) {
+  // A 64 KiB ring and nobody reading: post() returns at once for 4 MiB of
+  // records; once the reader starts, every one arrives, in order.
+  const std::string path = (testing_util::test_dir("actorpipe_data_channel_test") / "stalled").string();
+  std::string why;
+  auto w = shm_ring::create(path, 64 << 10, &why);
+  ASSERT_NE(w, nullptr) << why;
+  auto r = shm_ring::open(path, &why);
+  ASSERT_NE(r, nullptr) << why;
+  data_sender sender(ring_pipe(std::move(w)));
+  std::vector<op_record> sent;
+  const auto start = clock_type::now();
+  for (int i = 0; i < 16; ++i) {
+    op_record rec;
+    rec.mb = i;
+    rec.tensors.push_back(at::full({64 << 10}, static_cast<float>(i)));
+    sent.push_back(rec);
+    sender.post(rec);
+  }
+  EXPECT_LT(clock_type::now() - start, std::chrono::seconds(5)) << "post() waited for the reader";
+  inbox got;
+  data_receiver receiver(ring_pipe(std::move(r)), [&](op_record rec) { got.deliver(std::move(rec)); },
+                         [&](const std::string& why) { got.failed(why); });
+  ASSERT_TRUE(got.wait_for(sent.size())) << got.failure;
+  for (size_t i = 0; i < sent.size(); ++i) expect_same(sent[i], got.records[i]);
+}
+
+TEST(DataChannel, AHeldBackRecordLetsTheLaterOnesPass) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  inbox got;
+  data_receiver receiver(socket_pipe(fds[1], "socket from 0"), [&](op_record r) { got.deliver(std::move(r)); },
+                         [&](const std::string& why) { got.failed(why); });
+  data_sender sender(socket_pipe(fds[0], "socket to 1"));
+  for (int i = 0; i < 5; ++i) {
+    op_record r;
+    r.mb = i;
+    r.tensors.push_back(at::ones({4}));
+    sender.post(r, i == 1 ? clock_type::now() + std::chrono::milliseconds(200) : clock_type::time_point{});
+  }
+  ASSERT_TRUE(got.wait_for(5)) << got.failure;
+  std::vector<int> order;
+  for (const auto& r : got.records) order.push_back(r.mb);
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 3, 4, 1}));
+}
+
 TEST(DataChannel, AShapeMismatchIsOneLineNamingBothStages) {
   EXPECT_EQ(shape_mismatch("an activation", 1, 2, {16, 128}, {16, 128}), "");
   EXPECT_EQ(shape_mismatch("an activation", 1, 2, {16, 128}, {16, 64}),

@@ -1,0 +1,73 @@
+// actors/stage_link: a record from another process is checked against the
+// width its chunk expects before it reaches the stage. The widths come from
+// the config's layer specs (output_width); here they are held against the
+// widths the layers really give, run on a batch, and a wrong one is one
+// line naming both stages.
+#include "actors/stage_link.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "runtime/config/config.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/partition.hpp"
+
+namespace actorpipe {
+namespace {
+
+// Every boundary of the config's partition: the width the specs give, and
+// the width running the layers up to it gives.
+void expect_widths_of(const std::string& file) {
+  const config cfg = load_config(std::string(ACTORPIPE_SOURCE_DIR) + "/configs/" + file);
+  const auto layers = build_layers(cfg);
+  const auto parts = partition_for(cfg);
+  torch::NoGradGuard no_grad;
+  at::Tensor x = at::randn({3, cfg.model.layers.front().in});
+  forward_ctx ctx;
+  ctx.training = false;
+  for (const auto& part : parts) {
+    for (int i = part.first; i <= part.second; ++i) x = layers[static_cast<size_t>(i)].forward(x, ctx);
+    EXPECT_EQ(output_width(cfg.model.layers, part.second), x.size(-1)) << file << ": after layer " << part.second;
+  }
+  EXPECT_GE(largest_boundary_bytes(cfg, parts), int64_t{4});
+}
+
+TEST(StageLink, BoundaryWidthsFromTheSpecsAreWhatTheLayersGive) {
+  expect_widths_of("seed_mlp.yaml");
+  expect_widths_of("digits_mlp.yaml");
+}
+
+op_record activation(int from, int chunk, at::Tensor x) {
+  op_record r;
+  r.kind = 0;
+  r.from = from;
+  r.chunk = chunk;
+  r.tensors = {std::move(x), at::zeros({16}, at::kLong)};
+  return r;
+}
+
+TEST(StageLink, ARecordOfTheWrongWidthIsOneLineNamingBothStages) {
+  const std::vector<int64_t> in{0, 128}, out{128, 0};  // chunk 0 gets the microbatch; chunk 1's output is the loss's
+  EXPECT_EQ(record_mismatch(activation(1, 1, at::zeros({16, 128})), 2, in, out), "");
+  EXPECT_EQ(record_mismatch(activation(1, 1, at::zeros({16, 64})), 2, in, out),
+            "stage 2 expected an activation of shape [16, 128] from stage 1, got [16, 64]");
+  // A transformer's activations: only the last dimension is the width.
+  EXPECT_EQ(record_mismatch(activation(0, 1, at::zeros({4, 32, 96})), 1, in, out),
+            "stage 1 expected an activation of shape [4, 32, 128] from stage 0, got [4, 32, 96]");
+  op_record g;
+  g.kind = 1;
+  g.from = 3;
+  g.chunk = 0;
+  g.tensors = {at::zeros({16, 100})};
+  EXPECT_EQ(record_mismatch(g, 2, in, out), "stage 2 expected a gradient of shape [16, 128] from stage 3, got [16, 100]");
+  // Unchecked: an unknown width, a chunk out of range, the null device's empty tensors.
+  EXPECT_EQ(record_mismatch(activation(1, 0, at::zeros({16, 7})), 2, in, out), "");
+  EXPECT_EQ(record_mismatch(activation(1, 5, at::zeros({16, 7})), 2, in, out), "");
+  EXPECT_EQ(record_mismatch(activation(1, 1, at::empty({0})), 2, in, out), "");
+}
+
+}  // namespace
+}  // namespace actorpipe
