@@ -3,7 +3,7 @@
 // header): what a rank keeps for the whole process, what it joins for one
 // generation, and the steps of a generation, each in a unit of its own:
 //
-//   rank_links.cpp      the rendezvous, the tensor channels, the replica
+//   rank_links.cpp      the rendezvous, the data plane, the tensor channels, the replica
 //                       and tie groups, the time origin (joining)
 //   rank_directory.cpp  the directory actor a rank publishes; connecting to
 //                       every rank's; serving until rank 0 says stop or heal

@@ -4,8 +4,9 @@
 // Rank 0 runs the supervisor actor (actors/supervisor_actor.hpp) on a rank
 // host (actors/rank_host.hpp); every other rank runs an agent actor
 // (actors/rank_agent.hpp). For each generation every rank joins the
-// rendezvous (endpoints, config digests, the store), forms the tensor
-// channel (Gloo send/recv between the processes) and the replicas'
+// rendezvous (endpoints, config digests, the store), forms the data plane
+// (activations and gradients: shared rings or TCP streams), the tensor
+// channel (Gloo send/recv: state handed over in a heal) and the replicas'
 // allreduce groups, builds its own stage actors (rank_placement gives it
 // its slots) and connects to every other rank's directory, so that each
 // pair of ranks has a direct CAF connection before the first message.

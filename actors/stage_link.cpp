@@ -61,7 +61,7 @@ public:
     if (!s_.plane) return;
     const caf::actor_addr me = self_->address();
     s_.plane->attach(s_.replica * s_.plc.stages + s_.rank,
-                     {record_taker{me, s_.rank, s_.device, s_.in_width, s_.out_width},
+                     {record_inbox(me, s_.rank, s_.device, s_.in_width, s_.out_width),
                       [me](const std::string& why) { fail_stage(me, "stage: " + why); }});
   }
 
@@ -236,6 +236,11 @@ std::string record_mismatch(const op_record& r, int to_stage, const std::vector<
   auto expected = got;
   expected.back() = want;
   return shape_mismatch(fwd ? "an activation" : "a gradient", r.from, to_stage, expected, got);
+}
+
+std::function<void(op_record)> record_inbox(const caf::actor_addr& stage, int rank, std::string device,
+                                            std::vector<int64_t> in_width, std::vector<int64_t> out_width) {
+  return record_taker{stage, rank, std::move(device), std::move(in_width), std::move(out_width)};
 }
 
 std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup) {

@@ -15,6 +15,7 @@
 #include <caf/fwd.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,14 @@ struct link_setup {
 /// naming both stages.
 std::string record_mismatch(const op_record& r, int to_stage, const std::vector<int64_t>& in_width,
                             const std::vector<int64_t>& out_width);
+
+/// What the data plane's reader thread does with a record for `stage`
+/// (pipeline rank `rank`, on `device`): a record of the wrong width takes
+/// the stage down with record_mismatch's line; any other becomes the
+/// activation_msg (F) or gradient_msg (B) in the stage's mailbox, its
+/// tensor on `device`.
+std::function<void(op_record)> record_inbox(const caf::actor_addr& stage, int rank, std::string device,
+                                            std::vector<int64_t> in_width, std::vector<int64_t> out_width);
 
 /// The in-process link of a stage actor `self`.
 std::unique_ptr<stage_link> make_local_link(caf::event_based_actor* self, link_setup setup);

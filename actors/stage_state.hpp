@@ -164,9 +164,8 @@ void begin_step(stage_state& s, int64_t step);
 enum class arrival { take, drop, hold };
 arrival accept(stage_state& s, const msg_header& h, op_kind kind);
 /// True (and counted) for a message of another epoch: an earlier attempt's
-/// or generation's. Asked once, on arrival, before anything else: across
-/// processes before the tensor is fetched (its bytes went over that
-/// attempt's channel). accept() takes what passed it.
+/// or generation's. Asked once, on arrival, before anything else.
+/// accept() takes what passed it.
 bool stale(stage_state& s, const msg_header& h);
 /// The step after `step` begins (its apply ran); what waited for it arrives.
 void next_step(stage_ptr self, int64_t step);

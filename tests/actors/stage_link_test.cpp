@@ -6,11 +6,15 @@
 #include "actors/stage_link.hpp"
 
 #include <ATen/ATen.h>
+#include <caf/all.hpp>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstring>
 #include <string>
 
+#include "messages/atoms.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/partition.hpp"
@@ -67,6 +71,73 @@ TEST(StageLink, ARecordOfTheWrongWidthIsOneLineNamingBothStages) {
   EXPECT_EQ(record_mismatch(activation(1, 0, at::zeros({16, 7})), 2, in, out), "");
   EXPECT_EQ(record_mismatch(activation(1, 5, at::zeros({16, 7})), 2, in, out), "");
   EXPECT_EQ(record_mismatch(activation(1, 1, at::empty({0})), 2, in, out), "");
+}
+
+bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+// What the data plane's reader thread hands a real stage actor: the
+// message with the record's ids and tensors, or (a wrong width) the stage
+// taken down with the line.
+TEST(StageLink, ARecordBecomesTheStagesMessageOrTakesItDownWithTheLine) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor observer{sys};
+  const caf::actor to = observer;
+  auto stage = sys.spawn([to](caf::event_based_actor* self) -> caf::behavior {
+    self->set_exit_handler([=](caf::exit_msg& m) {
+      self->send(to, self->system().render(m.reason));
+      self->quit(m.reason);
+    });
+    return {[=](fwd_atom, activation_msg& m) { self->send(to, m); },
+            [=](bwd_atom, gradient_msg& m) { self->send(to, m); }};
+  });
+  auto inbox = record_inbox(stage.address(), 2, "cpu", {0, 128}, {128, 0});
+  const auto wait = std::chrono::seconds(10);
+  op_record f = activation(1, 1, at::randn({16, 128}));
+  f.epoch = 3;
+  f.step = 7;
+  f.mb = 5;
+  f.round = 11;
+  inbox(f);
+  bool got = false;
+  observer->receive(
+      [&](activation_msg& m) {
+        got = true;
+        EXPECT_EQ(m.h.epoch, 3u);
+        EXPECT_EQ(m.h.step, 7);
+        EXPECT_EQ(m.h.mb, 5);
+        EXPECT_EQ(m.h.chunk, 1);
+        EXPECT_EQ(m.h.round, 11);
+        EXPECT_TRUE(same_bytes(m.x, f.tensors[0]));
+        EXPECT_TRUE(same_bytes(m.y, f.tensors[1]));
+      },
+      caf::after(wait) >> [] {});
+  EXPECT_TRUE(got) << "no activation reached the stage";
+  op_record g;
+  g.kind = 1;
+  g.from = 3;
+  g.chunk = 0;
+  g.step = 7;
+  g.mb = 2;
+  g.tensors = {at::randn({16, 128})};
+  inbox(g);
+  got = false;
+  observer->receive(
+      [&](gradient_msg& m) {
+        got = true;
+        EXPECT_EQ(m.h.mb, 2);
+        EXPECT_TRUE(same_bytes(m.g, g.tensors[0]));
+      },
+      caf::after(wait) >> [] {});
+  EXPECT_TRUE(got) << "no gradient reached the stage";
+  inbox(activation(1, 1, at::zeros({16, 64})));
+  std::string why;
+  observer->receive([&](std::string& s) { why = s; }, caf::after(wait) >> [] {});
+  EXPECT_NE(why.find("stage 2 expected an activation of shape [16, 128] from stage 1, got [16, 64]"), std::string::npos)
+      << why;
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 #pragma once
-// The tensors of one process's stage actors that go to stage actors in other
-// processes: activations and gradients travel over the process's p2p_group
-// (Gloo send/recv), never through CAF's serializer. The control message that
-// goes through CAF carries a remote_tensor instead of the data: who sends
-// it, under which tag, its dtype and shape.
+// Tensors of one process that go to another beside a control message: the
+// state handed over in a heal (runtime/dist/transport/state_transfer.hpp)
+// travels over the process's p2p_group (Gloo send/recv), never through
+// CAF's serializer. The control message carries a remote_tensor instead
+// of the data: who sends it, under which tag, its dtype and shape.
+// (Activations and gradients go on the data plane: data_plane.hpp.)
 //
 // Tags are per transfer: a counter per destination process, so a message
 // sent twice (a duplicate, a resend after a drop) is two transfers that can
