@@ -121,9 +121,8 @@ struct generation_links {
   rendezvous_result met;
   std::shared_ptr<tensor_channel> channel;  // state handed over (heals)
   /// Activations and gradients to and from the processes this one's stages
-  /// exchange them with; a notice when a shared ring could not be had.
+  /// exchange them with.
   std::shared_ptr<data_plane> plane;
-  std::string plane_notice;
   /// dp 1 with healing: the boundary copies' own channel (null otherwise),
   /// and this process's machine id, for copies through shared memory.
   std::shared_ptr<tensor_channel> copies;

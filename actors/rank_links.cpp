@@ -225,8 +225,9 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
     }
   };
   links.channel = join_channel("p2p");
-  links.plane = join_data_plane(cx, store, prefix, g, cfg, &links.plane_notice);
-  if (!links.plane_notice.empty()) std::fprintf(stderr, "%s: %s\n", cx.where.c_str(), links.plane_notice.c_str());
+  std::string notice;  // a shared ring that could not be had: said once
+  links.plane = join_data_plane(cx, store, prefix, g, cfg, &notice);
+  if (!notice.empty()) std::fprintf(stderr, "%s: %s\n", cx.where.c_str(), notice.c_str());
   const bool keeps_copies = cx.boundary && cx.plan.dp == 1 && env.world_size > 1;
   // Each rank says which machine's memory it is in (before the channel
   // forms, so every rank's is set once it has): a copy for a keeper in the

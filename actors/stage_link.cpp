@@ -60,7 +60,7 @@ public:
     ranks_ = std::move(ranks);
     if (!s_.plane) return;
     const caf::actor_addr me = self_->address();
-    s_.plane->attach(s_.replica * s_.plc.stages + s_.rank,
+    s_.plane->attach(plane_slot(s_.rank),
                      {record_inbox(me, s_.rank, s_.device, s_.in_width, s_.out_width),
                       [me](const std::string& why) { fail_stage(me, "stage: " + why); }});
   }
@@ -122,6 +122,9 @@ public:
   uint32_t epoch() const override { return s_.epoch; }
 
 private:
+  // The data plane's name for stage `rank` of this replica.
+  int plane_slot(int rank) const { return s_.replica * s_.plc.stages + rank; }
+
   bool remote(int to_rank) const {
     return !s_.process_of.empty() && s_.process_of[static_cast<size_t>(to_rank)] != s_.process;
   }
@@ -146,7 +149,7 @@ private:
   op_record record(int kind, int to_rank, const msg_header& h, std::vector<at::Tensor> tensors) const {
     op_record r;
     r.kind = kind;
-    r.to = s_.replica * s_.plc.stages + to_rank;
+    r.to = plane_slot(to_rank);
     r.from = s_.rank;
     r.epoch = h.epoch;
     r.step = h.step;

@@ -83,10 +83,10 @@ int64_t largest_boundary_bytes(const config& cfg, const partition_t& parts) {
   const int64_t dp = std::max(1, cfg.parallel.dp), m = std::max(1, cfg.pipeline.microbatches);
   const int64_t rows = (cfg.train.batch_size + dp * m - 1) / (dp * m);
   const int64_t seq = cfg.data.kind == "text" ? std::max<int64_t>(1, cfg.data.seq_len) : 1;
-  int64_t most = 0;
-  for (const auto& part : parts) most = std::max(most, output_width(cfg.model.layers, part.second));
-  // The activation, and the targets that ride along with it.
-  return rows * seq * (most + 1) * 4 + rows * seq * 8;
+  int64_t most = 0;  // the widest output that crosses: every part's but the last
+  for (size_t k = 0; k + 1 < parts.size(); ++k) most = std::max(most, output_width(cfg.model.layers, parts[k].second));
+  // The activation, and the targets (an int64 a row or token) that ride along with it.
+  return rows * seq * most * 4 + rows * seq * 8;
 }
 
 }  // namespace actorpipe

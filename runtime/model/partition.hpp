@@ -25,9 +25,9 @@ partition_t partition_for(const struct config& cfg);
 /// an lm_head's vocab; 0 where the specs do not say.
 int64_t output_width(const std::vector<struct layer_spec>& layers, int index);
 
-/// The most bytes one microbatch's activation (with its targets) or
-/// gradient holds at any boundary of `parts` (float32; an estimate for
-/// sizing buffers, never a limit).
+/// The most bytes one microbatch's activation (float32, with its int64
+/// targets) or gradient holds at any boundary between two of `parts`: an
+/// estimate for sizing buffers, never a limit.
 int64_t largest_boundary_bytes(const struct config& cfg, const partition_t& parts);
 
 }  // namespace actorpipe

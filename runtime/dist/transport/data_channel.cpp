@@ -33,11 +33,7 @@ struct tensor_head {
 struct record_head {
   uint32_t magic;
   uint32_t version;
-  int32_t kind, to, from;
-  uint32_t epoch;
-  int64_t step;
-  int32_t mb, chunk;
-  int64_t round;
+  op_ids ids;
   uint32_t count;
   uint32_t pad;
   tensor_head tensors[op_record::max_tensors];
@@ -207,14 +203,7 @@ void encode(const op_record& r, record_head& h, std::vector<at::Tensor>& bytes) 
   if (r.tensors.size() > op_record::max_tensors) throw std::invalid_argument("a record holds at most two tensors");
   h.magic = record_magic;
   h.version = record_version;
-  h.kind = r.kind;
-  h.to = r.to;
-  h.from = r.from;
-  h.epoch = r.epoch;
-  h.step = r.step;
-  h.mb = r.mb;
-  h.chunk = r.chunk;
-  h.round = r.round;
+  h.ids = r;
   h.count = static_cast<uint32_t>(r.tensors.size());
   bytes.assign(r.tensors.size(), at::Tensor());
   for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -352,14 +341,7 @@ void data_receiver::run() {
         throw std::runtime_error(pipe_->name() + ": a record head that is not actorpipe's (magic " +
                                  std::to_string(h.magic) + ", version " + std::to_string(h.version) + ")");
       op_record r;
-      r.kind = h.kind;
-      r.to = h.to;
-      r.from = h.from;
-      r.epoch = h.epoch;
-      r.step = h.step;
-      r.mb = h.mb;
-      r.chunk = h.chunk;
-      r.round = h.round;
+      static_cast<op_ids&>(r) = h.ids;
       r.tensors.resize(h.count);
       for (uint32_t i = 0; i < h.count; ++i) {
         if (!h.tensors[i].defined) continue;

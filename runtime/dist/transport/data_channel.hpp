@@ -57,8 +57,9 @@ std::unique_ptr<byte_pipe> socket_pipe(int fd, std::string name);
 class shm_ring;
 std::unique_ptr<byte_pipe> ring_pipe(std::unique_ptr<shm_ring> ring);
 
-/// What a record says of its op. Opaque to the channel but for its size.
-struct op_record {
+/// What a record says of its op, as it crosses (plain integers, no
+/// padding). Opaque to the channel.
+struct op_ids {
   int32_t kind = 0;      ///< the caller's (F = 0, B = 1, ...)
   int32_t to = 0;        ///< the receiving stage, as the caller numbers them
   int32_t from = 0;      ///< the sending stage
@@ -67,6 +68,11 @@ struct op_record {
   int32_t mb = 0;
   int32_t chunk = 0;
   int64_t round = 0;
+};
+static_assert(sizeof(op_ids) == 40, "op_ids is part of the wire format");
+
+/// An op's ids and its tensors.
+struct op_record : op_ids {
   std::vector<at::Tensor> tensors;  ///< at most max_tensors; CPU, any dtype; undefined ones allowed
   static constexpr size_t max_tensors = 2;
   static constexpr size_t max_dims = 6;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "runtime/dist/transport/net_address.hpp"
 #include "runtime/dist/transport/shm_ring.hpp"
 
 namespace actorpipe {
@@ -29,30 +30,6 @@ struct fd_guard {
 
 std::runtime_error net_error(const std::string& what) {
   return std::runtime_error("data plane: " + what + ": " + std::strerror(errno));
-}
-
-// A listening TCP socket on `host`, any port; (fd, port).
-std::pair<int, uint16_t> listen_on(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
-    throw std::runtime_error("data plane: cannot resolve " + host + ": " + ::gai_strerror(rc));
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    fd_guard s{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol)};
-    if (s.fd < 0 || ::bind(s.fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.fd, 64) != 0) continue;
-    sockaddr_storage at{};
-    socklen_t len = sizeof at;
-    ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&at), &len);
-    const uint16_t port = ntohs(at.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&at)->sin6_port
-                                                         : reinterpret_cast<sockaddr_in*>(&at)->sin_port);
-    ::freeaddrinfo(res);
-    return {s.release(), port};
-  }
-  ::freeaddrinfo(res);
-  throw net_error("cannot listen on " + host);
 }
 
 void no_delay(int fd) {
@@ -131,7 +108,8 @@ std::shared_ptr<data_plane> data_plane::connect(const data_plane_options& o, std
   std::shared_ptr<data_plane> plane(new data_plane());
   if (o.peers.empty()) return plane;
   const auto deadline = clock_type::now() + o.timeout;
-  auto [listener_fd, port] = listen_on(o.host);
+  auto [listener_fd, port] = bind_any_port(o.host, true, "data plane: cannot resolve " + o.host);
+  if (listener_fd < 0) throw net_error("cannot listen on " + o.host);
   fd_guard listener{listener_fd};
   o.store->set(key(o, "listen/" + std::to_string(o.rank)), o.host + ":" + std::to_string(port));
   o.store->set(key(o, "machine/" + std::to_string(o.rank)), o.machine.empty() ? "-" : o.machine);
@@ -162,30 +140,31 @@ std::shared_ptr<data_plane> data_plane::connect(const data_plane_options& o, std
     }
     plane->senders_[p] = std::make_unique<data_sender>(std::move(pipe));
   }
+  // Streams accepted before their turn; whatever happens, none is left
+  // open (and a plane that throws is closed by its destructor).
   std::map<int, int> early;
-  try {
-    for (int p : o.peers) {
-      const std::string way = o.store->get(key(o, pair_name(p, o.rank)));
-      std::unique_ptr<byte_pipe> pipe;
-      if (way.rfind("shm ", 0) == 0) {
-        std::string why;
-        auto ring = shm_ring::open(way.substr(4), &why);
-        if (!ring) throw std::runtime_error("data plane: from rank " + std::to_string(p) + ": " + why);
-        pipe = ring_pipe(std::move(ring));
-      } else {
-        pipe = socket_pipe(accept_from(listener.fd, p, early, deadline), "stream from rank " + std::to_string(p));
-      }
-      data_plane* self = plane.get();
-      plane->receivers_.push_back(std::make_unique<data_receiver>(
-          std::move(pipe), [self](op_record r) { self->deliver(std::move(r)); },
-          [self, p](const std::string& why, bool gone) { self->failed(p, why, gone); }));
+  struct closer {
+    std::map<int, int>& fds;
+    ~closer() {
+      for (auto& e : fds) ::close(e.second);
     }
-  } catch (...) {
-    for (auto& e : early) ::close(e.second);
-    plane->close();
-    throw;
+  } close_early{early};
+  for (int p : o.peers) {
+    const std::string way = o.store->get(key(o, pair_name(p, o.rank)));
+    std::unique_ptr<byte_pipe> pipe;
+    if (way.rfind("shm ", 0) == 0) {
+      std::string why;
+      auto ring = shm_ring::open(way.substr(4), &why);
+      if (!ring) throw std::runtime_error("data plane: from rank " + std::to_string(p) + ": " + why);
+      pipe = ring_pipe(std::move(ring));
+    } else {
+      pipe = socket_pipe(accept_from(listener.fd, p, early, deadline), "stream from rank " + std::to_string(p));
+    }
+    data_plane* self = plane.get();
+    plane->receivers_.push_back(std::make_unique<data_receiver>(
+        std::move(pipe), [self](op_record r) { self->deliver(std::move(r)); },
+        [self, p](const std::string& why, bool gone) { self->failed(p, why, gone); }));
   }
-  for (auto& e : early) ::close(e.second);
   return plane;
 }
 

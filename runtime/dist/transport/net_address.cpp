@@ -42,26 +42,36 @@ std::string local_address_toward(const std::string& host, int port) {
   return out;
 }
 
-uint16_t free_port(const std::string& addr) {
+std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, const std::string& what) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
-    throw std::runtime_error("master address " + addr + ": " + gai_strerror(rc));
-  uint16_t port = 0;
-  for (addrinfo* a = res; a && port == 0; a = a->ai_next) {
+    throw std::runtime_error(what + ": " + gai_strerror(rc));
+  for (addrinfo* a = res; a; a = a->ai_next) {
     const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (s < 0) continue;
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-      port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    ::close(s);  // rank 0's store binds it again: the same small race torchrun has
+    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && (!listening || ::listen(s, 64) == 0) &&
+        ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      ::freeaddrinfo(res);
+      return {s, ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port)};
+    }
+    const int err = errno;
+    ::close(s);
+    errno = err;
   }
   ::freeaddrinfo(res);
-  if (port == 0) throw std::runtime_error("no free port on master address " + addr);
+  return {-1, 0};
+}
+
+uint16_t free_port(const std::string& addr) {
+  const auto [s, port] = bind_any_port(addr, false, "master address " + addr);
+  if (s < 0) throw std::runtime_error("no free port on master address " + addr);
+  ::close(s);  // rank 0's store binds it again: the same small race torchrun has
   return port;
 }
 

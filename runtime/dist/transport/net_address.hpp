@@ -2,6 +2,7 @@
 // This host's address as another host sees it.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace actorpipe {
 
@@ -11,6 +12,12 @@ namespace actorpipe {
 /// namespace. Throws std::runtime_error naming the host when it does not
 /// resolve or has no route.
 std::string local_address_toward(const std::string& host, int port);
+
+/// A TCP socket bound to `addr` on a port the kernel picks, listening when
+/// asked: (fd, port), the fd -1 when no address of it could bind (errno
+/// says why). Throws std::runtime_error, `what` first, when `addr` does
+/// not resolve.
+std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, const std::string& what);
 
 /// A TCP port on `addr` that was free a moment ago (bound to port 0, read,
 /// closed): another process may take it before the caller binds it, the

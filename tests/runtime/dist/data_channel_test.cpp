@@ -12,7 +12,9 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/dist/transport/shm_ring.hpp"
@@ -101,6 +103,18 @@ void expect_same(const op_record& a, const op_record& b) {
   }
 }
 
+// The writer's and the reader's pipe of a new ring `name` of `capacity`
+// bytes in the test's directory (throws, failing the test, when it cannot be had).
+std::pair<std::unique_ptr<byte_pipe>, std::unique_ptr<byte_pipe>> ring_ends(const std::string& name, size_t capacity) {
+  const std::string path = (testing_util::test_dir("actorpipe_data_channel_test") / name).string();
+  std::string why;
+  auto w = shm_ring::create(path, capacity, &why);
+  if (!w) throw std::runtime_error(why);
+  auto r = shm_ring::open(path, &why);
+  if (!r) throw std::runtime_error(why);
+  return {ring_pipe(std::move(w)), ring_pipe(std::move(r))};
+}
+
 void round_trip(std::unique_ptr<byte_pipe> out, std::unique_ptr<byte_pipe> in) {
   inbox got;
   data_receiver receiver(std::move(in), [&](op_record r) { got.deliver(std::move(r)); },
@@ -121,13 +135,8 @@ TEST(DataChannel, RecordsCrossASocketWholeInOrderAndBitForBit) {
 }
 
 TEST(DataChannel, RecordsCrossASharedRingWholeInOrderAndBitForBit) {
-  const std::string path = (testing_util::test_dir("actorpipe_data_channel_test") / "ring").string();
-  std::string why;
-  auto w = shm_ring::create(path, 256 << 10, &why);
-  ASSERT_NE(w, nullptr) << why;
-  auto r = shm_ring::open(path, &why);
-  ASSERT_NE(r, nullptr) << why;
-  round_trip(ring_pipe(std::move(w)), ring_pipe(std::move(r)));
+  auto [w, r] = ring_ends("ring", 256 << 10);
+  round_trip(std::move(w), std::move(r));
 }
 
 TEST(DataChannel, APeerThatGoesAwayEndsTheReaderWithWhy) {
@@ -163,13 +172,8 @@ TEST(DataChannel, AGarbledHeadIsRefusedNotAllocated) {
 TEST(DataChannel, PostNeverWaitsOnAReaderThatDoesNotRead) {
   // A 64 KiB ring and nobody reading: post() returns at once for 4 MiB of
   // records; once the reader starts, every one arrives, in order.
-  const std::string path = (testing_util::test_dir("actorpipe_data_channel_test") / "stalled").string();
-  std::string why;
-  auto w = shm_ring::create(path, 64 << 10, &why);
-  ASSERT_NE(w, nullptr) << why;
-  auto r = shm_ring::open(path, &why);
-  ASSERT_NE(r, nullptr) << why;
-  data_sender sender(ring_pipe(std::move(w)));
+  auto [w, r] = ring_ends("stalled", 64 << 10);
+  data_sender sender(std::move(w));
   std::vector<op_record> sent;
   const auto start = clock_type::now();
   for (int i = 0; i < 16; ++i) {
@@ -181,7 +185,7 @@ TEST(DataChannel, PostNeverWaitsOnAReaderThatDoesNotRead) {
   }
   EXPECT_LT(clock_type::now() - start, std::chrono::seconds(5)) << "post() waited for the reader";
   inbox got;
-  data_receiver receiver(ring_pipe(std::move(r)), [&](op_record rec) { got.deliver(std::move(rec)); },
+  data_receiver receiver(std::move(r), [&](op_record rec) { got.deliver(std::move(rec)); },
                          [&](const std::string& why) { got.failed(why); });
   ASSERT_TRUE(got.wait_for(sent.size())) << got.failure;
   for (size_t i = 0; i < sent.size(); ++i) expect_same(sent[i], got.records[i]);
