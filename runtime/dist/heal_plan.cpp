@@ -3,26 +3,56 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "runtime/dist/transport/rendezvous.hpp"  // rendezvous_error
 
 namespace actorpipe {
 
+// "g resume memory|disk fired replaced... [; members... [; slot:index...]]"
 std::string heal_plan::encode() const {
   std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
                   (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
   for (int r : replaced) s += " " + std::to_string(r);
+  if (members.empty() && sources.empty()) return s;
+  s += " ;";
+  for (int m : members) s += " " + std::to_string(m);
+  s += " ;";
+  for (const auto& [slot, index] : sources) s += " " + std::to_string(slot) + ":" + std::to_string(index);
   return s;
 }
 
 heal_plan heal_plan::decode(const std::string& text) {
   heal_plan p;
-  std::istringstream is(text);
+  const auto bad = [&] { return rendezvous_error("a heal plan in the store does not parse: '" + text + "'"); };
+  std::vector<std::string> parts{""};
+  for (char c : text)
+    if (c == ';')
+      parts.emplace_back();
+    else
+      parts.back() += c;
+  if (parts.size() != 1 && parts.size() != 3) throw bad();
+  std::istringstream is(parts[0]);
   std::string from;
   if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through) || (from != "disk" && from != "memory"))
-    throw rendezvous_error("a heal plan in the store does not parse: '" + text + "'");
+    throw bad();
   p.from_disk = from == "disk";
   for (int r; is >> r;) p.replaced.push_back(r);
+  if (!is.eof()) throw bad();
+  if (parts.size() == 1) return p;
+  std::istringstream ms(parts[1]);
+  for (int m; ms >> m;) p.members.push_back(m);
+  if (!ms.eof()) throw bad();
+  std::istringstream ss(parts[2]);
+  for (std::string pair; ss >> pair;) {
+    const size_t colon = pair.find(':');
+    if (colon == std::string::npos) throw bad();
+    try {
+      p.sources[std::stoi(pair.substr(0, colon))] = std::stoi(pair.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw bad();
+    }
+  }
   return p;
 }
 
@@ -37,6 +67,50 @@ donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r) 
     if (const int k = places.keeper(d, r); k >= 0 && !hp.was_replaced(places.owner(d, k)))
       return {places.owner(d, k), d * places.pp() + r};
   return {};
+}
+
+shrunk shrink_placement(const rank_placement& places, const std::vector<int>& gone, bool from_disk) {
+  heal_plan lost;
+  lost.replaced = gone;
+  std::vector<int> renumbered(static_cast<size_t>(places.world()), -1);
+  shrunk out{places, {}, {}, {}};
+  for (int q = 0; q < places.world(); ++q)
+    if (!lost.was_replaced(q)) {
+      renumbered[static_cast<size_t>(q)] = static_cast<int>(out.kept.size());
+      out.kept.push_back(q);
+    }
+  if (out.kept.empty()) throw std::invalid_argument("shrink_placement: no process is left");
+  const int S = places.pp();
+  std::vector<int> owners(static_cast<size_t>(places.dp() * S), -1);
+  std::vector<int> load(out.kept.size(), 0);
+  for (int i = 0; i < places.dp() * S; ++i) {
+    const int q = places.owner(i / S, i % S);
+    if (lost.was_replaced(q)) continue;
+    owners[static_cast<size_t>(i)] = renumbered[static_cast<size_t>(q)];
+    ++load[static_cast<size_t>(owners[static_cast<size_t>(i)])];
+  }
+  for (int i = 0; i < places.dp() * S; ++i) {
+    if (owners[static_cast<size_t>(i)] >= 0) continue;
+    const donor d = from_disk ? donor{} : donor_of(places, lost, i / S, i % S);
+    int to = d.rank >= 0 ? renumbered[static_cast<size_t>(d.rank)] : -1;
+    if (to < 0) to = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owners[static_cast<size_t>(i)] = to;
+    ++load[static_cast<size_t>(to)];
+    out.from[i] = d.rank;
+    if (d.rank >= 0 && d.index != i) out.sources[i] = d.index;
+  }
+  out.places = rank_placement::of_owners(places.dp(), S, static_cast<int>(out.kept.size()), std::move(owners));
+  return out;
+}
+
+std::string describe_placement(const rank_placement& places) {
+  std::string s;
+  for (int q = 0; q < places.world(); ++q) {
+    if (q > 0) s += " |";
+    for (const auto& slot : places.owned(q))
+      s += " " + (places.dp() > 1 ? std::to_string(slot.replica) + "." : std::string()) + std::to_string(slot.stage);
+  }
+  return s.empty() ? s : s.substr(1);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 // are in actors/rank_trainer.cpp.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,13 @@ struct heal_plan {
   bool from_disk = false;       ///< from the newest checkpoint (no live copy of a lost stage)
   int64_t fired_through = -1;   ///< the faults that end a stage, up to this step, have fired
   std::vector<int> replaced;    ///< ranks started again
+  /// A re-placement over fewer processes (shrink_placement): the processes
+  /// of the next generation by their rank in it, each named by the RANK it
+  /// was started with. Empty: the same processes as the generation before.
+  std::vector<int> members;
+  /// Slots that start from a copy their new process keeps under another
+  /// slot (a replica's): slot index -> the index it is kept under.
+  std::map<int, int> sources;
 
   /// One line of text, and back; decode throws rendezvous_error for a line
   /// that does not parse.
@@ -42,6 +50,23 @@ struct donor {
 /// (its own slot); at dp = 1, the keeper's process (rank_placement::keeper),
 /// unless it was replaced too (the slot's own copy there).
 donor donor_of(const rank_placement& places, const heal_plan& hp, int d, int r);
+
+/// The next generation's placement when the processes `gone` (ranks of
+/// `places`) are not replaced: the survivors, renumbered 0 .. n-1 in rank
+/// order, keep their stages, and each lost stage goes to the process that
+/// holds its copy (donor_of with `gone` as replaced), so that nothing
+/// travels; without a copy (from disk), to the survivor with the fewest
+/// stages. Throws std::invalid_argument when nobody survives.
+struct shrunk {
+  rank_placement places;
+  std::vector<int> kept;        ///< the old rank of each new one
+  std::map<int, int> sources;   ///< as heal_plan::sources
+  std::map<int, int> from;      ///< lost slot index -> the old rank whose memory it starts from (-1: disk)
+};
+shrunk shrink_placement(const rank_placement& places, const std::vector<int>& gone, bool from_disk);
+
+/// "0 | 1 2 | 3": each process's stages (replica r's as r.s at dp > 1).
+std::string describe_placement(const rank_placement& places);
 
 /// After which steps a rank's process holds a boundary copy of a slot.
 using held_steps = std::function<std::vector<int64_t>(int rank, int slot)>;

@@ -41,6 +41,53 @@ TEST(HealPlan, TravelsAsOneLine) {
   EXPECT_FALSE(back.was_replaced(0));
   EXPECT_THROW(heal_plan::decode("3 -1 tape 7"), rendezvous_error);
   EXPECT_THROW(heal_plan::decode("three"), rendezvous_error);
+  EXPECT_TRUE(back.members.empty());
+  EXPECT_TRUE(back.sources.empty());
+}
+
+TEST(HealPlan, AReplacementTravelsWithItsMembersAndSources) {
+  heal_plan hp;
+  hp.generation = 2;
+  hp.resume_after = 9;
+  hp.fired_through = 9;
+  hp.members = {0, 1, 3};
+  hp.sources = {{3, 1}, {6, 2}};
+  const heal_plan back = heal_plan::decode(hp.encode());
+  EXPECT_EQ(back.generation, 2u);
+  EXPECT_EQ(back.resume_after, 9);
+  EXPECT_FALSE(back.from_disk);
+  EXPECT_TRUE(back.replaced.empty());
+  EXPECT_EQ(back.members, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(back.sources, (std::map<int, int>{{3, 1}, {6, 2}}));
+  EXPECT_THROW(heal_plan::decode("2 9 memory 9 ; 0 1 ; 3-1"), rendezvous_error);
+  EXPECT_THROW(heal_plan::decode("2 9 memory 9 ; 0 x ; 3:1"), rendezvous_error);
+  EXPECT_THROW(heal_plan::decode("2 9 memory 9 ; 0 1"), rendezvous_error);
+}
+
+// Checked by hand: the survivors keep their stages, renumbered in rank
+// order; a lost stage goes where its copy is, so that nothing travels.
+TEST(ShrinkPlacement, LostStagesGoToTheProcessHoldingTheirCopy) {
+  // pp 4 on 4, rank 2 gone: stage 2's copy is with its keeper, stage 1.
+  const auto a = shrink_placement(rank_placement(1, 4, 4), {2}, false);
+  EXPECT_EQ(describe_placement(a.places), "0 | 1 2 | 3");
+  EXPECT_EQ(a.kept, (std::vector<int>{0, 1, 3}));
+  EXPECT_TRUE(a.sources.empty());  // the keeper holds it under its own slot
+  EXPECT_EQ(a.from, (std::map<int, int>{{2, 1}}));
+  EXPECT_EQ(a.places.keeper(0, 3), 2);  // the last stage's copies go to rank 1 now
+  EXPECT_EQ(a.places.keeper(0, 2), 0);
+  // pp 4 on 4, rank 1 gone: to rank 0, the supervisor's.
+  EXPECT_EQ(describe_placement(shrink_placement(rank_placement(1, 4, 4), {1}, false).places), "0 1 | 2 | 3");
+  // dp 2 x pp 2 on 4, rank 3 (replica 1, stage 1) gone: to replica 0's
+  // stage 1, kept there under slot 1.
+  const auto b = shrink_placement(rank_placement(2, 2, 4), {3}, false);
+  EXPECT_EQ(describe_placement(b.places), "0.0 | 0.1 1.1 | 1.0");
+  EXPECT_EQ(b.sources, (std::map<int, int>{{3, 1}}));
+  EXPECT_EQ(b.places.stage_group(1), (std::vector<int>{1}));
+  // From disk: to the survivors with the fewest stages, lowest first.
+  const auto c = shrink_placement(rank_placement(1, 4, 4), {1, 2}, true);
+  EXPECT_EQ(describe_placement(c.places), "0 1 | 2 3");
+  EXPECT_EQ(c.from, (std::map<int, int>{{1, -1}, {2, -1}}));
+  EXPECT_THROW(shrink_placement(rank_placement(1, 2, 2), {0, 1}, false), std::invalid_argument);
 }
 
 TEST(HealPlan, WithReplicasTheDonorIsTheSameStageOfALiveReplica) {
