@@ -69,7 +69,10 @@ struct rank_runtime {
 struct rank_context {
   const config& cfg;
   const train_options& opts;
-  const rank_env& env;
+  /// As this generation sees it: after a re-placement over fewer processes
+  /// its rank and world size are its place among them (opts.ranks keeps
+  /// the RANK it was started with).
+  rank_env env;
   std::string where;
   milliseconds timeout;
   rank_placement places;
@@ -81,7 +84,10 @@ struct rank_context {
   resume_point rp0;  // generation 0's start (--resume)
   std::shared_ptr<boundary_memory> boundary;  // null: no healing
   // Rank 0 (its steps, notices and restarts are the supervisor's log).
-  restart_ledger ledger;
+  restart_ledger ledger{};
+  /// The processes of this generation by rank, each as the RANK it was
+  /// started with (empty: every one, in order).
+  std::vector<int> members{};
   bool fresh = true;  // this process's first generation
   // Rank 0, healing: when the failure was seen and the replacement asked for.
   clock_type::time_point failed_at{}, asked_at{};
@@ -110,6 +116,8 @@ uint32_t start_generation();
 /// Rank 0's line to the launcher (ACTORPIPE_LAUNCHER_FD); false when there
 /// is no launcher to hear it.
 bool tell_launcher(const std::string& line);
+/// Whether a launcher hears rank 0 (it can start a lost process again).
+bool launcher_present();
 /// The faults a generation runs with: those that end a stage and fired in
 /// an earlier generation are gone.
 config without_fired(const config& cfg, int64_t fired_through);

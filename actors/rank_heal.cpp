@@ -12,6 +12,11 @@ namespace actorpipe::rank_detail {
 
 namespace {
 
+// The RANK process q of this generation was started with.
+int home_rank(const rank_context& cx, int q) {
+  return cx.members.empty() ? q : cx.members.at(static_cast<size_t>(q));
+}
+
 // Rank 0, after generation g failed with `f`: decide whether and how to
 // heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
@@ -20,7 +25,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
                                      const supervision_log& log) {
   if (!dead.empty()) {
     std::string ranks;
-    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(home_rank(cx, q));
     f.text += " (the process of rank " + ranks + " is gone)";
   }
   if (!cx.boundary) return std::nullopt;
@@ -91,13 +96,36 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
       for (const auto& n : log.notices) f.text += "; before it, " + n;
     return std::nullopt;
   }
-  for (int q : dead)
-    if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(hp.generation))) {
-      f.text += "; rank " + std::to_string(q) + "'s process is gone and nothing can start it again (run under "
-                "`actorpipe launch` to heal it)";
-      return std::nullopt;
-    }
   return hp;
+}
+
+// Whether the run goes on without the processes that are gone rather than
+// wait for replacements (supervision.replace_timeout_s: 0, or above 0
+// where no launcher can start one).
+bool goes_on_without(const rank_context& cx) {
+  const double wait = cx.cfg.supervision.replace_timeout_s;
+  return wait == 0 || (wait > 0 && !launcher_present());
+}
+
+// Where a lost slot's state comes from, and the re-placement's line:
+// generation, why, the old and the new placement, the state's sources.
+std::string replacement_line(const rank_context& cx, const heal_plan& next, const shrunk& fewer,
+                             const std::vector<int>& dead) {
+  std::string gone, kept, from;
+  for (int q : dead) gone += (gone.empty() ? "" : ", ") + std::to_string(home_rank(cx, q));
+  for (int q : fewer.kept) kept += (kept.empty() ? "" : " ") + std::to_string(home_rank(cx, q));
+  const int S = cx.places.pp();
+  for (const auto& [slot, q] : fewer.from) {
+    from += "; stage " + std::to_string(slot % S) + (cx.places.dp() > 1 ? " of replica " + std::to_string(slot / S) : "");
+    from += q >= 0 ? " from rank " + std::to_string(home_rank(cx, q)) + "'s memory" : std::string(" from disk");
+  }
+  const double wait = cx.cfg.supervision.replace_timeout_s;
+  return "re-placed: generation " + std::to_string(next.generation) + " goes on over " +
+         std::to_string(fewer.kept.size()) + " processes without rank " + gone + " (" +
+         (wait == 0 ? std::string("supervision.replace_timeout_s 0: no replacement")
+                    : std::string("nothing can start a replacement")) +
+         "): stages by process " + describe_placement(cx.places) + " -> " + describe_placement(fewer.places) +
+         " (ranks " + kept + "), after step " + std::to_string(next.resume_after) + from;
 }
 
 }  // namespace
@@ -162,6 +190,18 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   if (!restartable(failure.code)) return std::nullopt;
   auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving, log);
   if (!next) return std::nullopt;
+  // Started again by the launcher, or the stages go on without them.
+  std::optional<shrunk> fewer;
+  if (!dead.empty() && goes_on_without(cx)) {
+    fewer = shrink_placement(cx.places, dead, next->from_disk);
+  } else {
+    for (int q : dead)
+      if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(next->generation))) {
+        failure.text += "; rank " + std::to_string(q) + "'s process is gone and nothing can start it again (run "
+                        "under `actorpipe launch` to heal it, or set supervision.replace_timeout_s to go on without it)";
+        return std::nullopt;
+      }
+  }
   const run_failure& failed = failure;  // naming the processes that went
   while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
   const double lost = std::chrono::duration<double>(clock_type::now() - log.boundary_at).count();
@@ -171,7 +211,17 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
                     : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
                                                              : "every stage from the newest checkpoint, in " +
                                                                    cfg.checkpoint.dir;
-  for (int q : dead) {
+  std::string replaced_line;
+  if (fewer) {
+    replaced_line = replacement_line(cx, *next, *fewer, dead);
+    how += "; " + replaced_line;
+    for (int q : dead) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
+    next->replaced.clear();
+    next->sources = fewer->sources;
+    for (int q : fewer->kept) next->members.push_back(home_rank(cx, q));
+    cx.places = fewer->places;
+  }
+  for (int q : fewer ? std::vector<int>{} : dead) {
     how += "; started rank " + std::to_string(q) + " again";
     if (!next->from_disk)
       for (const auto& slot : cx.places.owned(q))
@@ -181,9 +231,12 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   log.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
   store->set(heal_key(env, next->generation), next->encode());
   cx.asked_at = clock_type::now();
-  if (cx.opts.on_notice)
+  if (cx.opts.on_notice) {
     cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
-                      (dead.empty() ? std::string() : ", " + std::to_string(dead.size()) + " process(es) started again"));
+                      (dead.empty() || fewer ? std::string()
+                                             : ", " + std::to_string(dead.size()) + " process(es) started again"));
+    if (fewer) cx.opts.on_notice(replaced_line);
+  }
   for (int q = 1; q < env.world_size; ++q)
     if (!is_dead(q)) self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
   return next;

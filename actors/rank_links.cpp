@@ -166,6 +166,11 @@ bool tell_launcher(const std::string& line) {
   return ::write(std::atoi(fd), l.data(), l.size()) == static_cast<ssize_t>(l.size());
 }
 
+bool launcher_present() {
+  const char* fd = std::getenv("ACTORPIPE_LAUNCHER_FD");
+  return fd && *fd;
+}
+
 // The faults a generation runs with: those that end a stage and fired in
 // an earlier generation are gone.
 config without_fired(const config& cfg, int64_t fired_through) {

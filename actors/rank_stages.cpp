@@ -155,7 +155,10 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
         // Kept as its own: the wire finds it there (no copy of the stage).
         cx.boundary->keep(index, hp.resume_after, *snap);
       } else {
-        snap = cx.boundary->at(index, hp.resume_after);
+        // A slot moved here in a re-placement may start from a replica's
+        // copy, kept under that replica's slot.
+        const auto source = hp.sources.find(index);
+        snap = cx.boundary->at(source == hp.sources.end() ? index : source->second, hp.resume_after);
       }
       if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
       give_snapshot(st, *snap);

@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <future>
 #include <thread>
@@ -18,11 +19,25 @@ namespace actorpipe {
 
 namespace rank_detail {
 
+// A re-placement over fewer processes: this process's rank and the world
+// of generation hp.generation are its place among hp.members.
+void take_place(rank_context& cx, const heal_plan& hp) {
+  const int home = cx.opts.ranks.rank;
+  const auto at = std::find(hp.members.begin(), hp.members.end(), home);
+  if (at == hp.members.end())
+    throw rendezvous_error(cx.where + " was left out of generation " + std::to_string(hp.generation) +
+                           " (taken for dead); it stops");
+  cx.env.rank = static_cast<int>(at - hp.members.begin());
+  cx.env.world_size = static_cast<int>(hp.members.size());
+  cx.members = hp.members;
+}
+
 // The rendezvous, this process's stages from the plan's boundary while the
 // channel and groups form, every rank connected.
 joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts) {
   joined_generation j;
   const uint32_t g = hp.generation;
+  if (!hp.members.empty()) take_place(cx, hp);
   rendezvous_result met = meet(rt, cx, g);
   // The placement is rank 0's supervisor's: it publishes the generation's,
   // every other rank reads it.

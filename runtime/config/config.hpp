@@ -195,6 +195,12 @@ struct supervision_config {
   /// process, a lost host, a cut link): its connection closes and its
   /// stages go down.
   double heartbeat_timeout_s = 10.0;
+  /// Multi-process: how long to wait for a lost process's replacement.
+  /// Below 0 (unset): `launch` starts one, and elsewhere the run ends. 0:
+  /// never wait; the stages go on over the processes that are left (a
+  /// re-placement, actors/rank_heal.cpp). Above 0: `launch` starts one;
+  /// where nothing can, the stages go on over the others.
+  double replace_timeout_s = -1.0;
 };
 
 /// One injected fault.

@@ -6,9 +6,11 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -112,9 +114,10 @@ namespace {
 
 // Ranks `ranks` of a `size`-rank group meeting through `store`, built
 // concurrently (each constructor blocks until every rank has connected).
-allreduce_groups build_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
-                            const std::vector<int>& ranks, int size, const std::string& hostname,
-                            std::chrono::milliseconds timeout) {
+using store_for = std::function<c10::intrusive_ptr<c10d::Store>(size_t member)>;
+
+allreduce_groups build_gloo(const store_for& store, const std::string& name, const std::vector<int>& ranks, int size,
+                            const std::string& hostname, std::chrono::milliseconds timeout) {
   if (size < 1) throw collective_error("gloo group '" + name + "': size must be >= 1, got " + std::to_string(size));
   std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pgs(ranks.size());
   std::vector<std::string> errors(ranks.size());
@@ -124,7 +127,7 @@ allreduce_groups build_gloo(const c10::intrusive_ptr<c10d::Store>& store, const 
       try {
         auto options = c10d::ProcessGroupGloo::Options::create(timeout);
         options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
-        pgs[i] = c10::make_intrusive<c10d::ProcessGroupGloo>(store, ranks[i], size, options);
+        pgs[i] = c10::make_intrusive<c10d::ProcessGroupGloo>(store(i), ranks[i], size, options);
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -149,14 +152,34 @@ allreduce_groups make_gloo_groups(int size, const std::string& name, std::chrono
   std::vector<int> all;
   for (int r = 0; r < size; ++r) all.push_back(r);
   // Loopback: the ranks share this host, and the hostname may not resolve.
-  return build_gloo(store, name, all, size, "127.0.0.1", timeout);
+  return build_gloo([&store](size_t) { return store; }, name, all, size, "127.0.0.1", timeout);
 }
 
 allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& name, const std::vector<int>& ranks,
                                   int size, const std::string& hostname, std::chrono::milliseconds timeout) {
   if (!store) throw collective_error("gloo group '" + name + "': no store to meet through");
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store->get().store);
-  return build_gloo(prefixed, name, ranks, size, hostname, timeout);
+  auto base = store->get().store;
+  // Members in one process (a process holding two replicas of a stage,
+  // after a re-placement) form at once, each over a connection of its own:
+  // two threads' waits on one TCPStore client read each other's replies.
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(base.get());
+  std::vector<c10::intrusive_ptr<c10d::Store>> stores;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    c10::intrusive_ptr<c10d::Store> s = base;
+    if (i > 0 && tcp) {
+      c10d::TCPStoreOptions so;
+      so.port = tcp->getPort();
+      so.waitWorkers = false;
+      so.timeout = timeout;
+      try {
+        s = c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), so);
+      } catch (const std::exception& e) {
+        throw collective_error("gloo group '" + name + "': cannot reach the store: " + e.what());
+      }
+    }
+    stores.push_back(c10::make_intrusive<c10d::PrefixStore>(name, s));
+  }
+  return build_gloo([&stores](size_t i) { return stores[i]; }, name, ranks, size, hostname, timeout);
 }
 
 #if !ACTORPIPE_HAS_NCCL

@@ -300,7 +300,7 @@ private:
       if (o_.node_rank == 0) {
         w.awaiting = true;
         w.replace_by = clock::now() + o_.replace_wait;
-        notice(what + "; rank 0's supervisor replaces it");
+        notice(what + "; rank 0's supervisor replaces it or goes on without it");
       } else {
         if (failed_code_ < 0) failed_code_ = code;
         notice(what + "; rank 0's supervisor starts it again on node 0");
@@ -331,8 +331,9 @@ private:
       }
   }
 
-  // A line from rank 0: "heal" (its supervisor heals from now on) or
-  // "respawn R G" (start rank R again for generation G; node 0 only).
+  // A line from rank 0: "heal" (its supervisor heals from now on),
+  // "respawn R G" (start rank R again for generation G; node 0 only) or
+  // "dropped R" (the run goes on without rank R).
   void obey(const std::string& line) {
     std::istringstream is(line);
     std::string verb;
@@ -342,12 +343,32 @@ private:
       heal_ = true;
       return;
     }
+    if (verb == "dropped" && (is >> rank) && rank > 0 && rank < world_) {
+      drop(rank);
+      return;
+    }
     if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= world_ || generation <= 0 ||
         o_.node_rank != 0 || stopping_) {
       if (!stopping_) notice("ignored a line from rank 0: '" + line + "'");
       return;
     }
     respawn(rank, generation);
+  }
+
+  // Rank 0's supervisor went on without rank R: not waited for, and not a
+  // failure (a stopped one, taken for dead, goes for good).
+  void drop(int rank) {
+    for (auto& w : ws_) {
+      if (w.rank != rank) continue;
+      if (w.live) {
+        ::kill(-w.pid, SIGKILL);
+        ::kill(w.pid, SIGKILL);
+        ::waitpid(w.pid, nullptr, 0);
+        w.live = false;
+      }
+      w.awaiting = false;
+    }
+    notice("rank 0's supervisor goes on without worker rank " + std::to_string(rank));
   }
 
   void respawn(int rank, int generation) {
