@@ -41,6 +41,7 @@ void auto_device_fits_the_local_rank(const reader& r);
 void sim_times_need_the_sim_device(const reader& r);
 void shared_threads_need_the_null_device(const reader& r);
 void shared_threads_run_one_replica(const reader& r);
+void replacements_need_restarts(const reader& r);
 void nccl_needs_cuda_stages(const reader& r);
 void recompute_matches_the_stages(const reader& r);
 

@@ -43,6 +43,7 @@ const std::vector<cross_check>& cross_checks() {
       {"fault_stages_exist", fault_stages_exist},
       {"fault_replicas_exist", fault_replicas_exist},
       {"fault_microbatches_exist", fault_microbatches_exist},
+      {"replacements_need_restarts", replacements_need_restarts},
   };
   return checks;
 }
@@ -134,6 +135,17 @@ void checkpoints_need_a_flush(const reader& r) {
   if (!r.cfg().checkpoint.dir.empty() && !sched.flushes)
     r.fail_key("checkpoint", sched.display + " has no step boundary where every stage's weights are one "
                                              "version; checkpoints need a synchronous schedule");
+}
+
+// -- supervision ---------------------------------------------------------------------
+
+// Going on without a lost process is a restart: without any allowed, a
+// death ends the run and the key would do nothing.
+void replacements_need_restarts(const reader& r) {
+  const auto& sv = r.cfg().supervision;
+  if (r.cfg().marks.count("supervision.replace_timeout_s") && sv.max_restarts == 0)
+    r.fail_key("supervision.replace_timeout_s", "needs supervision.max_restarts > 0: going on without a lost "
+                                                 "process is a restart, and with none allowed a death ends the run");
 }
 
 // -- faults vs pipeline and parallel -------------------------------------------------

@@ -88,4 +88,24 @@ inline child_result run_child(const std::string& program, const std::vector<std:
   return r;
 }
 
+/// A child's exit and output, for a failed expectation's message.
+inline std::string describe(const child_result& r) {
+  return "exit " + std::to_string(r.code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout:\n" + r.out +
+         "--- stderr:\n" + r.err;
+}
+
+/// A directory named after `stem`, made fresh on the first call of each
+/// test and the same one on its later calls.
+inline std::filesystem::path dir_per_test(const std::string& stem) {
+  static std::string made_for;
+  static std::filesystem::path dir;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  if (name != made_for) {
+    dir = test_dir(stem);
+    made_for = name;
+  }
+  return dir;
+}
+
 }  // namespace actorpipe::testing_util

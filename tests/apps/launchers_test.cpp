@@ -41,6 +41,7 @@ namespace actorpipe {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::describe;
 using testing_util::ip;
 using testing_util::ip_binary;
 using testing_util::two_namespaces;
@@ -48,18 +49,7 @@ using testing_util::two_namespaces;
 const std::string torchrun_bin = "/usr/bin/torchrun";  // python3-torch
 const std::string digits_config = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/digits_mlp.yaml";
 
-// The test's directory: made fresh on the first call of each test.
-fs::path test_dir() {
-  static std::string made_for;
-  static fs::path dir;
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  if (name != made_for) {
-    dir = testing_util::test_dir("actorpipe_launchers_test");
-    made_for = name;
-  }
-  return dir;
-}
+fs::path test_dir() { return testing_util::dir_per_test("actorpipe_launchers_test"); }
 
 std::string bytes_of(const fs::path& file) { return fs::exists(file) ? testing_util::slurp_file(file) : ""; }
 
@@ -194,11 +184,6 @@ size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
-}
-
-std::string describe(const testing_util::child_result& r) {
-  return "exit " + std::to_string(r.code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout:\n" + r.out +
-         "--- stderr:\n" + r.err;
 }
 
 // `actorpipe train ARGS... --save FILE` in one process; FILE's bytes.

@@ -26,6 +26,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "tests/cpu_only.hpp"
+#include "tests/apps/background_launch.hpp"
 #include "tests/apps/child_process.hpp"
 #include "runtime/model/seed.hpp"
 #include "runtime/dist/transport/net_address.hpp"
@@ -35,27 +36,11 @@ namespace actorpipe {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::describe;
 using testing_util::child_result;
 using testing_util::run_child;
 
-// The test's directory: made fresh on the first call of each test, the same
-// one after.
-fs::path test_dir() {
-  static std::string made_for;
-  static fs::path dir;
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  if (name != made_for) {
-    dir = testing_util::test_dir("actorpipe_multi_process_test");
-    made_for = name;
-  }
-  return dir;
-}
-
-std::string describe(const child_result& r) {
-  return "exit " + std::to_string(r.code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout:\n" + r.out +
-         "--- stderr:\n" + r.err;
-}
+fs::path test_dir() { return testing_util::dir_per_test("actorpipe_multi_process_test"); }
 
 // A model deep enough for 4 stages x 2 chunks, with dropout (its masks come
 // from the seed, per microbatch: a rank that drew them differently would
@@ -484,76 +469,10 @@ TEST(RanksByHand, AWorldSizeThatDoesNotDivideTheStagesExits2NamingBoth) {
 
 // `actorpipe launch ARGS...` in the background, its output to a file; the
 // launcher is SIGKILLed (its workers die with it) however the test ends.
-class background_launch {
-public:
-  background_launch(const std::string& tag, std::vector<std::string> args) {
-    out_ = (test_dir() / (tag + ".out")).string();
-    args.insert(args.begin(), {ACTORPIPE_BIN, "launch"});
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(ACTORPIPE_BIN, argv.data());
-      _exit(127);
-    }
-  }
-  ~background_launch() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  std::string output() const { return bytes_of(out_); }
-
-  /// The pid of the worker with RANK=rank once the launcher has run it for
-  /// `after` (-1 if none within 30 s).
-  pid_t worker(int rank, std::chrono::milliseconds after) const {
-    const auto since = std::chrono::steady_clock::now();
-    for (int i = 0; i < 600; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (std::chrono::steady_clock::now() - since < after) continue;
-      std::istringstream kids(bytes_of("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children"));
-      for (pid_t p; kids >> p;)
-        if (bytes_of("/proc/" + std::to_string(p) + "/environ").find("RANK=" + std::to_string(rank) + '\0') !=
-            std::string::npos)
-          return p;
-    }
-    return -1;
-  }
-
-  /// True once the run's output holds `text` (false after 60 s): a worker
-  /// is hit only once the run trains, never during its set-up.
-  bool wait_for_output(const std::string& text) const {
-    for (int i = 0; i < 3000; ++i) {
-      if (output().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-
-  /// The launcher's exit code once it ended, -1 when it did not within
-  /// `timeout_s`.
-  int wait(double timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
-private:
-  pid_t pid_ = -1;
-  std::string out_;
+// The launcher in the background, its output in the test's directory.
+struct background_launch : testing_util::background_launch {
+  background_launch(const std::string& tag, std::vector<std::string> args)
+      : testing_util::background_launch(ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(), std::move(args)) {}
 };
 
 std::string endless_config(const std::string& tag, const std::string& extra = "") {

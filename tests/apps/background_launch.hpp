@@ -1,0 +1,107 @@
+#pragma once
+// `actorpipe launch` in the background, for the tests that hit its workers
+// from outside (kill -9, SIGSTOP) while it runs: its output goes to a file,
+// its workers are found by their RANK, and it is SIGKILLed in every path
+// that leaves it running.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.hpp"
+
+namespace actorpipe::testing_util {
+
+/// The bytes of a file ("" when it is missing).
+inline std::string read_or_empty(const std::filesystem::path& file) {
+  return std::filesystem::exists(file) ? slurp_file(file) : "";
+}
+
+class background_launch {
+public:
+  /// `bin launch args...`, its stdout and stderr in `out_file`.
+  background_launch(const std::string& bin, std::string out_file, std::vector<std::string> args)
+      : out_(std::move(out_file)) {
+    args.insert(args.begin(), {bin, "launch"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~background_launch() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  std::string output() const { return read_or_empty(out_); }
+
+  /// The pid of the worker with RANK=rank once the launcher has run it for
+  /// `after` (-1 if none within 30 s).
+  pid_t worker(int rank, std::chrono::milliseconds after) const {
+    const auto since = std::chrono::steady_clock::now();
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::chrono::steady_clock::now() - since < after) continue;
+      for (pid_t p : workers())
+        if (read_or_empty("/proc/" + std::to_string(p) + "/environ").find("RANK=" + std::to_string(rank) + '\0') !=
+            std::string::npos)
+          return p;
+    }
+    return -1;
+  }
+
+  /// The launcher's live children (its workers) now.
+  std::vector<pid_t> workers() const {
+    std::vector<pid_t> out;
+    std::istringstream kids(read_or_empty("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children"));
+    for (pid_t p; kids >> p;) out.push_back(p);
+    return out;
+  }
+
+  /// True once the run's output holds `text` (false after 60 s): a worker
+  /// is hit only once the run trains, never during its set-up.
+  bool wait_for_output(const std::string& text) const {
+    for (int i = 0; i < 3000; ++i) {
+      if (output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  /// The launcher's exit code once it ended, -1 when it did not within
+  /// `timeout_s`.
+  int wait(double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+private:
+  pid_t pid_ = -1;
+  std::string out_;
+};
+
+}  // namespace actorpipe::testing_util

@@ -1,0 +1,200 @@
+// Elastic pipelines: a run that loses a process for good goes on over the
+// processes that are left (supervision.replace_timeout_s: 0), each lost
+// stage starting in the process that holds its copy, and ends on the bytes
+// of the fault-free run in one process. Real processes under
+// `actorpipe launch` on ephemeral ports; the launcher is killed in every
+// failure path.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/model/seed.hpp"
+#include "tests/apps/background_launch.hpp"
+#include "tests/apps/child_process.hpp"
+#include "tests/test_util.hpp"
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::describe;
+using testing_util::child_result;
+using testing_util::read_or_empty;
+
+fs::path test_dir() { return testing_util::dir_per_test("actorpipe_elastic_test"); }
+
+child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 180) {
+  testing_util::child_limits limits;
+  limits.timeout_s = timeout_s;
+  return testing_util::run_child(ACTORPIPE_BIN, args, limits);
+}
+
+// A model deep enough for 4 stages, with dropout (masks seeded per layer
+// and microbatch: a stage that moved and drew them differently would show
+// in the weights) and clipping (a global norm over every stage). `steps`
+// steps, paced when `pace_ms` > 0 so that a kill from outside lands
+// mid-run; `supervision` goes in as it is.
+std::string config(int stages, int dp, int steps, int pace_ms, const std::string& supervision,
+                   const std::string& extra = "") {
+  std::string text =
+      "model:\n"
+      "  layers:\n"
+      "    - {type: linear, in: 16, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: dropout, p: 0.1}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: dropout, p: 0.1}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: tanh}\n"
+      "    - {type: linear, in: 32, out: 32}\n"
+      "    - {type: relu}\n"
+      "    - {type: linear, in: 32, out: 4}\n"
+      "data:\n"
+      "  kind: synthetic\n"
+      "  synthetic: {samples: 512, features: 16, classes: 4}\n"
+      "  test_fraction: 0.25\n"
+      "train:\n"
+      "  steps: " + std::to_string(steps) + "\n"
+      "  batch_size: 48\n"
+      "  optimizer: {type: adam, lr: 0.01}\n"
+      "  clip_grad_norm: 1.0\n"
+      "  seed: 7\n";
+  if (dp > 1) text += "parallel: {dp: " + std::to_string(dp) + ", allreduce: gloo}\n";
+  text += "pipeline:\n  stages: " + std::to_string(stages) +
+          "\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n  intra_op_threads: 1\n";
+  if (pace_ms > 0) text += "  pace_ms: " + std::to_string(pace_ms) + "\n";
+  if (!supervision.empty()) text += "supervision: " + supervision + "\n";
+  return text + extra;
+}
+
+const std::string kShrink = "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 0}";
+
+std::string write_config(const std::string& name, const std::string& text) {
+  return testing_util::write(test_dir() / (name + ".yaml"), text);
+}
+
+// The fault-free run in one process, saved: what every elastic run must
+// end on.
+std::string clean_run(int stages, int dp, int steps) {
+  const std::string saved = (test_dir() / "clean.pt").string();
+  auto r = actorpipe({"train", write_config("clean", config(stages, dp, steps, 0, "")), "--quiet", "--save", saved});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  const std::string bytes = read_or_empty(saved);
+  EXPECT_FALSE(bytes.empty());
+  return bytes;
+}
+
+// A real `kill -9` of the worker with RANK `victim` once the run trains:
+// it goes on over the others (the launcher's workers drop to nprocs - 1
+// while it still trains), and ends on the clean bytes with exit 0.
+void kill_nine_and_go_on(int stages, int dp, int victim) {
+  const std::string clean = clean_run(stages, dp, 40);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const int nprocs = stages * dp;
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", std::to_string(nprocs), write_config("elastic", config(stages, dp, 40, 4, kShrink)), "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t pid = run.worker(victim, std::chrono::milliseconds(0));
+  ASSERT_GT(pid, 0) << run.output();
+  ASSERT_EQ(run.workers().size(), static_cast<size_t>(nprocs)) << run.output();
+  ::kill(pid, SIGKILL);
+  const std::string line = "re-placed: generation 1 goes on over " + std::to_string(nprocs - 1) +
+                           " processes without rank " + std::to_string(victim);
+  ASSERT_TRUE(run.wait_for_output(line)) << run.output();
+  // Still training: the paced run has most of its 40 steps to go.
+  ASSERT_TRUE(run.wait_for_output("step    20/")) << run.output();
+  EXPECT_EQ(run.workers().size(), static_cast<size_t>(nprocs - 1)) << run.output();
+  ASSERT_EQ(run.wait(180), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("goes on without worker rank " + std::to_string(victim)), std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("started worker rank"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
+// pp 4 on 4 processes, RANK 2 killed: its stage goes to its keeper's
+// process (RANK 1, which holds the copy it sent after every step).
+TEST(Shrink, AKillNineAtPpFourGoesOnOverThreeProcessesBitwise) {
+  kill_nine_and_go_on(4, 1, 2);
+  EXPECT_NE(read_or_empty(test_dir() / "launch.out")
+                .find("stages by process 0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)"),
+            std::string::npos);
+}
+
+// dp 2 x pp 2 on 4 processes, RANK 3 (replica 1, stage 1) killed: that
+// stage goes to the process of replica 0's stage 1 and starts from its
+// live state; the one process then holds both members of the stage's
+// allreduce group.
+TEST(Shrink, DataParallelTwoByTwoLosesOneAndGoesOnOverThreeBitwise) {
+  kill_nine_and_go_on(2, 2, 3);
+  EXPECT_NE(read_or_empty(test_dir() / "launch.out")
+                .find("stages by process 0.0 | 0.1 | 1.0 | 1.1 -> 0.0 | 0.1 1.1 | 1.0 (ranks 0 1 2)"),
+            std::string::npos);
+}
+
+// A kill_process fault on each rank but 0 in turn, at a seeded step and
+// op, and then two deaths in one run (down to 2 processes): every run ends
+// on the clean bytes, each lost stage from the memory of the process that
+// took it.
+TEST(Shrink, EveryRankButZeroAndTwoDeathsInARowEndBitwise) {
+  const std::string clean = clean_run(4, 1, 6);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  for (int rank = 1; rank <= 3; ++rank) {
+    const uint64_t draw = derive_seed(38, {static_cast<uint64_t>(rank)});
+    const std::string op = std::string((draw >> 8) % 2 ? "B" : "F") + std::to_string((draw >> 16) % 4);
+    const std::string fault = "faults:\n  inject:\n    - {kind: kill_process, stage: " + std::to_string(rank) +
+                              ", step: " + std::to_string(draw % 6) + ", after_op: " + op + "}\n";
+    fs::remove(saved);
+    auto r = actorpipe({"launch", "--nprocs", "4", write_config("kill", config(4, 1, 6, 0, kShrink, fault)), "--quiet",
+                        "--save", saved});
+    ASSERT_EQ(r.code, 0) << fault << describe(r);
+    EXPECT_TRUE(read_or_empty(saved) == clean) << fault << describe(r);
+    EXPECT_NE(r.err.find("goes on over 3 processes without rank " + std::to_string(rank)), std::string::npos)
+        << fault << describe(r);
+    EXPECT_NE(r.err.find("stage " + std::to_string(rank) + " from rank " + std::to_string(rank - 1) + "'s memory"),
+              std::string::npos)
+        << fault << describe(r);
+  }
+  const std::string twice =
+      "faults:\n  inject:\n"
+      "    - {kind: kill_process, stage: 1, step: 1, after_op: F2}\n"
+      "    - {kind: kill_process, stage: 3, step: 4, after_op: B1}\n";
+  fs::remove(saved);
+  auto r = actorpipe(
+      {"launch", "--nprocs", "4", write_config("twice", config(4, 1, 6, 0, kShrink, twice)), "--quiet", "--save", saved});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(read_or_empty(saved) == clean) << describe(r);
+  EXPECT_NE(r.err.find("stages by process 0 | 1 | 2 | 3 -> 0 1 | 2 | 3 (ranks 0 2 3)"), std::string::npos)
+      << describe(r);
+  // The second death names the RANK the process started with (3), placed
+  // third in generation 1.
+  EXPECT_NE(r.err.find("generation 2 goes on over 2 processes without rank 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("stages by process 0 1 | 2 | 3 -> 0 1 | 2 3 (ranks 0 2)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
+}
+
+// Without the key the launcher starts a replacement, as before; with it
+// but no restarts allowed, the config is refused (exit 2, naming the
+// key); a negative timeout is refused too.
+TEST(Shrink, TheKeyNeedsRestartsAndAtLeastZero) {
+  auto r = actorpipe({"train", write_config("norestarts", config(2, 1, 2, 0, "{replace_timeout_s: 0}")), "--quiet"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(r.err.find("supervision.replace_timeout_s"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("needs supervision.max_restarts > 0"), std::string::npos) << describe(r);
+  r = actorpipe({"train", write_config("negative", config(2, 1, 2, 0, "{max_restarts: 1, replace_timeout_s: -1}")),
+                 "--quiet"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(r.err.find("supervision.replace_timeout_s"), std::string::npos) << describe(r);
+}
+
+}  // namespace
+}  // namespace actorpipe
