@@ -182,6 +182,23 @@ TEST(Shrink, EveryRankButZeroAndTwoDeathsInARowEndBitwise) {
   EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
 }
 
+// The shipped scenario (docs/FAULTS.md): a kill -9 and a SIGSTOP at pp 4,
+// each lost stage to its keeper's process, down to 2 processes, and
+// --verify-against-clean's own fault-free run agrees bit for bit.
+TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
+  auto r = actorpipe({"launch", "--nprocs", "4", std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/shrink_pipeline.yaml",
+                      "--quiet", "--verify-against-clean"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("generation 1 goes on over 3 processes without rank 2"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("stages by process 0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)"), std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("generation 2 goes on over 2 processes without rank 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("stages by process 0 | 1 2 | 3 -> 0 | 1 2 3 (ranks 0 1)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("goes on without worker rank 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
+}
+
 // Without the key the launcher starts a replacement, as before; with it
 // but no restarts allowed, the config is refused (exit 2, naming the
 // key); a negative timeout is refused too.
