@@ -127,7 +127,7 @@ double ms_between(clock_type::time_point a, clock_type::time_point b);
 struct generation_links {
   std::string prefix;  // the generation's store prefix
   rendezvous_result met;
-  std::shared_ptr<tensor_channel> channel;  // state handed over (heals)
+  std::shared_ptr<tensor_channel> channel;  // state handed over to a process started again (null otherwise)
   /// Activations and gradients to and from the processes this one's stages
   /// exchange them with.
   std::shared_ptr<data_plane> plane;
@@ -147,7 +147,9 @@ rendezvous_result meet(rank_runtime& rt, rank_context& cx, uint32_t g);
 
 /// Generation g's tensor channels, replica and tie groups and time origin,
 /// after the rendezvous `met`. Throws rendezvous_error.
-generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, const config& cfg, rendezvous_result met);
+/// The tensor channel (links.channel) forms only when `hands_over`.
+generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, const config& cfg, rendezvous_result met,
+                            bool hands_over);
 
 /// At dp 1, the segments a slot's copies go through to its keeper on the
 /// same machine (null: the keeper is elsewhere, or none).

@@ -202,7 +202,8 @@ rendezvous_result meet(rank_runtime& rt, rank_context& cx, uint32_t g) {
   return met;
 }
 
-generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, const config& cfg, rendezvous_result met) {
+generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, const config& cfg, rendezvous_result met,
+                            bool hands_over) {
   const rank_env& env = cx.env;
   generation_links links;
   links.met_at = clock_type::now();
@@ -211,8 +212,10 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
   const std::string& prefix = links.prefix;
   kv_store_ptr store = rt.store;
   // Every rank joins the tensor channel, whether or not its own stages
-  // send across processes: forming the Gloo group takes all of them. At
-  // dp = 1 with healing, a second one carries the boundary copies.
+  // send across processes: forming the Gloo group takes all of them. It
+  // forms only in a generation that hands state over (a process started
+  // again): every rank reads the same plan. At dp = 1 with healing, a
+  // second one carries the boundary copies.
   auto join_channel = [&](const std::string& name) {
     p2p_options po;
     po.rank = env.rank;
@@ -229,7 +232,7 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
       throw rendezvous_error(e.what());
     }
   };
-  links.channel = join_channel("p2p");
+  if (hands_over) links.channel = join_channel("p2p");
   std::string notice;  // a shared ring that could not be had: said once
   links.plane = join_data_plane(cx, store, prefix, g, cfg, &notice);
   if (!notice.empty()) std::fprintf(stderr, "%s: %s\n", cx.where.c_str(), notice.c_str());

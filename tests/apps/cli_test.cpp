@@ -87,9 +87,7 @@ std::vector<std::vector<std::string>> table_rows(const std::string& text) {
   return rows;
 }
 
-std::string describe(const run_result& r) {
-  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out + "--- stderr:\n" + r.err;
-}
+using testing_util::describe;
 
 /// Two saved state dicts hold the same names and the same bits.
 void expect_bitwise(const std::string& a, const std::string& b) {

@@ -25,9 +25,7 @@ const std::string reference_dir = std::string(ACTORPIPE_SOURCE_DIR) + "/tests/re
 
 run_result actorpipe(const std::vector<std::string>& args) { return testing_util::run_child(ACTORPIPE_BIN, args); }
 
-std::string describe(const run_result& r) {
-  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" + r.err;
-}
+using testing_util::describe;
 
 bool python_has_torch() {
   if (access(python.c_str(), X_OK) != 0) return false;

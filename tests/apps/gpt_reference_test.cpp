@@ -41,13 +41,7 @@ child_result run(const std::string& program, const std::vector<std::string>& arg
   return testing_util::run_child(program, args, limits);
 }
 
-std::string describe(const child_result& r) {
-  std::ostringstream os;
-  os << "exit " << r.code << (r.timed_out ? " (timed out)" : "") << " after " << r.wall_s << " s\n--- stdout\n"
-     << r.out << "--- stderr\n"
-     << r.err;
-  return os.str();
-}
+using testing_util::describe;
 
 /// A few KB of English-like text, the same bytes on every run: words drawn
 /// by a fixed LCG, sentences capitalised and punctuated, lines wrapped.

@@ -29,11 +29,7 @@ child_result run(const std::string& program, const std::vector<std::string>& arg
   return testing_util::run_child(program, args, limits);
 }
 
-std::string describe(const child_result& r) {
-  std::ostringstream os;
-  os << "exit " << r.code << (r.timed_out ? " (timed out)" : "") << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
-  return os.str();
-}
+using testing_util::describe;
 
 TEST(PeersSmoke, TorchPiecesAndActorpipeRunOnTheSharedInitAndData) {
   if (run(python, {"-c", "import torch"}).code != 0) GTEST_SKIP() << python << " cannot import torch";

@@ -36,9 +36,7 @@ child_result actorpipe(const std::vector<std::string>& args) {
   return testing_util::run_child(ACTORPIPE_BIN, args, limits);
 }
 
-std::string describe(const child_result& r) {
-  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out + "--- stderr:\n" + r.err;
-}
+using testing_util::describe;
 
 fs::path test_dir() { return testing_util::test_dir("actorpipe_saved"); }
 

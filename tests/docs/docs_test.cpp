@@ -361,10 +361,7 @@ child_result bash(const std::string& script, double timeout_s = 600) {
   return run_child("/bin/bash", {"-c", "set -euo pipefail\n" + script}, limits);
 }
 
-std::string describe(const child_result& r) {
-  return "exit " + std::to_string(r.code) + (r.timed_out ? " (killed: timed out)" : "") + "\nstdout:\n" + r.out +
-         "\nstderr:\n" + r.err;
-}
+using actorpipe::testing_util::describe;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
