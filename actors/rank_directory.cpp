@@ -113,7 +113,8 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
     std::vector<caf::actor> got;  // per rank 1.., its directory, then its stages
     std::vector<std::string> got_on;
     poll_backoff wait(milliseconds(5));
-    while (got.empty()) {
+    // Alone after a re-placement over one process: nobody else registers.
+    while (got.empty() && env.world_size > 1) {
       if (clock_type::now() > deadline)
         throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(cx.timeout));
       self->request(cx.dir, cx.timeout, stages_atom::value, int32_t{env.world_size - 1}, g)

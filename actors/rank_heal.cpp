@@ -121,7 +121,8 @@ std::string replacement_line(const rank_context& cx, const heal_plan& next, cons
   }
   const double wait = cx.cfg.supervision.replace_timeout_s;
   return "re-placed: generation " + std::to_string(next.generation) + " goes on over " +
-         std::to_string(fewer.kept.size()) + " processes without rank " + gone + " (" +
+         std::to_string(fewer.kept.size()) + (fewer.kept.size() == 1 ? " process" : " processes") + " without rank " +
+         gone + " (" +
          (wait == 0 ? std::string("supervision.replace_timeout_s 0: no replacement")
                     : std::string("nothing can start a replacement")) +
          "): stages by process " + describe_placement(cx.places) + " -> " + describe_placement(fewer.places) +

@@ -379,19 +379,22 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
 }
 
 // The same lasting cut, with each host's ranks started by `launch` (one
-// node each, torchrun's --nnodes/--node-rank) and restarts allowed: past
-// the heartbeat timeout rank 0 asks node 0's launcher for rank 1, which
-// starts it on host A; it heals stage 1 from rank 0's copy (its keeper at
-// dp 1) and the run ends bitwise on one process's. Host B's rank, cut off,
-// stops by itself, and its launcher with it, naming rank 0.
-TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
+// node each, torchrun's --nnodes/--node-rank) and restarts allowed. Past
+// the heartbeat timeout rank 0 either asks node 0's launcher for rank 1,
+// which starts it on host A and heals stage 1 from rank 0's copy (its
+// keeper at dp 1), or, with supervision.replace_timeout_s 0, goes on alone
+// with both stages, stage 1 from that same copy. Either way the run ends
+// bitwise on one process's. Host B's rank, cut off, stops by itself, and
+// its launcher with it, naming rank 0.
+void cut_for_good_under_launch(bool go_on) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
   const int port = static_cast<int>(free_port("0.0.0.0"));
   ASSERT_GT(port, 0);
   const int steps = 100;
-  const std::string extra = "  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2}\n";
+  const std::string extra = std::string("  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2") +
+                            (go_on ? ", replace_timeout_s: 0}\n" : "}\n");
   const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
   const fs::path dir_one = dir / "one";
   auto node = [&](int k) {
@@ -417,8 +420,16 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
   ASSERT_TRUE(in_time) << a.report("node 0") << b.report("node 1");
   ASSERT_EQ(a.code, 0) << a.report("node 0") << b.report("node 1");
   EXPECT_EQ(b.code, 1) << b.report("node 1");
-  EXPECT_NE(a.err().find("started worker rank 1 again on this node, in place of node 1's"), std::string::npos)
-      << a.report("node 0");
+  if (go_on) {
+    EXPECT_NE(a.err().find("re-placed: generation 1 goes on over 1 process without rank 1"), std::string::npos)
+        << a.report("node 0");
+    EXPECT_NE(a.err().find("stages by process 0 | 1 -> 0 1 (ranks 0), after step"), std::string::npos)
+        << a.report("node 0");
+    EXPECT_EQ(a.err().find("started worker rank"), std::string::npos) << a.report("node 0");
+  } else {
+    EXPECT_NE(a.err().find("started worker rank 1 again on this node, in place of node 1's"), std::string::npos)
+        << a.report("node 0");
+  }
   EXPECT_NE(a.out().find("restarts: 1,"), std::string::npos) << a.report("node 0");
   EXPECT_NE(a.err().find("healed from memory"), std::string::npos) << a.report("node 0");
   EXPECT_NE(b.err().find("rank 1/2 lost rank 0"), std::string::npos) << b.report("node 1");
@@ -431,11 +442,15 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) {
   ASSERT_FALSE(healed.empty()) << a.report("node 0");
   ASSERT_FALSE(one_process.empty());
   EXPECT_TRUE(healed == one_process) << "node 0's file differs from the one-process run's";
-  std::printf("[ two hosts ] link down for good under launch: node 1 stopped %.2f s after the cut (exit %d); node 0 "
-              "healed rank 1 on its side and ended %.2f s after it, bitwise\n  node 0: %s  node 1: %s",
-              b_after, b.code, std::chrono::duration<double>(a.started - cut).count() + a.wall_s, a.err().c_str(),
-              b.err().c_str());
+  std::printf("[ two hosts ] link down for good under launch%s: node 1 stopped %.2f s after the cut (exit %d); node 0 "
+              "ended %.2f s after it, bitwise\n  node 0: %s  node 1: %s",
+              go_on ? ", replace_timeout_s 0" : "", b_after, b.code,
+              std::chrono::duration<double>(a.started - cut).count() + a.wall_s, a.err().c_str(), b.err().c_str());
 }
+
+TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) { cut_for_good_under_launch(false); }
+
+TEST(TwoHosts, ALinkDownForGoodWithoutReplacementsGoesOnAloneOnRankZerosSide) { cut_for_good_under_launch(true); }
 
 TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
