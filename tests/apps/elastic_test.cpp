@@ -199,6 +199,28 @@ TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
   EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
 }
 
+// The chaos run, short (bench/chaos.py): seed 2 draws a kill -9 of RANK 1
+// and a SIGSTOP of RANK 3; the run goes on over 2 processes and its
+// verdict is bitwise. The script kills its launcher in every path (a
+// watchdog at 300 s, under this test's 400).
+TEST(Shrink, AShortChaosRunEndsBitwise) {
+  const std::string build = fs::path(ACTORPIPE_BIN).parent_path().string();
+  auto r = testing_util::run_child("/usr/bin/python3",
+                                   {std::string(ACTORPIPE_SOURCE_DIR) + "/bench/chaos.py", "--build", build, "--seed", "2",
+                                    "--events", "2", "--steps", "30"},
+                                   [] {
+                                     testing_util::child_limits l;
+                                     l.timeout_s = 400;
+                                     return l;
+                                   }());
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("| kill rank 1 after step"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("| stop rank 3 after step"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("generation 2 goes on over 2 processes without rank 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("verdict: final weights bitwise equal to the fault-free run"), std::string::npos)
+      << describe(r);
+}
+
 // Without the key the launcher starts a replacement, as before; with it
 // but no restarts allowed, the config is refused (exit 2, naming the
 // key); a negative timeout is refused too.

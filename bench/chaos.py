@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""A chaos run: a long pipeline under `actorpipe launch` loses workers for
+good at seeded moments, goes on over the ones left each time
+(supervision.replace_timeout_s: 0), and must end bitwise equal to the
+fault-free run in one process.
+
+    python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--nprocs 4] [--steps 60]
+
+Events are drawn from the seed: which worker (any RANK but 0, which holds
+the supervisor), at which step, and how it is lost:
+
+  kill   `kill -9` of the worker
+  stop   SIGSTOP of the worker: a hung or cut-off host, seen after the
+         heartbeat timeout (2 s here), then killed by launch
+
+At most nprocs - 1 events (each one takes a process for good). Every event
+prints one row: when it was fired, and the time from it to rank 0's
+decision (the `re-placed:` line, printed once the failure was seen and the
+new placement chosen), to the new generation ready (state and stages: the
+`generation N runs` line), and to the first step printed after it. The last line is the verdict: the
+saved weights against the fault-free run's, byte for byte. Exit 0 when they
+are equal, 1 otherwise.
+
+Not drawn yet: kill with replacement (another run: the key decides for the
+whole run), a link down (needs network namespaces), join (`launch --join`
+is not built) and throttle (rebalancing is not built).
+
+Python 3 standard library only.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEP = re.compile(r"^step +(\d+)/")
+
+
+def config(stages, steps, supervision, pace_ms):
+    layers = "".join(f"    - {{type: linear, in: {32 if i == 0 else 64}, out: {8 if i == 2 * stages - 1 else 64}}}\n"
+                     f"    - {{type: {'relu' if i % 2 else 'tanh'}}}\n" for i in range(2 * stages))
+    text = ("model:\n  layers:\n" + layers.rsplit("    - {type:", 1)[0] +
+            "data:\n  kind: synthetic\n  synthetic: {samples: 2048, features: 32, classes: 8}\n"
+            f"train:\n  steps: {steps}\n  batch_size: 64\n  optimizer: {{type: adam, lr: 0.003}}\n"
+            "  clip_grad_norm: 1.0\n  seed: 5\n"
+            f"pipeline:\n  stages: {stages}\n  schedule: 1f1b\n  microbatches: 4\n  intra_op_threads: 1\n")
+    if pace_ms:
+        text += f"  pace_ms: {pace_ms}\n"
+    if supervision:
+        text += f"supervision: {supervision}\n"
+    return text
+
+
+def worker_pid(launcher, rank):
+    try:
+        kids = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
+    except OSError:
+        return -1
+    for k in kids:
+        try:
+            env = open(f"/proc/{k}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(k)
+    return -1
+
+
+def draw(seed, n, nprocs, steps):
+    rng = random.Random(seed)
+    ranks = rng.sample(range(1, nprocs), n)
+    at = sorted(rng.sample(range(5, steps - 10, 5), n))
+    return [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--events", type=int, default=3)
+    ap.add_argument("--nprocs", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=60)
+    a = ap.parse_args()
+    if not 2 <= a.nprocs <= 8 or not 1 <= a.events < a.nprocs or a.steps < 5 * a.events + 20:
+        sys.exit("chaos: --nprocs wants 2..8, --events 1..nprocs-1, --steps at least 5 x events + 20")
+    exe = os.path.join(a.build, "actorpipe")
+    events = draw(a.seed, a.events, a.nprocs, a.steps)
+    with tempfile.TemporaryDirectory() as d:
+        clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
+        open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
+        sup = f"{{max_restarts: {a.events}, window_steps: {a.steps}, heartbeat_timeout_s: 2, replace_timeout_s: 0}}"
+        open(chaos_cfg, "w").write(config(a.nprocs, a.steps, sup, 4))
+        clean, saved = os.path.join(d, "clean.pt"), os.path.join(d, "chaos.pt")
+        r = subprocess.run([exe, "train", clean_cfg, "--quiet", "--save", clean], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("the fault-free run failed:\n" + r.stdout + r.stderr)
+        print(f"seed {a.seed}: {a.events} events on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
+              ", ".join(f"{k} rank {q} at step {s}" for s, q, k in events))
+        t0 = time.monotonic()
+        p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), chaos_cfg, "--save", saved],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        lines, pending, fired = [], list(events), []
+        watchdog = threading.Timer(300, p.kill)
+        watchdog.start()
+        try:
+            for line in p.stdout:
+                now = time.monotonic() - t0
+                lines.append((now, line.rstrip("\n")))
+                m = STEP.match(line)
+                if m and pending and int(m.group(1)) >= pending[0][0]:
+                    step, rank, kind = pending.pop(0)
+                    pid = worker_pid(p.pid, rank)
+                    if pid < 0:
+                        sys.exit(f"chaos: no worker with RANK={rank} to hit")
+                    os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+                    fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
+            p.wait()
+        finally:
+            watchdog.cancel()
+            if p.poll() is None:
+                p.kill()
+        print("| event | fired at | detected and decided (`re-placed:`) | state and stages ready | first step after |")
+        print("| --- | --- | --- | --- | --- |")
+        for t, step, rank, kind, at in fired:
+            after = lines[at:]
+
+            def when(pred):
+                hit = next((tt for tt, l in after if pred(l)), None)
+                return f"+{(hit - t) * 1e3:.0f} ms" if hit is not None else "never"
+            print(f"| {kind} rank {rank} after step {step} | {t:.2f} s | {when(lambda l: l.startswith('re-placed:'))} "
+                  f"| {when(lambda l: 'runs from after step' in l)} "
+                  f"| {when(lambda l: STEP.match(l) is not None)} |")
+        for _, l in lines:
+            if l.startswith("re-placed:"):
+                print(l)
+        same = p.returncode == 0 and os.path.exists(saved) and open(saved, "rb").read() == open(clean, "rb").read()
+        print(f"launch exit {p.returncode}; verdict: " +
+              ("final weights bitwise equal to the fault-free run" if same else "NOT equal to the fault-free run"))
+        if not same:
+            print("\n".join(l for _, l in lines[-40:]), file=sys.stderr)
+        sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()
