@@ -221,13 +221,15 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
     next->sources = fewer->sources;
     for (int q : fewer->kept) next->members.push_back(home_rank(cx, q));
     cx.places = fewer->places;
-  }
-  for (int q : fewer ? std::vector<int>{} : dead) {
-    how += "; started rank " + std::to_string(q) + " again";
-    if (!next->from_disk)
-      for (const auto& slot : cx.places.owned(q))
-        how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
-               " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) + "'s memory";
+  } else {
+    for (int q : dead) {
+      how += "; started rank " + std::to_string(q) + " again";
+      if (!next->from_disk)
+        for (const auto& slot : cx.places.owned(q))
+          how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
+                 " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
+                 "'s memory";
+    }
   }
   log.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
   store->set(heal_key(env, next->generation), next->encode());

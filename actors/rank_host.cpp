@@ -118,7 +118,7 @@ private:
     cx_.opts.on_notice("heal: generation " + std::to_string(hp.generation) + " runs from after step " +
                        std::to_string(hp.resume_after) + ": " + fmt("%.0f", ms_between(cx_.failed_at, cx_.asked_at)) +
                        " ms to decide, " + fmt("%.0f", ms_between(cx_.asked_at, l.met_at)) +
-                       " ms to the rendezvous" + (hp.members.empty() ? " (the new process's start), " : ", ") +
+                       " ms to the rendezvous" + (hp.replaced.empty() ? ", " : " (the new process's start), ") +
                        fmt("%.0f", ms_between(l.met_at, l.grouped_at)) + " ms for the channel and groups, " +
                        fmt("%.0f", ms_between(l.grouped_at, now)) + " ms for the state and the stages");
   }

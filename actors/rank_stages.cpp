@@ -65,7 +65,7 @@ std::map<int, std::future<stage_snapshot>> hand_over(rank_context& cx, const kv_
   const bool replaced = g > 0 && hp.was_replaced(env.rank);
   const auto slot_key = [&](int index) { return prefix + "/actorpipe/state/slot_" + std::to_string(index); };
   // Donors send first (every transfer is posted before anyone waits).
-  if (g > 0 && !hp.from_disk)
+  if (hp.hands_over())
     for (int q : hp.replaced)
       for (const auto& slot : cx.places.owned(q)) {
         const donor from = donor_of(cx.places, hp, slot.replica, slot.stage);

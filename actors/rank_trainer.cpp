@@ -52,7 +52,7 @@ joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan 
   j.hp = hp;
   j.cfg = without_fired(cx.cfg, hp.fired_through);
   layers_building building = build_own_layers(cx, hp, j.cfg);
-  j.links = form_links(rt, cx, g, j.cfg, std::move(met), g > 0 && !hp.from_disk && !hp.replaced.empty());
+  j.links = form_links(rt, cx, g, j.cfg, std::move(met), hp.hands_over());
   // Where each slot starts: the config (or --resume), the newest
   // checkpoint, this process's boundary memory, or a live peer's.
   j.rp = cx.rp0;

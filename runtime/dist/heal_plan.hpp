@@ -37,6 +37,10 @@ struct heal_plan {
   std::string encode() const;
   static heal_plan decode(const std::string& text);
   bool was_replaced(int rank) const;
+  /// Whether this generation hands state over the tensor channel: a heal
+  /// from memory that started processes again (their stages come from
+  /// their donors).
+  bool hands_over() const { return generation > 0 && !from_disk && !replaced.empty(); }
 };
 
 /// Where a live copy of slot (d, r) is for a process started again: the

@@ -355,17 +355,20 @@ private:
     respawn(rank, generation);
   }
 
+  // A worker rank 0 took for dead (stopped, or cut off) that still lives.
+  static void end_for_good(worker& w) {
+    ::kill(-w.pid, SIGKILL);
+    ::kill(w.pid, SIGKILL);
+    ::waitpid(w.pid, nullptr, 0);
+    w.live = false;
+  }
+
   // Rank 0's supervisor went on without rank R: not waited for, and not a
   // failure (a stopped one, taken for dead, goes for good).
   void drop(int rank) {
     for (auto& w : ws_) {
       if (w.rank != rank) continue;
-      if (w.live) {
-        ::kill(-w.pid, SIGKILL);
-        ::kill(w.pid, SIGKILL);
-        ::waitpid(w.pid, nullptr, 0);
-        w.live = false;
-      }
+      if (w.live) end_for_good(w);
       w.awaiting = false;
     }
     notice("rank 0's supervisor goes on without worker rank " + std::to_string(rank));
@@ -379,9 +382,7 @@ private:
     if (at == ws_.size()) ws_.push_back({rank, -1, false});
     auto& w = ws_[at];
     if (w.live) {  // stopped, or cut off: it goes for good first
-      ::kill(-w.pid, SIGKILL);
-      ::kill(w.pid, SIGKILL);
-      ::waitpid(w.pid, nullptr, 0);
+      end_for_good(w);
       notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
              ") was taken for dead by rank 0; killed it");
     }

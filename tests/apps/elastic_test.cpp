@@ -16,6 +16,7 @@
 #include "runtime/model/seed.hpp"
 #include "tests/apps/background_launch.hpp"
 #include "tests/apps/child_process.hpp"
+#include "tests/apps/deep_mlp.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -42,23 +43,7 @@ child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 
 std::string config(int stages, int dp, int steps, int pace_ms, const std::string& supervision,
                    const std::string& extra = "") {
   std::string text =
-      "model:\n"
-      "  layers:\n"
-      "    - {type: linear, in: 16, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: dropout, p: 0.1}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: dropout, p: 0.1}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: tanh}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: linear, in: 32, out: 4}\n"
-      "data:\n"
-      "  kind: synthetic\n"
-      "  synthetic: {samples: 512, features: 16, classes: 4}\n"
-      "  test_fraction: 0.25\n"
+      testing_util::deep_mlp_model_and_data() +
       "train:\n"
       "  steps: " + std::to_string(steps) + "\n"
       "  batch_size: 48\n"

@@ -28,6 +28,7 @@
 #include "tests/cpu_only.hpp"
 #include "tests/apps/background_launch.hpp"
 #include "tests/apps/child_process.hpp"
+#include "tests/apps/deep_mlp.hpp"
 #include "runtime/model/seed.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
@@ -48,23 +49,7 @@ fs::path test_dir() { return testing_util::dir_per_test("actorpipe_multi_process
 std::string config_text(int stages, int microbatches, const std::string& schedule, int dp = 1) {
   const int chunks = schedule == "interleaved" || schedule == "zb-v" || schedule == "dualpipev" ? 2 : 1;
   std::string text =
-      "model:\n"
-      "  layers:\n"
-      "    - {type: linear, in: 16, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: dropout, p: 0.1}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: dropout, p: 0.1}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: tanh}\n"
-      "    - {type: linear, in: 32, out: 32}\n"
-      "    - {type: relu}\n"
-      "    - {type: linear, in: 32, out: 4}\n"
-      "data:\n"
-      "  kind: synthetic\n"
-      "  synthetic: {samples: 512, features: 16, classes: 4}\n"
-      "  test_fraction: 0.25\n"
+      testing_util::deep_mlp_model_and_data() +
       "train:\n"
       "  steps: 4\n"
       "  batch_size: 48\n"
