@@ -14,9 +14,14 @@
 #           4 Gloo ranks, and --gpu (actorpipe and torch on cuda:0)
 #   blocks  gpu_bench, compare with its report, hybrid dp2 x pp2 on one GPU
 #   suite   the whole test suite against the CUDA build
+#   ipc     bench/cuda_ipc_bench.py: two processes on one GPU, a CUDA IPC
+#           buffer against staging through pinned shared host memory
 # Usage: bench/gpu.sh [OUT_DIR]   (default gpu-results; BUILD_DIR: build-cuda;
 #        STEPS default "tests gpt pairs csv": about 8 minutes on an H100 with the
 #        build; run STEPS=peers as a call of its own, it takes about 4 more)
+#        BUILD_TARGETS: ninja targets to build (default all); GPT_SCHEDULES
+#        and GPT_ROUNDS (gpipe,1f1b,zb-h1 and 2); DEADLINE_S: seconds from the
+#        start after which no step starts and each step's limit is cut to fit
 set -uo pipefail
 case "${1:-}" in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +29,16 @@ out=$(mkdir -p "${1:-gpu-results}" && cd "${1:-gpu-results}" && pwd)
 build=${BUILD_DIR:-$here/build-cuda}
 steps=" ${STEPS:-tests gpt pairs csv} "
 [ -n "${ACTORPIPE_DEPS_PREFIX:-}" ] && export LD_LIBRARY_PATH="$ACTORPIPE_DEPS_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-step() { echo; echo "== $* ($(date +%T))"; }
+start_s=$(date +%s)
+step() { echo; echo "== $* ($(date +%T), $(( $(date +%s) - start_s )) s in)"; }
+# limit N: N seconds, or what is left before DEADLINE_S less 10 s (0: skip)
+limit() {
+  [ -z "${DEADLINE_S:-}" ] && { echo "$1"; return; }
+  local left=$(( DEADLINE_S - ($(date +%s) - start_s) - 10 ))
+  [ "$left" -lt 15 ] && { echo 0; return; }
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+run_for() { local n; n=$(limit "$1"); shift; [ "$n" -eq 0 ] && { echo "skipped: past DEADLINE_S"; return 124; }; timeout "$n" "$@"; }
 wants() { [[ "$steps" == *" $1 "* ]]; }
 
 step device
@@ -33,29 +47,34 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 
 step build
 t0=$(date +%s)
-timeout 400 "$here/scripts/build-cuda" "$build" > "$out/build.log" 2>&1
+run_for 400 "$here/scripts/build-cuda" "$build" ${BUILD_TARGETS:-} > "$out/build.log" 2>&1
 echo "build rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E "error:|FAILED:" "$out/build.log" | sort | uniq | head -40
 cd "$build" || exit 1
 
+if wants ipc; then
+  step "two processes on one GPU: CUDA IPC against host staging"
+  run_for 90 python3 "$here/bench/cuda_ipc_bench.py" 2>&1 | tee "$out/cuda_ipc.md"
+fi
+
 if wants tests; then
   step CUDA tests
   for t in cuda_pipeline_test collectives_test cuda_launch_test; do
-    [ -x "$t" ] && timeout 150 "./$t" > "$out/$t.log" 2>&1; echo "$t rc=$?"
+    [ -x "$t" ] && run_for 150 "./$t" > "$out/$t.log" 2>&1; echo "$t rc=$?"
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^note" "$out/$t.log" | head -20
   done
 fi
 
 if wants gpt; then
   step GPT on the GPU
-  timeout 200 ./gpt_bench --device cuda:0 --blocks 24 --dim 1920 --heads 15 --seq 1024 --batch 32 --stages 4 \
-    --microbatches 8 --dtype bfloat16 --steps 5 --rounds 2 --schedules gpipe,1f1b,zb-h1 2>&1 | tee "$out/gpt_bench.log" | tail -7
+  run_for 200 ./gpt_bench --device cuda:0 --blocks 24 --dim 1920 --heads 15 --seq 1024 --batch 32 --stages 4 \
+    --microbatches 8 --dtype bfloat16 --steps 5 --rounds "${GPT_ROUNDS:-2}" --schedules "${GPT_SCHEDULES:-gpipe,1f1b,zb-h1}" 2>&1 | tee "$out/gpt_bench.log" | tail -7
 fi
 
 if wants pairs; then
   step "dualpipev's pairs on two streams, against zb-v and 1f1b"
   for s in dualpipev zb-v 1f1b dualpipev zb-v 1f1b; do
-    timeout 60 ./actorpipe train "$here/configs/gpu_blocks_s4.yaml" --schedule "$s" --quiet 2>&1 | grep -E "^\| (dualpipev|zb-v|1f1b) "
+    run_for 60 ./actorpipe train "$here/configs/gpu_blocks_s4.yaml" --schedule "$s" --quiet 2>&1 | grep -E "^\| (dualpipev|zb-v|1f1b) "
   done | tee "$out/pairs.log"
 fi
 
