@@ -272,6 +272,13 @@ void advance(driver_ptr self) {
     finish(self, to_error(nonfinite_stop_failure(s.step - 1, s.stop_reason, s.result.checkpoints)));
     return;
   }
+  if (s.step < s.setup.cfg.train.steps && s.setup.regroup && s.setup.regroup()) {
+    // Every stage holds step s.step - 1's boundary: the generation ends
+    // here, and the next one starts after it with the new placement.
+    finish(self, to_error(run_failure{run_errc::regroup, s.step - 1, -1, -1,
+                                      "re-placing the stages after step " + std::to_string(s.step - 1)}));
+    return;
+  }
   if (s.step < s.setup.cfg.train.steps)
     start_step(self);
   else

@@ -37,6 +37,7 @@ struct driver_setup {
   /// Called on the driver's thread after every step (progress output).
   std::function<void(const step_record&)> on_step;
   std::function<void(int64_t)> on_decided;  // trainer.hpp's train_options
+  std::function<bool()> regroup;            // the same
   /// Which chunk of which stage is which virtual stage (the norm's order).
   placement plc;
   /// Async schedule: no apply round; stages step themselves and report

@@ -114,7 +114,11 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
     st.cx.reset(new rank_context{o.cfg, o.opts, o.env, where_of(o.env), o.timeout,
                                  rank_placement(o.cfg.parallel.dp, o.cfg.pipeline.stages, o.env.world_size), o.plan,
                                  o.host, *st.helper, o.dir, o.port, find_resume(o.opts, nullptr), o.boundary});
-    st.hp.generation = start_generation();
+    st.hp.generation = o.home >= 0 ? o.generation : start_generation();
+    if (o.home >= 0) {  // joined a running job: its plan names this process's place
+      st.cx->home = o.home;
+      st.hp = heal_plan::decode(rt->store->get(heal_key(o.env, o.generation)));
+    }
     self->send(self, join_atom::value);
     self->become(joining(self));
     return st.promise;

@@ -89,6 +89,13 @@ struct rank_context {
   /// started with (empty: every one, in order).
   std::vector<int> members{};
   bool fresh = true;  // this process's first generation
+  // Rank 0: the run's first WORLD_SIZE, and how many joiners it took in
+  // (runtime/dist/join.hpp).
+  int world0 = 0;
+  int joined = 0;
+  // A process that joined: its RANK (opts.ranks holds a stand-in); -1:
+  // opts.ranks.rank.
+  int home = -1;
   // Rank 0, healing: when the failure was seen and the replacement asked for.
   clock_type::time_point failed_at{}, asked_at{};
   // The newest step whose applies rank 0's driver sent in this generation
@@ -248,6 +255,13 @@ std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dir
 std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
                               const heal_plan& hp, const config& cfg, const std::vector<int>& dead,
                               run_failure& failure, supervision_log& log);
+
+/// Rank 0, once generation hp.generation ended at a step boundary for the
+/// processes that asked to join (run_errc::regroup): the next plan, with
+/// them taken in (grow_placement), written to the store, each joiner and
+/// every rank told. nullopt: `failure` says why not.
+std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                 const heal_plan& hp, run_failure& failure, supervision_log& log);
 
 /// Rank 0: the run is over, every other rank told `code` and waited for
 /// (those not in `dead`; 5 s at most).

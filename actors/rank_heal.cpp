@@ -5,6 +5,7 @@
 
 #include "actors/rank_context.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/dist/join.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/util/text.hpp"
 
@@ -88,6 +89,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
     // or --resume's file) is the newest copy.
     hp.resume_after = std::max(newest, cx.rp0.ckpt.step);
   }
+  if (f.code == run_errc::regroup) return hp;  // planned, not a restart: not counted
   auto decision = cx.ledger.decide(f, cx.cfg, hp.resume_after);
   if (!decision.retry) {
     f = decision.failure;
@@ -242,6 +244,57 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   }
   for (int q = 1; q < env.world_size; ++q)
     if (!is_dead(q)) self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+  return next;
+}
+
+std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                 const heal_plan& hp, run_failure& failure, supervision_log& log) {
+  const rank_env& env = cx.env;
+  caf::scoped_actor& self = cx.self;
+  const auto dir_of = [&](int q) { return q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)]; };
+  const held_steps held = [&](int q, int slot) {
+    std::vector<int64_t> steps;
+    self->request(dir_of(q), std::min(cx.timeout, milliseconds(5000)), held_atom::value, int32_t{slot})
+        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
+    return steps;
+  };
+  auto next = decide_heal(cx, hp.generation, failure, {}, hp, held, [](bool) { return false; }, log);
+  if (!next) return std::nullopt;
+  const int waiting = joiners_so_far(*store, env.store_prefix) - cx.joined;
+  const grown more = grow_placement(cx.places, next->from_disk ? 0 : waiting);
+  const int W = cx.places.world();
+  std::vector<int> homes = cx.members;
+  if (homes.empty())
+    for (int q = 0; q < W; ++q) homes.push_back(q);
+  std::string joined, from;
+  for (int j = 0; j < more.taken; ++j) {
+    const int rank = joiner_rank(cx.world0, cx.joined + j + 1);
+    next->replaced.push_back(W + j);
+    homes.push_back(rank);
+    joined += (joined.empty() ? "" : ", ") + std::to_string(rank);
+  }
+  for (const auto& [slot, q] : more.from)
+    from += "; stage " + std::to_string(slot % cx.places.pp()) +
+            (cx.places.dp() > 1 ? " of replica " + std::to_string(slot / cx.places.pp()) : "") + " from rank " +
+            std::to_string(homes.at(static_cast<size_t>(q))) + "'s memory";
+  next->members = homes;
+  next->donors = more.donors;
+  std::string kept;
+  for (int h : homes) kept += (kept.empty() ? "" : " ") + std::to_string(h);
+  const std::string line = "re-placed: generation " + std::to_string(next->generation) + " takes in rank " + joined +
+                           " (joined): stages by process " + describe_placement(cx.places) + " -> " +
+                           describe_placement(more.places) + " (ranks " + kept + "), after step " +
+                           std::to_string(next->resume_after) + from;
+  cx.places = more.places;
+  while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
+  log.notices.push_back(line);
+  store->set(heal_key(env, next->generation), next->encode());
+  for (int j = 0; j < more.taken; ++j)
+    place_joiner(*store, env.store_prefix, joiner_rank(cx.world0, cx.joined + j + 1), next->generation);
+  cx.joined += more.taken;
+  cx.asked_at = clock_type::now();
+  if (cx.opts.on_notice) cx.opts.on_notice(line);
+  for (int q = 1; q < W; ++q) self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
   return next;
 }
 

@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/supervision.hpp"
+#include "runtime/dist/join.hpp"
 #include "runtime/util/text.hpp"
 
 namespace actorpipe::rank_detail {
@@ -28,6 +29,7 @@ public:
             find_resume(st.opts, nullptr),
             std::move(st.boundary)} {
     next_.generation = start_generation();
+    cx_.world0 = st.env.world_size;
   }
 
   bool supervised() const override { return cx_.boundary != nullptr; }
@@ -41,11 +43,13 @@ public:
     gen_ = join_generation(rt_, cx_, next_, opts);
     const heal_plan& hp = gen_.hp;
     if (hp.generation > 0) say_healed(hp);
+    if (!poll_) open_for_joiners_once();
     // Which processes go down is seen on their directories.
     for (int q = 1; q < cx_.env.world_size; ++q) self_->monitor(gen_.peers.dirs[static_cast<size_t>(q)]);
     dead_.clear();
     cx_.decided.store(-2);
     opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
+    if (poll_) opts.regroup = [this] { return crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined; };
     auto user = opts.on_step;
     opts.on_step = [&log, user](const step_record& r) {
       log.steps.push_back(r);
@@ -67,10 +71,12 @@ public:
   host_decision decide(generation& g, run_failure& f, supervision_log& log) override {
     (void)g;
     cx_.failed_at = clock_type::now();
-    dead_ = gone_ranks(cx_, gen_.peers.dirs);
+    const bool planned = f.code == run_errc::regroup;
+    dead_ = planned ? std::vector<int>{} : gone_ranks(cx_, gen_.peers.dirs);
     demonitor();
     host_decision out;
-    if (auto next = heal(cx_, rt_.store, gen_.peers, gen_.hp, gen_.cfg, dead_, f, log)) {
+    if (auto next = planned ? regroup(cx_, rt_.store, gen_.peers, gen_.hp, f, log)
+                            : heal(cx_, rt_.store, gen_.peers, gen_.hp, gen_.cfg, dead_, f, log)) {
       next_ = *next;
       out.retry = true;
     } else {
@@ -101,10 +107,35 @@ public:
 
   void finish(int code) override {
     demonitor();
+    if (poll_)  // the joiners not taken in hear why
+      for (int t = cx_.joined + 1, n = joiners_so_far(*poll_, cx_.env.store_prefix); t <= n; ++t)
+        place_joiner(*poll_, cx_.env.store_prefix, joiner_rank(cx_.world0, t), 0,
+                     "the run ended (exit code " + std::to_string(code) + ") before it re-placed its stages");
     stop_ranks(cx_, rt_.store, gen_.links, gen_.peers, dead_, code);
   }
 
 private:
+  // With supervision.replace_timeout_s set and a store, the run takes
+  // processes that join (runtime/dist/join.hpp); the driver asks, on a
+  // connection of this host's own, at every step boundary.
+  void open_for_joiners_once() {
+    const auto& env = cx_.env;
+    if (!supervised() || !rt_.store || cx_.cfg.supervision.replace_timeout_s < 0) return;
+    open_for_joiners(*rt_.store, env.store_prefix, cx_.opts.config_digest, cx_.world0);
+    const std::string at = env.master_addr + ":" + std::to_string(rt_.store->port());
+    poll_ = open_client_store(env.master_addr, rt_.store->port(), cx_.timeout);
+    if (cx_.opts.on_notice)
+      cx_.opts.on_notice("rank 0 takes processes that join at " + at + ": actorpipe launch --join " + at +
+                         " --nprocs N CONFIG");
+  }
+
+  // Whether some process holds more than one slot (a joiner can take one).
+  bool crowded() const {
+    for (int q = 0; q < cx_.places.world(); ++q)
+      if (cx_.places.owned(q).size() > 1) return true;
+    return false;
+  }
+
   void demonitor() {
     for (int q = 1; q < cx_.env.world_size && q < static_cast<int>(gen_.peers.dirs.size()); ++q)
       self_->demonitor(gen_.peers.dirs[static_cast<size_t>(q)]);
@@ -129,6 +160,7 @@ private:
   heal_plan next_;         // the generation to start next
   joined_generation gen_;  // the current one (its stages go before self_)
   std::vector<int> dead_;  // the ranks gone in the current generation
+  kv_store_ptr poll_;      // the driver's own connection to the store (null: takes no joiners)
 };
 
 }  // namespace

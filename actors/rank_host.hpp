@@ -24,6 +24,10 @@ struct rank_start {
   caf::actor dir;    // its published directory
   uint16_t port = 0;
   std::shared_ptr<boundary_memory> boundary;  // null: no healing
+  /// A process that joined a running job (runtime/dist/join.hpp): its RANK
+  /// and the generation it joins (the store is open already). -1: none.
+  int home = -1;
+  uint32_t generation = 0;
 };
 
 /// Built on the supervisor's own thread (it makes a scoped actor there).

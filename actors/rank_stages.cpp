@@ -68,11 +68,13 @@ std::map<int, std::future<stage_snapshot>> hand_over(rank_context& cx, const kv_
   if (hp.hands_over())
     for (int q : hp.replaced)
       for (const auto& slot : cx.places.owned(q)) {
-        const donor from = donor_of(cx.places, hp, slot.replica, slot.stage);
+        const int index = slot.replica * cx.plan.stages + slot.stage;
+        const auto named = hp.donors.find(index);  // a grow names its donors
+        const donor from = named != hp.donors.end() ? named->second : donor_of(cx.places, hp, slot.replica, slot.stage);
         if (from.rank != env.rank) continue;
         auto snap = cx.boundary->at(from.index, hp.resume_after);
         if (!snap) throw rendezvous_error(where + ": no boundary copy after step " + std::to_string(hp.resume_after));
-        store->set(slot_key(slot.replica * cx.plan.stages + slot.stage), send_snapshot(*links.channel, *snap, q, /*pack=*/true));
+        store->set(slot_key(index), send_snapshot(*links.channel, *snap, q, /*pack=*/true));
       }
 
   // A process started again posts its receives before it waits for its

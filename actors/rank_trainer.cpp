@@ -13,6 +13,7 @@
 #include "actors/rank_host.hpp"
 #include "actors/supervisor_actor.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/dist/join.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 
 namespace actorpipe {
@@ -22,7 +23,7 @@ namespace rank_detail {
 // A re-placement over fewer processes: this process's rank and the world
 // of generation hp.generation are its place among hp.members.
 void take_place(rank_context& cx, const heal_plan& hp) {
-  const int home = cx.opts.ranks.rank;
+  const int home = cx.home >= 0 ? cx.home : cx.opts.ranks.rank;
   const auto at = std::find(hp.members.begin(), hp.members.end(), home);
   if (at == hp.members.end())
     throw rendezvous_error(cx.where + " was left out of generation " + std::to_string(hp.generation) +
@@ -30,6 +31,7 @@ void take_place(rank_context& cx, const heal_plan& hp) {
   cx.env.rank = static_cast<int>(at - hp.members.begin());
   cx.env.world_size = static_cast<int>(hp.members.size());
   cx.members = hp.members;
+  if (cx.home >= 0) cx.where = where_of(cx.env);  // a joiner's stand-in rank is gone
 }
 
 // The rendezvous, this process's stages from the plan's boundary while the
@@ -73,7 +75,32 @@ namespace {
 
 using namespace rank_detail;
 
-train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& opts) {
+// ACTORPIPE_JOIN (actorpipe launch --join): this process joins the running
+// job whose store is at MASTER_ADDR:MASTER_PORT, once rank 0 has a place
+// for it. Its rank_env until then is a stand-in (rank 1 of dp x pp).
+struct joining {
+  int home = -1;
+  uint32_t generation = 0;
+};
+
+joining join_if_asked(rank_runtime& rt, const config& cfg, train_options& opts) {
+  const char* asked = std::getenv("ACTORPIPE_JOIN");
+  if (!asked || !*asked) return {};
+  rank_env& env = opts.ranks;
+  const std::string at = env.master_addr + ":" + std::to_string(env.master_port);
+  if (cfg.parallel.dp * cfg.pipeline.stages < 2)
+    throw config_error("the run at " + at + " has one stage: a process that joins would have nothing to take");
+  const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
+  rt.store = open_client_store(env.master_addr, static_cast<uint16_t>(env.master_port), timeout);
+  const join_ticket t = join_running(*rt.store, env.store_prefix, opts.config_digest, at, opts.on_notice);
+  env.world_size = cfg.parallel.dp * cfg.pipeline.stages;
+  env.rank = 1;
+  return {t.rank, t.generation};
+}
+
+train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& given) {
+  train_options opts = given;
+  const joining joined = join_if_asked(rt, cfg, opts);
   const rank_env& env = opts.ranks;
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
   attempt_plan plan = plan_attempt(cfg, opts);
@@ -94,7 +121,8 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   // (two only where a skipped step keeps the same tensors twice); at
   // dp = 1 the keepers' copies can lag (runtime/dist/boundary_memory.hpp).
   auto boundary = supervised ? std::make_shared<boundary_memory>(live_boundaries(cfg.parallel.dp) ? 2 : 4) : nullptr;
-  rank_start start{cfg, opts, env, timeout, std::move(plan), host, caf::actor{}, 0, boundary};
+  rank_start start{cfg, opts, env, timeout, std::move(plan), host, caf::actor{}, 0, boundary, joined.home,
+                   joined.generation};
   if (env.rank != 0) {
     run_agent(rt, start);  // publishes its directory itself
     return {};

@@ -45,6 +45,7 @@ caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const
   ds.origin = origin;
   ds.on_step = opts.on_step;
   ds.on_decided = opts.on_decided;
+  ds.regroup = opts.regroup;
   ds.plc = p.plc;
   ds.async = !p.pol->flushes();
   ds.first_step = resumed_step + 1;

@@ -20,6 +20,10 @@ struct train_options {
   /// Called when the driver sends a step's applies (every stage's
   /// gradients are in: each will apply it), on the driver's thread.
   std::function<void(int64_t)> on_decided;
+  /// Asked at each step boundary before the next step starts, on the
+  /// driver's thread: true ends the generation there with run_errc::regroup
+  /// (rank 0's supervisor re-places its stages: a process joined).
+  std::function<bool()> regroup;
   /// A given per-rank op order (e.g. from `simulate --export`) to run as a
   /// fixed policy instead of cfg.pipeline.schedule; empty = the schedule.
   std::vector<std::vector<op_id>> fixed_order;

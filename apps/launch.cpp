@@ -24,7 +24,8 @@ namespace {
 
 const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
-    "                        CONFIG [train options]",
+    "                        CONFIG [train options]\n"
+    "       actorpipe launch --join HOST:PORT [--nprocs N] CONFIG [train options]",
     "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, ...), like `torchrun --standalone --nproc-per-node N`. Everything\n"
@@ -37,13 +38,19 @@ const command_spec launch_spec = {
     "same --master-addr (node 0's address) and --master-port, like torchrun's\n"
     "static rendezvous: node I runs ranks I*N .. I*N+N-1. With\n"
     "supervision.max_restarts, rank 0 replaces a dead or cut-off rank of any node\n"
-    "by starting it on node 0.\n",
+    "by starting it on node 0.\n"
+    "\n"
+    "With --join, the N processes join a running job instead (its config must set\n"
+    "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
+    "boundary the job's supervisor gives each a stage of a process that holds\n"
+    "several, with that stage's state from memory. CONFIG must be the job's own.\n",
     {{"--nprocs", "N", "worker processes on this machine (required, >= 1)"},
      {"--nproc-per-node", "N", "the same as --nprocs (torchrun's name)"},
      {"--nnodes", "K", "machines in the run, one launch on each (default 1)"},
      {"--node-rank", "I", "this machine's place, 0 .. K-1 (default 0; node 0 runs rank 0)"},
      {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
-     {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"}},
+     {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"},
+     {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
     "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started)\n",
@@ -75,6 +82,21 @@ uint16_t parse_port(const std::string& v) {
   return static_cast<uint16_t>(n);
 }
 
+// --join HOST:PORT: the store of the job these workers join.
+void join_options(const args& a, launch_options& o) {
+  for (const char* f : {"--nnodes", "--node-rank", "--master-addr", "--master-port"})
+    if (a.has(f)) throw usage_error(std::string("--join takes the job's address from HOST:PORT; drop ") + f);
+  const std::string v = a.options.at("--join");
+  const size_t colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw usage_error("--join expects HOST:PORT (the address rank 0 prints), got " + quoted_input(v));
+  o.master_addr = v.substr(0, colon);
+  const std::string port = v.substr(colon + 1);
+  o.master_port = parse_port(port);
+  if (o.master_port == 0) throw usage_error("--join expects a port above 0, got " + quoted_input(port));
+  o.join = true;
+}
+
 std::string self_exe() {
   std::vector<char> buf(PATH_MAX + 1);
   const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
@@ -94,9 +116,10 @@ int cmd_launch(int argc, char** argv) {
   if (a.has("--nprocs") && a.has("--nproc-per-node"))
     throw usage_error("--nprocs and --nproc-per-node are the same option; give one");
   const std::string nprocs_flag = a.has("--nproc-per-node") ? "--nproc-per-node" : "--nprocs";
-  if (!a.has(nprocs_flag)) throw usage_error("launch needs --nprocs N (see --help)");
+  if (!a.has(nprocs_flag) && !a.has("--join")) throw usage_error("launch needs --nprocs N (see --help)");
   launch_options o;
-  o.nprocs = static_cast<int>(parse_count(nprocs_flag, a.options[nprocs_flag]));
+  if (a.has(nprocs_flag)) o.nprocs = static_cast<int>(parse_count(nprocs_flag, a.options[nprocs_flag]));
+  if (a.has("--join")) join_options(a, o);
   if (a.has("--nnodes")) o.nnodes = static_cast<int>(parse_count("--nnodes", a.options["--nnodes"]));
   if (a.has("--node-rank")) {
     const std::string v = a.options["--node-rank"];

@@ -33,6 +33,7 @@ enum class run_errc : uint8_t {
   bad_config,         ///< a bad config, argument or input file (found before training)
   deadlock,           ///< an op order that can never finish (simulate, a dry run of --import)
   failed,             ///< anything else, e.g. an error of another category
+  regroup,            ///< rank 0 ended a generation at a step boundary to re-place its stages (a process joined)
 };
 
 /// An error code enum's category atom. (CAF 0.17.6 itself has no such
@@ -60,6 +61,7 @@ constexpr const char* to_string(run_errc code) {
     case run_errc::bad_config: return "bad_config";
     case run_errc::deadlock: return "deadlock";
     case run_errc::failed: return "failed";
+    case run_errc::regroup: return "regroup";
   }
   return "failed";
 }
@@ -78,7 +80,8 @@ constexpr int exit_code_for(run_errc code) {
     case run_errc::nonfinite_stop:
     case run_errc::checkpoint_write:
     case run_errc::replicas_diverged:
-    case run_errc::failed: return 1;
+    case run_errc::failed:
+    case run_errc::regroup: return 1;
   }
   return 1;
 }

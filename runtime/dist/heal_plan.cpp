@@ -9,16 +9,20 @@
 
 namespace actorpipe {
 
-// "g resume memory|disk fired replaced... [; members... [; slot:index...]]"
+// "g resume memory|disk fired replaced... [; members... ; slot:index... [; slot:rank:index...]]"
 std::string heal_plan::encode() const {
   std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
                   (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
   for (int r : replaced) s += " " + std::to_string(r);
-  if (members.empty() && sources.empty()) return s;
+  if (members.empty() && sources.empty() && donors.empty()) return s;
   s += " ;";
   for (int m : members) s += " " + std::to_string(m);
   s += " ;";
   for (const auto& [slot, index] : sources) s += " " + std::to_string(slot) + ":" + std::to_string(index);
+  if (donors.empty()) return s;
+  s += " ;";
+  for (const auto& [slot, d] : donors)
+    s += " " + std::to_string(slot) + ":" + std::to_string(d.rank) + ":" + std::to_string(d.index);
   return s;
 }
 
@@ -31,7 +35,7 @@ heal_plan heal_plan::decode(const std::string& text) {
       parts.emplace_back();
     else
       parts.back() += c;
-  if (parts.size() != 1 && parts.size() != 3) throw bad();
+  if (parts.size() != 1 && parts.size() != 3 && parts.size() != 4) throw bad();
   std::istringstream is(parts[0]);
   std::string from;
   if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through) || (from != "disk" && from != "memory"))
@@ -49,6 +53,17 @@ heal_plan heal_plan::decode(const std::string& text) {
     if (colon == std::string::npos) throw bad();
     try {
       p.sources[std::stoi(pair.substr(0, colon))] = std::stoi(pair.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw bad();
+    }
+  }
+  if (parts.size() == 3) return p;
+  std::istringstream ds(parts[3]);
+  for (std::string triple; ds >> triple;) {
+    const size_t a = triple.find(':'), b = a == std::string::npos ? a : triple.find(':', a + 1);
+    if (b == std::string::npos) throw bad();
+    try {
+      p.donors[std::stoi(triple.substr(0, a))] = {std::stoi(triple.substr(a + 1, b - a - 1)), std::stoi(triple.substr(b + 1))};
     } catch (const std::exception&) {
       throw bad();
     }
@@ -100,6 +115,33 @@ shrunk shrink_placement(const rank_placement& places, const std::vector<int>& go
     if (d.rank >= 0 && d.index != i) out.sources[i] = d.index;
   }
   out.places = rank_placement::of_owners(places.dp(), S, static_cast<int>(out.kept.size()), std::move(owners));
+  return out;
+}
+
+grown grow_placement(const rank_placement& places, int joining) {
+  const int S = places.pp();
+  const int slots = places.dp() * S;
+  std::vector<int> owners(static_cast<size_t>(slots));
+  std::vector<int> load(static_cast<size_t>(places.world()), 0);
+  for (int i = 0; i < slots; ++i) {
+    owners[static_cast<size_t>(i)] = places.owner(i / S, i % S);
+    ++load[static_cast<size_t>(owners[static_cast<size_t>(i)])];
+  }
+  grown out{places, 0, {}, {}};
+  for (; out.taken < joining; ++out.taken) {
+    const auto most = std::max_element(load.begin(), load.end());  // the first: the lowest rank
+    if (*most <= 1) break;
+    const int q = static_cast<int>(most - load.begin());
+    int i = slots - 1;
+    while (owners[static_cast<size_t>(i)] != q) --i;
+    const int to = static_cast<int>(load.size());
+    owners[static_cast<size_t>(i)] = to;
+    load.push_back(1);
+    --*(load.begin() + q);
+    out.donors[i] = {q, i};
+    out.from[i] = q;
+  }
+  out.places = rank_placement::of_owners(places.dp(), S, static_cast<int>(load.size()), std::move(owners));
   return out;
 }
 

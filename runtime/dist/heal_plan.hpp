@@ -15,6 +15,13 @@
 
 namespace actorpipe {
 
+/// Where a live copy of slot (d, r) is for a process started again: the
+/// rank, and the slot under which its boundary memory holds the copy.
+struct donor {
+  int rank = -1;  ///< -1: none
+  int index = -1;
+};
+
 /// What rank 0's supervisor decided for the next generation, in the store
 /// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
 /// reads it.
@@ -31,6 +38,10 @@ struct heal_plan {
   /// Slots that start from a copy their new process keeps under another
   /// slot (a replica's): slot index -> the index it is kept under.
   std::map<int, int> sources;
+  /// Slots handed to a process that joined: slot index -> the process
+  /// (rank in the next generation) that sends its copy, and the slot its
+  /// memory keeps it under. Where a slot is not named, donor_of decides.
+  std::map<int, donor> donors;
 
   /// One line of text, and back; decode throws rendezvous_error for a line
   /// that does not parse.
@@ -41,13 +52,6 @@ struct heal_plan {
   /// from memory that started processes again (their stages come from
   /// their donors).
   bool hands_over() const { return generation > 0 && !from_disk && !replaced.empty(); }
-};
-
-/// Where a live copy of slot (d, r) is for a process started again: the
-/// rank, and the slot under which its boundary memory holds the copy.
-struct donor {
-  int rank = -1;  ///< -1: none
-  int index = -1;
 };
 
 /// The same stage of the first other replica whose rank was not replaced
@@ -68,6 +72,20 @@ struct shrunk {
   std::map<int, int> from;      ///< lost slot index -> the old rank whose memory it starts from (-1: disk)
 };
 shrunk shrink_placement(const rank_placement& places, const std::vector<int>& gone, bool from_disk);
+
+/// The next generation's placement when `joining` processes join (grow):
+/// they become ranks world .. world + joining - 1, in order, and each
+/// takes the highest slot of the process holding the most slots (the
+/// lowest such rank), while that process holds more than one. The others
+/// keep their rank and their other slots; a moved slot starts from its old
+/// process's own copy (`donors`).
+struct grown {
+  rank_placement places;
+  int taken = 0;                ///< the joiners that got a slot (the first `taken`)
+  std::map<int, donor> donors;  ///< as heal_plan::donors
+  std::map<int, int> from;      ///< moved slot index -> its old process
+};
+grown grow_placement(const rank_placement& places, int joining);
 
 /// "0 | 1 2 | 3": each process's stages (replica r's as r.s at dp > 1).
 std::string describe_placement(const rank_placement& places);

@@ -83,13 +83,18 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       // The worker dies with the launcher (apps/main.cpp), even by SIGKILL.
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
+  if (o.join) {
+    for (const char* k : {"RANK", "ROLE_RANK"}) ours[k] = "1";
+    for (const char* k : {"WORLD_SIZE", "ROLE_WORLD_SIZE"}) ours[k] = "2";
+    ours["ACTORPIPE_JOIN"] = "1";
+  }
   if (generation > 0) ours["ACTORPIPE_GENERATION"] = std::to_string(generation);
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TORCHELASTIC_USE_AGENT_STORE" || name == "ACTORPIPE_LAUNCHER_FD" || name == "ACTORPIPE_GENERATION" ||
-        ours.count(name))
+        name == "ACTORPIPE_JOIN" || ours.count(name))
       continue;
     env.push_back(kv);
   }
@@ -249,7 +254,7 @@ private:
     try {
       for (int r = first; r < first + o_.nprocs; ++r) {
         int fd = -1;
-        if (r == first) {
+        if (r == first && !o_.join) {
           // This node's first worker (rank 0 on node 0) inherits a copy of
           // the write end (without O_CLOEXEC).
           fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);

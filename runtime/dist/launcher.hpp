@@ -35,6 +35,10 @@ struct launch_options {
   /// leaves with its result. Only while this process has one thread;
   /// otherwise, and when null, a replacement is spawned as the first ones.
   std::function<int(int argc, char** argv)> in_process;
+  /// The workers join a running job whose store is at master_addr:
+  /// master_port (ACTORPIPE_JOIN=1; RANK 1 of WORLD_SIZE 2 stands in until
+  /// its rank 0 gives each its place: runtime/dist/join.hpp).
+  bool join = false;
 };
 
 /// Starts `nprocs` workers, each in its own process group with stdin,

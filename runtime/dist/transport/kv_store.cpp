@@ -21,6 +21,8 @@ std::string kv_store::get(const std::string& key) const {
   return std::string(v.begin(), v.end());
 }
 
+bool kv_store::has(const std::string& key) const { return impl_->store->check({key}); }
+
 int64_t kv_store::add(const std::string& key, int64_t n) const { return impl_->store->add(key, n); }
 
 bool kv_store::wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const {

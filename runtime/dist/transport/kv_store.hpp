@@ -26,6 +26,8 @@ public:
   /// The value of `key`, waiting for it up to the store's timeout (throws
   /// after it).
   std::string get(const std::string& key) const;
+  /// Whether `key` is set (no wait).
+  bool has(const std::string& key) const;
   /// Adds n to the counter `key` (0 when absent) and returns the new value.
   int64_t add(const std::string& key, int64_t n) const;
   /// Waits until the counter `key` reaches `target`; false at the timeout.

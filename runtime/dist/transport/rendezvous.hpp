@@ -108,6 +108,12 @@ struct rendezvous_result {
 /// any store.
 rendezvous_result rendezvous(const rendezvous_options& options);
 
+/// A connection of its own to the store at host:port (another process
+/// hosts it), for a process that joins a running job or a thread that must
+/// not share another's connection. Throws rendezvous_error when nothing
+/// answers within `timeout`.
+kv_store_ptr open_client_store(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+
 /// "2 s", "1.5 s", "250 ms": a timeout as the messages name it.
 std::string describe_timeout(std::chrono::milliseconds timeout);
 

@@ -1,0 +1,64 @@
+#include "runtime/dist/join.hpp"
+
+#include <thread>
+
+#include "runtime/dist/transport/poll_backoff.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
+#include "runtime/util/text.hpp"
+
+namespace actorpipe {
+
+namespace {
+
+std::string key(const std::string& prefix, const std::string& what) { return prefix + "/actorpipe/join/" + what; }
+
+}  // namespace
+
+void open_for_joiners(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
+                      int world_size) {
+  store.set(key(store_prefix, "world"), std::to_string(world_size));
+  store.set(key(store_prefix, "digest"), config_digest);  // last: a joiner that sees it sees the world too
+}
+
+int joiners_so_far(const kv_store& store, const std::string& store_prefix) {
+  return static_cast<int>(store.add(key(store_prefix, "tickets"), 0));
+}
+
+int joiner_rank(int world_size, int ticket) { return world_size + ticket - 1; }
+
+void place_joiner(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation,
+                  const std::string& why) {
+  store.set(key(store_prefix, "placed/" + std::to_string(rank)), why.empty() ? std::to_string(generation) : "no " + why);
+}
+
+join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
+                         const std::string& at, const std::function<void(const std::string&)>& waiting) {
+  if (!store.has(key(store_prefix, "digest")))
+    throw config_error("the run at " + at +
+                       " takes no processes that join (its config does not set supervision.replace_timeout_s, or it "
+                       "has not started yet)");
+  const std::string theirs = store.get(key(store_prefix, "digest"));
+  if (theirs != config_digest)
+    throw rendezvous_mismatch_error("this process's config differs from the running job's at " + at + " (digest " +
+                                    quoted_input(config_digest, "'", 16) + " against " +
+                                    quoted_input(theirs, "'", 16) + "): a process joins with the same config");
+  const int world = std::stoi(store.get(key(store_prefix, "world")));
+  join_ticket t;
+  t.rank = joiner_rank(world, static_cast<int>(store.add(key(store_prefix, "tickets"), 1)));
+  if (waiting) waiting("joining the run at " + at + " as RANK " + std::to_string(t.rank) + "; waiting for a step boundary");
+  const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
+  poll_backoff wait(std::chrono::milliseconds(20));
+  try {
+    while (!store.has(placed)) wait.pause();
+  } catch (const std::exception& e) {
+    throw rendezvous_error("RANK " + std::to_string(t.rank) + " lost the running job's store at " + at +
+                           " while waiting to join: " + e.what());
+  }
+  const std::string answer = store.get(placed);
+  if (answer.rfind("no ", 0) == 0)
+    throw rendezvous_error("RANK " + std::to_string(t.rank) + " was not taken in: " + answer.substr(3));
+  t.generation = static_cast<uint32_t>(std::stoul(answer));
+  return t;
+}
+
+}  // namespace actorpipe

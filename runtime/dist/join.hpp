@@ -1,0 +1,51 @@
+#pragma once
+// Processes that join a running job (`actorpipe launch --join HOST:PORT`):
+// what rank 0's supervisor publishes so that they can, and what a joining
+// process does until the supervisor has given it a place. Everything goes
+// through the job's store, under <store prefix>/actorpipe/join/:
+//
+//   digest       rank 0's config digest (set: the run takes joiners)
+//   world        the run's first WORLD_SIZE
+//   tickets      a counter: each joiner takes the next number t, and is
+//                RANK world + t - 1 from then on
+//   placed/<R>   rank 0's answer to RANK R: the generation it joins, or
+//                "no <why>" (the run ended first)
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "runtime/dist/transport/kv_store.hpp"
+
+namespace actorpipe {
+
+/// Rank 0: the run takes joiners from now on.
+void open_for_joiners(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
+                      int world_size);
+
+/// Rank 0: how many processes have asked to join so far.
+int joiners_so_far(const kv_store& store, const std::string& store_prefix);
+
+/// The RANK of the joiner with ticket `t` (1, 2, ...).
+int joiner_rank(int world_size, int ticket);
+
+/// Rank 0: tells joiner RANK `rank` the generation it joins, or turns it
+/// away with `why` (generation 0).
+void place_joiner(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation,
+                  const std::string& why = {});
+
+/// What a joining process got: its RANK, and the generation it joins.
+struct join_ticket {
+  int rank = -1;
+  uint32_t generation = 0;
+};
+
+/// A joining process: checks its config digest against rank 0's (throws
+/// rendezvous_mismatch_error, exit 2, when they differ, and config_error
+/// when the run takes no joiners), takes a ticket, and waits for rank 0's
+/// answer, calling `waiting` once. Throws rendezvous_error when rank 0
+/// turns it away or the store goes.
+join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
+                         const std::string& at, const std::function<void(const std::string&)>& waiting);
+
+}  // namespace actorpipe
