@@ -44,7 +44,7 @@ const command_spec launch_spec = {
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
     "boundary the job's supervisor gives each a stage of a process that holds\n"
     "several, with that stage's state from memory. CONFIG must be the job's own.\n",
-    {{"--nprocs", "N", "worker processes on this machine (required, >= 1)"},
+    {{"--nprocs", "N", "worker processes on this machine (required without --join, >= 1)"},
      {"--nproc-per-node", "N", "the same as --nprocs (torchrun's name)"},
      {"--nnodes", "K", "machines in the run, one launch on each (default 1)"},
      {"--node-rank", "I", "this machine's place, 0 .. K-1 (default 0; node 0 runs rank 0)"},

@@ -153,7 +153,8 @@ constexpr key_doc table[] = {
     {"supervision.replace_timeout_s", "seconds in [0, 86400]", "(unset)",
      "Processes: how long to wait for a lost process's replacement. Unset: `launch` starts one (elsewhere the run "
      "ends). 0: never wait; its stages go on in the processes that are left, from their memory. Above 0: `launch` "
-     "starts one; under another launcher the stages go on in the others. Needs max_restarts > 0."},
+     "starts one; under another launcher the stages go on in the others. Set (any value): the run takes processes "
+     "that join (`launch --join`). Needs max_restarts > 0."},
     // -- faults --
     {"faults", "map", "(none)", "Faults injected on purpose, to see the runtime cope. Picked by seed and message ids, never by timing, so a scenario repeats."},
     {"faults.seed", "int", "0", "Draws the messages that probability-based faults pick."},

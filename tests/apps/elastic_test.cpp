@@ -220,5 +220,94 @@ TEST(Shrink, TheKeyNeedsRestartsAndAtLeastZero) {
   EXPECT_NE(r.err.find("supervision.replace_timeout_s"), std::string::npos) << describe(r);
 }
 
+// The address rank 0 prints for processes that join, from its line
+// "rank 0 takes processes that join at HOST:PORT: ...".
+std::string join_address(const std::string& out) {
+  const std::string head = "takes processes that join at ";
+  const size_t at = out.find(head);
+  if (at == std::string::npos) return "";
+  const size_t from = at + head.size();
+  return out.substr(from, out.find(':', out.find(':', from) + 1) - from);
+}
+
+// Grow after shrink: pp 4 on 4 loses RANK 2 to kill -9 and goes on over 3;
+// then `launch --join` adds a process, which takes stage 2 back from
+// RANK 1 (its state from RANK 1's memory) at the next step boundary. The
+// run ends on the bytes of the fault-free run in one process.
+TEST(Grow, AJoinAfterAShrinkGoesBackToFourProcessesBitwise) {
+  const std::string clean = clean_run(4, 1, 60);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "4", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  ASSERT_FALSE(at.empty()) << run.output();
+  const pid_t pid = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(pid, 0) << run.output();
+  ::kill(pid, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("stages by process 0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)")) << run.output();
+  const auto joined = actorpipe({"launch", "--join", at, cfg});
+  EXPECT_EQ(joined.code, 0) << describe(joined);
+  EXPECT_NE(joined.err.find("joining the run at " + at + " as RANK 4"), std::string::npos) << describe(joined);
+  ASSERT_EQ(run.wait(180), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find(" takes in rank 4 (joined): stages by process 0 | 1 2 | 3 -> 0 | 1 | 3 | 2 (ranks 0 1 3 4), "
+                     "after step "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("; stage 2 from rank 1's memory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;     // the join is no restart
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
+// What is refused, each in one line: a process with another config (exit
+// 2, at once); a process the run has no stage for (it waits, and is told
+// why once the run ends: exit 1; the run itself ends bitwise); a run whose
+// config takes no joiners (exit 2).
+TEST(Grow, JoinersWithAnotherConfigOrNothingToTakeAreRefused) {
+  const std::string clean = clean_run(2, 1, 40);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(2, 1, 40, 8, kShrink));
+  {
+    testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                        {"--nprocs", "2", cfg, "--save", saved});
+    ASSERT_TRUE(run.started());
+    ASSERT_TRUE(run.wait_for_output("step     2/")) << run.output();
+    const std::string at = join_address(run.output());
+    ASSERT_FALSE(at.empty()) << run.output();
+    const std::string other = write_config(
+        "other", config(2, 1, 40, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 1}"));
+    const auto refused = actorpipe({"launch", "--join", at, other});
+    EXPECT_EQ(refused.code, 2) << describe(refused);
+    EXPECT_NE(refused.err.find("this process's config differs from the running job's at " + at), std::string::npos)
+        << describe(refused);
+    const auto idle = actorpipe({"launch", "--join", at, cfg});
+    EXPECT_EQ(idle.code, 1) << describe(idle);
+    EXPECT_NE(idle.err.find("was not taken in: the run ended (exit code 0) before it re-placed its stages"),
+              std::string::npos)
+        << describe(idle);
+    ASSERT_EQ(run.wait(180), 0) << run.output();
+    EXPECT_EQ(run.output().find("takes in rank"), std::string::npos) << run.output();
+    EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
+  }
+  const std::string closed = write_config("closed", config(2, 1, 20, 8, "{max_restarts: 3, heartbeat_timeout_s: 2}"));
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "closed.out").string(), {"--nprocs", "2", closed});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     2/")) << run.output();
+  const std::string out = run.output();
+  const size_t m = out.find("master ");
+  ASSERT_NE(m, std::string::npos) << out;
+  const std::string at = out.substr(m + 7, out.find_first_of(" \n", m + 7) - m - 7);
+  const auto none = actorpipe({"launch", "--join", at, closed});
+  EXPECT_EQ(none.code, 2) << describe(none);
+  EXPECT_NE(none.err.find("takes no processes that join"), std::string::npos) << describe(none);
+  EXPECT_EQ(run.wait(180), 0) << run.output();
+  EXPECT_EQ(actorpipe({"launch", "--join", "nowhere", closed}).code, 2);
+  EXPECT_EQ(actorpipe({"launch", "--join", at, "--master-port", "1", closed}).code, 2);
+}
+
 }  // namespace
 }  // namespace actorpipe

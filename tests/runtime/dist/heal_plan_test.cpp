@@ -90,6 +90,56 @@ TEST(ShrinkPlacement, LostStagesGoToTheProcessHoldingTheirCopy) {
   EXPECT_THROW(shrink_placement(rank_placement(1, 2, 2), {0, 1}, false), std::invalid_argument);
 }
 
+TEST(GrowPlacement, AJoinerTakesTheHighestSlotOfTheMostCrowdedProcessFromItsOwnMemory) {
+  // After pp 4 lost rank 2 (0 | 1 2 | 3): the joiner, rank 3 now, takes
+  // stage 2 from rank 1, which holds it under its own slot.
+  const auto shrunk = shrink_placement(rank_placement(1, 4, 4), {2}, false).places;
+  const auto a = grow_placement(shrunk, 1);
+  EXPECT_EQ(a.taken, 1);
+  EXPECT_EQ(describe_placement(a.places), "0 | 1 | 3 | 2");
+  ASSERT_EQ(a.donors.size(), 1u);
+  EXPECT_EQ(a.donors.at(2).rank, 1);
+  EXPECT_EQ(a.donors.at(2).index, 2);
+  EXPECT_EQ(a.from, (std::map<int, int>{{2, 1}}));
+  EXPECT_EQ(a.places.keeper(0, 3), 2);  // stage 3's copies go to the joiner now
+  // Two joiners, one crowded process: the second gets nothing.
+  EXPECT_EQ(grow_placement(shrunk, 2).taken, 1);
+  EXPECT_EQ(grow_placement(shrunk, 2).places.world(), 4);
+  // Nobody holds two: nothing moves.
+  const auto none = grow_placement(rank_placement(1, 4, 4), 1);
+  EXPECT_EQ(none.taken, 0);
+  EXPECT_EQ(describe_placement(none.places), "0 | 1 | 2 | 3");
+  // Down to one process (0 1 2 3), three joiners: the highest stage first,
+  // each from rank 0's memory.
+  const auto alone = grow_placement(shrink_placement(rank_placement(1, 4, 4), {1, 2, 3}, false).places, 3);
+  EXPECT_EQ(alone.taken, 3);
+  EXPECT_EQ(describe_placement(alone.places), "0 | 3 | 2 | 1");
+  for (int slot : {1, 2, 3}) EXPECT_EQ(alone.donors.at(slot).rank, 0);
+  // dp 2 x pp 2 after losing replica 1's stage 1 (0.0 | 0.1 1.1 | 1.0):
+  // back to one slot per process, that slot from its own process.
+  const auto dp = grow_placement(shrink_placement(rank_placement(2, 2, 4), {3}, false).places, 1);
+  EXPECT_EQ(describe_placement(dp.places), "0.0 | 0.1 | 1.0 | 1.1");
+  EXPECT_EQ(dp.donors.at(3).rank, 1);
+  EXPECT_EQ(dp.donors.at(3).index, 3);
+}
+
+TEST(HealPlan, AGrowsDonorsTravelWithThePlanAndOlderPlansStillRead) {
+  heal_plan p;
+  p.generation = 2;
+  p.resume_after = 16;
+  p.replaced = {3};
+  p.members = {0, 1, 3, 4};
+  p.donors[2] = {1, 2};
+  const heal_plan q = heal_plan::decode(p.encode());
+  EXPECT_EQ(q.members, p.members);
+  EXPECT_EQ(q.replaced, p.replaced);
+  ASSERT_EQ(q.donors.size(), 1u);
+  EXPECT_EQ(q.donors.at(2).rank, 1);
+  EXPECT_EQ(q.donors.at(2).index, 2);
+  EXPECT_TRUE(heal_plan::decode("1 3 memory -1 ; 0 1 3 ; ").donors.empty());
+  EXPECT_THROW(heal_plan::decode("2 16 memory -1 3 ; 0 1 3 4 ; ; 2:1"), rendezvous_error);
+}
+
 TEST(HealPlan, WithReplicasTheDonorIsTheSameStageOfALiveReplica) {
   const rank_placement p(2, 2, 4);  // rank = replica * 2 + stage
   expect_donor(donor_of(p, replacing({3}), 1, 1), 1, 1);
