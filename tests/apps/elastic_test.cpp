@@ -230,37 +230,51 @@ std::string join_address(const std::string& out) {
   return out.substr(from, out.find(':', out.find(':', from) + 1) - from);
 }
 
-// Grow after shrink: pp 4 on 4 loses RANK 2 to kill -9 and goes on over 3;
-// then `launch --join` adds a process, which takes stage 2 back from
-// RANK 1 (its state from RANK 1's memory) at the next step boundary. The
-// run ends on the bytes of the fault-free run in one process.
-TEST(Grow, AJoinAfterAShrinkGoesBackToFourProcessesBitwise) {
-  const std::string clean = clean_run(4, 1, 60);
+// Grow after shrink: `nprocs` processes lose RANK `victim` to kill -9 and
+// go on over the others (`shrunk`); then `launch --join` adds a process,
+// which takes the moved slot back at the next step boundary, its state
+// from the memory of the process that held it (`grown`, `from`). The run
+// ends on the bytes of the fault-free run in one process.
+void shrink_then_join(int stages, int dp, int victim, const std::string& shrunk, const std::string& grown,
+                      const std::string& from) {
+  const std::string clean = clean_run(stages, dp, 60);
   const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
+  const std::string cfg = write_config("elastic", config(stages, dp, 60, 8, kShrink));
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", "4", cfg, "--save", saved});
+                                      {"--nprocs", std::to_string(stages * dp), cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const std::string at = join_address(run.output());
   ASSERT_FALSE(at.empty()) << run.output();
-  const pid_t pid = run.worker(2, std::chrono::milliseconds(0));
+  const pid_t pid = run.worker(victim, std::chrono::milliseconds(0));
   ASSERT_GT(pid, 0) << run.output();
   ::kill(pid, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("stages by process 0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)")) << run.output();
+  ASSERT_TRUE(run.wait_for_output("stages by process " + shrunk)) << run.output();
   const auto joined = actorpipe({"launch", "--join", at, cfg});
   EXPECT_EQ(joined.code, 0) << describe(joined);
-  EXPECT_NE(joined.err.find("joining the run at " + at + " as RANK 4"), std::string::npos) << describe(joined);
+  const std::string rank = std::to_string(stages * dp);  // the first after the job's WORLD_SIZE
+  EXPECT_NE(joined.err.find("joining the run at " + at + " as RANK " + rank), std::string::npos) << describe(joined);
   ASSERT_EQ(run.wait(180), 0) << run.output();
   const std::string out = run.output();
-  EXPECT_NE(out.find(" takes in rank 4 (joined): stages by process 0 | 1 2 | 3 -> 0 | 1 | 3 | 2 (ranks 0 1 3 4), "
-                     "after step "),
+  EXPECT_NE(out.find(" takes in rank " + rank + " (joined): stages by process " + grown + ", after step "),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("; stage 2 from rank 1's memory"), std::string::npos) << out;
+  EXPECT_NE(out.find("; " + from + " from rank 1's memory"), std::string::npos) << out;
   EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
   EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;     // the join is no restart
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
+TEST(Grow, AJoinAfterAShrinkGoesBackToFourProcessesBitwise) {
+  shrink_then_join(4, 1, 2, "0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)",
+                   "0 | 1 2 | 3 -> 0 | 1 | 3 | 2 (ranks 0 1 3 4)", "stage 2");
+}
+
+// dp 2 x pp 2: the joiner takes replica 1's stage 1 back from the process
+// of replica 0's stage 1, which ran both since the shrink.
+TEST(Grow, AtDataParallelTwoTheJoinerTakesTheReplicasStageBackBitwise) {
+  shrink_then_join(2, 2, 3, "0.0 | 0.1 | 1.0 | 1.1 -> 0.0 | 0.1 1.1 | 1.0 (ranks 0 1 2)",
+                   "0.0 | 0.1 1.1 | 1.0 -> 0.0 | 0.1 | 1.0 | 1.1 (ranks 0 1 2 4)", "stage 1 of replica 1");
 }
 
 // What is refused, each in one line: a process with another config (exit
