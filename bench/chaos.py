@@ -4,7 +4,7 @@ good at seeded moments, goes on over the ones left each time
 (supervision.replace_timeout_s: 0), and must end bitwise equal to the
 fault-free run in one process.
 
-    python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--nprocs 4] [--steps 60]
+    python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--nprocs 4] [--steps 60]
 
 Events are drawn from the seed: which worker (any RANK but 0, which holds
 the supervisor), at which step, and how it is lost:
@@ -12,6 +12,9 @@ the supervisor), at which step, and how it is lost:
   kill   `kill -9` of the worker
   stop   SIGSTOP of the worker: a hung or cut-off host, seen after the
          heartbeat timeout (2 s here), then killed by launch
+  join   `actorpipe launch --join HOST:PORT` (--joins of them, each 2 to 4
+         steps after one of the first losses): a new process that takes a
+         stage back at a step boundary once a process holds two
 
 At most nprocs - 1 events (each one takes a process for good). Every event
 prints one row: when it was fired, and the time from it to rank 0's
@@ -22,8 +25,8 @@ saved weights against the fault-free run's, byte for byte. Exit 0 when they
 are equal, 1 otherwise.
 
 Not drawn yet: kill with replacement (another run: the key decides for the
-whole run), a link down (needs network namespaces), join (`launch --join`
-is not built) and throttle (rebalancing is not built).
+whole run), a link down (needs network namespaces) and throttle
+(rebalancing is not built).
 
 Python 3 standard library only.
 """
@@ -72,11 +75,22 @@ def worker_pid(launcher, rank):
     return -1
 
 
-def draw(seed, n, nprocs, steps):
+def draw(seed, n, nprocs, steps, joins=0):
     rng = random.Random(seed)
     ranks = rng.sample(range(1, nprocs), n)
     at = sorted(rng.sample(range(5, steps - 10, 5), n))
-    return [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
+    losses = [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
+    # Joins from their own draw, so that a seed's losses stay what they were.
+    later = random.Random(seed * 1000 + 7)
+    return sorted(losses + [(at[i] + later.choice((2, 3, 4)), -1, "join") for i in range(joins)])
+
+
+def join_address(lines):
+    for _, l in lines:
+        m = re.search(r"takes processes that join at (\S+):", l)
+        if m:
+            return m.group(1)
+    sys.exit("chaos: rank 0 named no address for processes that join")
 
 
 def main():
@@ -84,13 +98,16 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--events", type=int, default=3)
+    ap.add_argument("--joins", type=int, default=0, help="processes that join, each after one of the first losses")
     ap.add_argument("--nprocs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60)
     a = ap.parse_args()
     if not 2 <= a.nprocs <= 8 or not 1 <= a.events < a.nprocs or a.steps < 5 * a.events + 20:
         sys.exit("chaos: --nprocs wants 2..8, --events 1..nprocs-1, --steps at least 5 x events + 20")
+    if not 0 <= a.joins <= a.events:
+        sys.exit("chaos: --joins wants 0..events (each follows a loss)")
     exe = os.path.join(a.build, "actorpipe")
-    events = draw(a.seed, a.events, a.nprocs, a.steps)
+    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins)
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
         open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
@@ -101,11 +118,11 @@ def main():
         if r.returncode != 0:
             sys.exit("the fault-free run failed:\n" + r.stdout + r.stderr)
         print(f"seed {a.seed}: {a.events} events on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
-              ", ".join(f"{k} rank {q} at step {s}" for s, q, k in events))
+              ", ".join(f"{k} at step {s}" if k == "join" else f"{k} rank {q} at step {s}" for s, q, k in events))
         t0 = time.monotonic()
         p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), chaos_cfg, "--save", saved],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        lines, pending, fired = [], list(events), []
+        lines, pending, fired, joiners = [], list(events), [], []
         watchdog = threading.Timer(300, p.kill)
         watchdog.start()
         try:
@@ -115,16 +132,23 @@ def main():
                 m = STEP.match(line)
                 if m and pending and int(m.group(1)) >= pending[0][0]:
                     step, rank, kind = pending.pop(0)
+                    if kind == "join":
+                        joiners.append(subprocess.Popen([exe, "launch", "--join", join_address(lines), chaos_cfg],
+                                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                        fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
+                        continue
                     pid = worker_pid(p.pid, rank)
                     if pid < 0:
                         sys.exit(f"chaos: no worker with RANK={rank} to hit")
                     os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
                     fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
             p.wait()
+            joined = [(j.wait(30), j.stdout.read()) for j in joiners]
         finally:
             watchdog.cancel()
-            if p.poll() is None:
-                p.kill()
+            for q in [p] + joiners:
+                if q.poll() is None:
+                    q.kill()
         print("| event | fired at | detected and decided (`re-placed:`) | state and stages ready | first step after |")
         print("| --- | --- | --- | --- | --- |")
         for t, step, rank, kind, at in fired:
@@ -133,12 +157,15 @@ def main():
             def when(pred):
                 hit = next((tt for tt, l in after if pred(l)), None)
                 return f"+{(hit - t) * 1e3:.0f} ms" if hit is not None else "never"
-            print(f"| {kind} rank {rank} after step {step} | {t:.2f} s | {when(lambda l: l.startswith('re-placed:'))} "
+            who = "a process joins" if kind == "join" else f"{kind} rank {rank}"
+            print(f"| {who} after step {step} | {t:.2f} s | {when(lambda l: l.startswith('re-placed:'))} "
                   f"| {when(lambda l: 'runs from after step' in l)} "
                   f"| {when(lambda l: STEP.match(l) is not None)} |")
         for _, l in lines:
             if l.startswith("re-placed:"):
                 print(l)
+        for code, out in joined:
+            print(f"joiner exit {code}: " + " / ".join(l for l in out.splitlines() if l.strip())[:300])
         same = p.returncode == 0 and os.path.exists(saved) and open(saved, "rb").read() == open(clean, "rb").read()
         print(f"launch exit {p.returncode}; verdict: " +
               ("final weights bitwise equal to the fault-free run" if same else "NOT equal to the fault-free run"))

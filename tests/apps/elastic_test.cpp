@@ -184,15 +184,15 @@ TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
   EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
 }
 
-// The chaos run, short (bench/chaos.py): seed 2 draws a kill -9 of RANK 1
-// and a SIGSTOP of RANK 3; the run goes on over 2 processes and its
-// verdict is bitwise. The script kills its launcher in every path (a
+// The chaos run, short (bench/chaos.py): seed 2 draws a kill -9 of RANK 1,
+// a process that joins 2 steps later and a SIGSTOP of RANK 3; the joiner
+// is taken in, and the verdict is bitwise. The script kills its launcher in every path (a
 // watchdog at 300 s, under this test's 400).
 TEST(Shrink, AShortChaosRunEndsBitwise) {
   const std::string build = fs::path(ACTORPIPE_BIN).parent_path().string();
   auto r = testing_util::run_child("/usr/bin/python3",
                                    {std::string(ACTORPIPE_SOURCE_DIR) + "/bench/chaos.py", "--build", build, "--seed", "2",
-                                    "--events", "2", "--steps", "30"},
+                                    "--events", "2", "--joins", "1", "--steps", "50"},
                                    [] {
                                      testing_util::child_limits l;
                                      l.timeout_s = 400;
@@ -201,7 +201,12 @@ TEST(Shrink, AShortChaosRunEndsBitwise) {
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_NE(r.out.find("| kill rank 1 after step"), std::string::npos) << describe(r);
   EXPECT_NE(r.out.find("| stop rank 3 after step"), std::string::npos) << describe(r);
-  EXPECT_NE(r.out.find("generation 2 goes on over 2 processes without rank 3"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("| a process joins after step"), std::string::npos) << describe(r);
+  // The join lands before or after the stop is seen: either order ends bitwise.
+  EXPECT_NE(r.out.find("goes on over 3 processes without rank 1"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find(" processes without rank 3 "), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("takes in rank 4 (joined)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("joiner exit 0: joining the run at "), std::string::npos) << describe(r);
   EXPECT_NE(r.out.find("verdict: final weights bitwise equal to the fault-free run"), std::string::npos)
       << describe(r);
 }
