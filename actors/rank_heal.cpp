@@ -194,8 +194,12 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving, log);
   if (!next) return std::nullopt;
   // Started again by the launcher, or the stages go on without them.
+  // A process that joined has no launcher of this run to start it again:
+  // losing one, the stages go on without every process that is gone.
+  const bool joiner_gone =
+      std::any_of(dead.begin(), dead.end(), [&](int q) { return home_rank(cx, q) >= cx.world0; });
   std::optional<shrunk> fewer;
-  if (!dead.empty() && goes_on_without(cx)) {
+  if (!dead.empty() && (goes_on_without(cx) || joiner_gone)) {
     fewer = shrink_placement(cx.places, dead, next->from_disk);
   } else {
     for (int q : dead)
@@ -218,7 +222,8 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   if (fewer) {
     replaced_line = replacement_line(cx, *next, *fewer, dead);
     how += "; " + replaced_line;
-    for (int q : dead) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
+    for (int q : dead)
+      if (home_rank(cx, q) < cx.world0) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
     next->replaced.clear();
     next->sources = fewer->sources;
     for (int q : fewer->kept) next->members.push_back(home_rank(cx, q));

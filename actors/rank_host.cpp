@@ -49,7 +49,9 @@ public:
     dead_.clear();
     cx_.decided.store(-2);
     opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
-    if (poll_) opts.regroup = [this] { return crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined; };
+    // At a flush only: an async schedule has no step boundary to stop at.
+    if (poll_ && cx_.plan.pol->flushes())
+      opts.regroup = [this] { return crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined; };
     auto user = opts.on_step;
     opts.on_step = [&log, user](const step_record& r) {
       log.steps.push_back(r);

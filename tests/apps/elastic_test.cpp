@@ -282,6 +282,43 @@ TEST(Grow, AtDataParallelTwoTheJoinerTakesTheReplicasStageBackBitwise) {
                    "0.0 | 0.1 1.1 | 1.0 -> 0.0 | 0.1 | 1.0 | 1.1 (ranks 0 1 2 4)", "stage 1 of replica 1");
 }
 
+// A run that starts with fewer processes than stages (pp 4 on 2) takes a
+// third in: it gets stage 1 from RANK 0's memory. With replace_timeout_s 5
+// `launch` would start a lost worker again, but nothing can start a joiner
+// again: when it is killed, its stage goes back to the process holding its
+// copy and the run goes on. Both end on the clean bytes.
+TEST(Grow, ARunOnFewerProcessesThanStagesTakesOneInAndGoesOnWithoutItWhenItDies) {
+  const std::string clean = clean_run(4, 1, 60);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config(
+      "elastic", config(4, 1, 60, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"));
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "2", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  ASSERT_FALSE(at.empty()) << run.output();
+  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
+  ASSERT_TRUE(joiner.started());
+  ASSERT_TRUE(run.wait_for_output(" takes in rank 2 (joined): stages by process 0 1 | 2 3 -> 0 | 2 3 | 1 (ranks 0 1 2)"))
+      << run.output();
+  ASSERT_TRUE(joiner.wait_for_output("as RANK 2")) << joiner.output();
+  // Killed once the generation with it runs (FAULTS.md: not while it is
+  // being taken in), and a step later.
+  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto pids = joiner.workers();  // its launcher's only worker
+  ASSERT_EQ(pids.size(), 1u) << joiner.output();
+  ::kill(pids.front(), SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("without rank 2 (nothing can start a replacement): stages by process "
+                                  "0 | 2 3 | 1 -> 0 1 | 2 3 (ranks 0 1)"))
+      << run.output();
+  EXPECT_EQ(joiner.wait(60), 1) << joiner.output();
+  ASSERT_EQ(run.wait(180), 0) << run.output();
+  EXPECT_EQ(run.output().find("ignored a line from rank 0"), std::string::npos) << run.output();
+  EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
+}
+
 // What is refused, each in one line: a process with another config (exit
 // 2, at once); a process the run has no stage for (it waits, and is told
 // why once the run ends: exit 1; the run itself ends bitwise); a run whose
