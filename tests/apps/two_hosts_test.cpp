@@ -452,6 +452,48 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) { cut_for_goo
 
 TEST(TwoHosts, ALinkDownForGoodWithoutReplacementsGoesOnAloneOnRankZerosSide) { cut_for_good_under_launch(true); }
 
+// A host that becomes free joins a running job: host A runs dp 2 x pp 2
+// on 2 processes (each holding two slots), host B runs `launch --join`
+// with A's address. At a step boundary B's process takes replica 0's
+// stage 1 from rank 0's process (the lowest of the most crowded), over the
+// veth pair (the stage's allreduce group now spans both hosts), and the
+// run ends on the bytes of one process.
+TEST(TwoHosts, AProcessOnAnotherHostJoinsAndTakesAStageBitwise) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
+  two_namespaces ns("ap", 'v', "10.231");
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  const std::string extra = "  pace_ms: 4\nparallel: {dp: 2, allreduce: gloo}\n"
+                            "supervision: {heartbeat_timeout_s: 2, max_restarts: 2, replace_timeout_s: 0}\n";
+  const std::string text = with_steps(pp2_config(extra), 100);
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, text);
+  const std::string at = ns.net + ".1:" + std::to_string(port);
+  rank_group group;
+  group.start(ns.a, dir_a, {},
+              {"launch", "--nprocs", "2", "--master-addr", ns.net + ".1", "--master-port", std::to_string(port), cfg_a,
+               "--save", (dir_a / "w.pt").string()});
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("host A");
+  group.start(ns.b, dir_b, {}, {"launch", "--join", at, cfg_b});
+  const bool in_time = group.wait_all(120);
+  const auto& a = group.ranks()[0];
+  const auto& b = group.ranks()[1];
+  ASSERT_TRUE(in_time) << a.report("host A") << b.report("host B");
+  ASSERT_EQ(a.code, 0) << a.report("host A") << b.report("host B");
+  EXPECT_EQ(b.code, 0) << b.report("host B");
+  EXPECT_NE(a.err().find("takes processes that join at " + at), std::string::npos) << a.report("host A");
+  EXPECT_NE(a.err().find("re-placed: generation 1 takes in rank 2 (joined): stages by process 0.0 0.1 | 1.0 1.1 -> "
+                         "0.0 | 1.0 1.1 | 0.1 (ranks 0 1 2), after step "),
+            std::string::npos)
+      << a.report("host A");
+  EXPECT_NE(a.err().find("; stage 1 of replica 0 from rank 0's memory"), std::string::npos) << a.report("host A");
+  EXPECT_NE(b.err().find("joining the run at " + at + " as RANK 2"), std::string::npos) << b.report("host B");
+  const std::string one_process = one_process_save(dir / "one", text);
+  const std::string grown = testing_util::slurp_file(dir_a / "w.pt");
+  ASSERT_FALSE(grown.empty()) << a.report("host A");
+  EXPECT_TRUE(grown == one_process) << "host A's file differs from the one-process run's";
+}
+
 TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns("ap", 'v', "10.231");
