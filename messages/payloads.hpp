@@ -267,6 +267,10 @@ void for_each_payload(F&& f) {
   f(payload_tag<stage_snapshot>{}, "stage_snapshot");
   f(payload_tag<stage_status>{}, "stage_status");
   f(payload_tag<std::vector<int64_t>>{}, "std::vector<int64_t>");
+  // A directory's answer to arriving_atom (the ranks whose copies it is
+  // still receiving): unregistered, rank 0's heal never heard it from
+  // another process and stopped waiting for a copy on its way.
+  f(payload_tag<std::vector<int32_t>>{}, "std::vector<int32_t>");
 }
 
 /// Registers every message body with `cfg`: each node of a distributed run

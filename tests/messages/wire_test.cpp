@@ -446,6 +446,7 @@ stage_snapshot filled(payload_tag<stage_snapshot>) {
 }
 stage_status filled(payload_tag<stage_status>) { return stage_status{0, 1, false, "F0"}; }
 std::vector<int64_t> filled(payload_tag<std::vector<int64_t>>) { return {1, 2}; }
+std::vector<int32_t> filled(payload_tag<std::vector<int32_t>>) { return {1, 2}; }
 
 TEST_F(Wire, NoPayloadHandsAFloatingValueToCafsFloatSerializer) {
   int payloads = 0;
