@@ -101,6 +101,25 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   return hp;
 }
 
+// "; stage S[ of replica R] from rank H's memory": where a moved slot's state came from.
+std::string slot_from(const rank_placement& places, int slot, const std::string& source) {
+  const int S = places.pp();
+  return "; stage " + std::to_string(slot % S) + (places.dp() > 1 ? " of replica " + std::to_string(slot / S) : "") +
+         " from " + source;
+}
+
+// After which steps each live process holds a slot, asked through its
+// directory (rank 0's own too; nothing from a rank that does not answer).
+held_steps ask_held(rank_context& cx, const generation_peers& peers) {
+  return [&cx, &peers](int q, int slot) {
+    std::vector<int64_t> steps;
+    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                     held_atom::value, int32_t{slot})
+        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
+    return steps;
+  };
+}
+
 // Whether the run goes on without the processes that are gone rather than
 // wait for replacements (supervision.replace_timeout_s: 0, or above 0
 // where no launcher can start one).
@@ -116,11 +135,8 @@ std::string replacement_line(const rank_context& cx, const heal_plan& next, cons
   std::string gone, kept, from;
   for (int q : dead) gone += (gone.empty() ? "" : ", ") + std::to_string(home_rank(cx, q));
   for (int q : fewer.kept) kept += (kept.empty() ? "" : " ") + std::to_string(home_rank(cx, q));
-  const int S = cx.places.pp();
-  for (const auto& [slot, q] : fewer.from) {
-    from += "; stage " + std::to_string(slot % S) + (cx.places.dp() > 1 ? " of replica " + std::to_string(slot / S) : "");
-    from += q >= 0 ? " from rank " + std::to_string(home_rank(cx, q)) + "'s memory" : std::string(" from disk");
-  }
+  for (const auto& [slot, q] : fewer.from)
+    from += slot_from(cx.places, slot, q >= 0 ? "rank " + std::to_string(home_rank(cx, q)) + "'s memory" : "disk");
   const double wait = cx.cfg.supervision.replace_timeout_s;
   return "re-placed: generation " + std::to_string(next.generation) + " goes on over " +
          std::to_string(fewer.kept.size()) + (fewer.kept.size() == 1 ? " process" : " processes") + " without rank " +
@@ -164,16 +180,9 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   const uint32_t g = hp.generation;
   caf::scoped_actor& self = cx.self;
   const std::vector<caf::actor>& dirs = peers.dirs;
-  // What a surviving process holds, asked through its directory (rank 0's
-  // own too; nothing from a rank that does not answer).
   const auto dir_of = [&](int q) { return q == 0 ? cx.dir : dirs[static_cast<size_t>(q)]; };
   const auto ask_within = std::min(cx.timeout, milliseconds(5000));
-  const held_steps held = [&](int q, int slot) {
-    std::vector<int64_t> steps;
-    self->request(dir_of(q), ask_within, held_atom::value, int32_t{slot})
-        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
-    return steps;
-  };
+  const held_steps held = ask_held(cx, peers);
   // Whether a surviving process is still receiving a boundary copy; from
   // a dead process only when `from_dead` (what it sent in full before it
   // died still arrives; a stopped one's rest never does, nor fails, until
@@ -255,33 +264,22 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
 std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
                                  const heal_plan& hp, run_failure& failure, supervision_log& log) {
   const rank_env& env = cx.env;
-  caf::scoped_actor& self = cx.self;
-  const auto dir_of = [&](int q) { return q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)]; };
-  const held_steps held = [&](int q, int slot) {
-    std::vector<int64_t> steps;
-    self->request(dir_of(q), std::min(cx.timeout, milliseconds(5000)), held_atom::value, int32_t{slot})
-        .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
-    return steps;
-  };
-  auto next = decide_heal(cx, hp.generation, failure, {}, hp, held, [](bool) { return false; }, log);
+  auto next = decide_heal(cx, hp.generation, failure, {}, hp, ask_held(cx, peers), [](bool) { return false; }, log);
   if (!next) return std::nullopt;
   const int waiting = joiners_so_far(*store, env.store_prefix) - cx.joined;
   const grown more = grow_placement(cx.places, next->from_disk ? 0 : waiting);
   const int W = cx.places.world();
-  std::vector<int> homes = cx.members;
-  if (homes.empty())
-    for (int q = 0; q < W; ++q) homes.push_back(q);
+  std::vector<int> homes, ranks;  // every process's RANK; the joiners'
+  for (int q = 0; q < W; ++q) homes.push_back(home_rank(cx, q));
   std::string joined, from;
   for (int j = 0; j < more.taken; ++j) {
-    const int rank = joiner_rank(cx.world0, cx.joined + j + 1);
+    ranks.push_back(joiner_rank(cx.world0, cx.joined + j + 1));
     next->replaced.push_back(W + j);
-    homes.push_back(rank);
-    joined += (joined.empty() ? "" : ", ") + std::to_string(rank);
+    homes.push_back(ranks.back());
+    joined += (joined.empty() ? "" : ", ") + std::to_string(ranks.back());
   }
   for (const auto& [slot, q] : more.from)
-    from += "; stage " + std::to_string(slot % cx.places.pp()) +
-            (cx.places.dp() > 1 ? " of replica " + std::to_string(slot / cx.places.pp()) : "") + " from rank " +
-            std::to_string(homes.at(static_cast<size_t>(q))) + "'s memory";
+    from += slot_from(cx.places, slot, "rank " + std::to_string(homes.at(static_cast<size_t>(q))) + "'s memory");
   next->members = homes;
   next->donors = more.donors;
   std::string kept;
@@ -294,12 +292,11 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
   while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
   log.notices.push_back(line);
   store->set(heal_key(env, next->generation), next->encode());
-  for (int j = 0; j < more.taken; ++j)
-    place_joiner(*store, env.store_prefix, joiner_rank(cx.world0, cx.joined + j + 1), next->generation);
+  for (int rank : ranks) place_joiner(*store, env.store_prefix, rank, next->generation);
   cx.joined += more.taken;
   cx.asked_at = clock_type::now();
   if (cx.opts.on_notice) cx.opts.on_notice(line);
-  for (int q = 1; q < W; ++q) self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+  for (int q = 1; q < W; ++q) cx.self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
   return next;
 }
 
