@@ -7,7 +7,8 @@
 namespace actorpipe::config_detail {
 
 // cross_checks.cpp: data vs model, parallel vs train, what a schedule
-// without a flush cannot do, faults vs pipeline and parallel.
+// without a flush cannot do, faults vs pipeline and parallel, rebalancing
+// vs supervision.
 void text_data_matches_the_model(const reader& r);
 void synthetic_features_match_the_model(const reader& r);
 void synthetic_classes_fit_the_model(const reader& r);
@@ -16,12 +17,15 @@ void replicas_need_a_flush(const reader& r);
 void clipping_needs_a_flush(const reader& r);
 void tie_needs_a_flush(const reader& r);
 void checkpoints_need_a_flush(const reader& r);
+void rebalance_needs_a_flush(const reader& r);
 void fault_stages_exist(const reader& r);
 void fault_replicas_exist(const reader& r);
 void fault_microbatches_exist(const reader& r);
+void rebalance_needs_restarts(const reader& r);
 
 // pipeline_checks.cpp: the partition and stages vs the model, the
-// microbatches vs the batch, the replicas and the final stage count.
+// microbatches vs the batch, the replicas and the final stage count,
+// rebalancing vs the stages.
 void partition_ranges_cover_the_layers(const reader& r);
 void stages_match_the_partition(const reader& r);
 void stages_fit_the_layers(const reader& r);
@@ -31,6 +35,8 @@ void stream_fits_an_int(const reader& r);
 void microbatches_in_stage_groups(const reader& r);
 void schedule_shape_fits(const reader& r);
 void replica_shares_split_into_microbatches(const reader& r);
+void rebalance_runs_one_chunk_per_stage(const reader& r);
+void rebalance_needs_two_stages(const reader& r);
 
 // device_checks.cpp: devices, threads and recomputation vs the final stage
 // count and the replicas.

@@ -145,6 +145,14 @@ struct pipeline_config {
   /// recomputing stage keeps only each forward's input and runs the forward
   /// again inside its backward. Sized to stages after loading.
   std::vector<bool> recompute;
+  /// pipeline.rebalance: every `every` steps (0 = off) rank 0's supervisor
+  /// compares the stages' measured busy time, and when the slowest is more
+  /// than `threshold` (a fraction) above the mean it re-partitions the
+  /// layers by measured cost at that step boundary (runs under launch).
+  struct rebalance_config {
+    int every = 0;
+    double threshold = 0.1;
+  } rebalance;
 };
 
 /// Data parallelism around the pipeline: `dp` replicas of every stage,

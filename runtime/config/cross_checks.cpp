@@ -40,10 +40,14 @@ const std::vector<cross_check>& cross_checks() {
       {"nccl_needs_cuda_stages", nccl_needs_cuda_stages},
       {"recompute_matches_the_stages", recompute_matches_the_stages},
       {"checkpoints_need_a_flush", checkpoints_need_a_flush},
+      {"rebalance_needs_a_flush", rebalance_needs_a_flush},
+      {"rebalance_runs_one_chunk_per_stage", rebalance_runs_one_chunk_per_stage},
+      {"rebalance_needs_two_stages", rebalance_needs_two_stages},
       {"fault_stages_exist", fault_stages_exist},
       {"fault_replicas_exist", fault_replicas_exist},
       {"fault_microbatches_exist", fault_microbatches_exist},
       {"replacements_need_restarts", replacements_need_restarts},
+      {"rebalance_needs_restarts", rebalance_needs_restarts},
   };
   return checks;
 }
@@ -137,6 +141,13 @@ void checkpoints_need_a_flush(const reader& r) {
                                              "version; checkpoints need a synchronous schedule");
 }
 
+void rebalance_needs_a_flush(const reader& r) {
+  const schedule_traits& sched = *find_schedule(r.cfg().pipeline.schedule);
+  if (r.cfg().pipeline.rebalance.every > 0 && !sched.flushes)
+    r.fail_key("pipeline.rebalance", sched.display + " has no step boundary where every stage's weights are one "
+                                                     "version to move; rebalancing needs a synchronous schedule");
+}
+
 // -- supervision ---------------------------------------------------------------------
 
 // Going on without a lost process is a restart: without any allowed, a
@@ -146,6 +157,14 @@ void replacements_need_restarts(const reader& r) {
   if (r.cfg().marks.count("supervision.replace_timeout_s") && sv.max_restarts == 0)
     r.fail_key("supervision.replace_timeout_s", "needs supervision.max_restarts > 0: going on without a lost "
                                                  "process is a restart, and with none allowed a death ends the run");
+}
+
+// Moving the layers re-places the stages from their step-boundary copies,
+// which only a supervisor allowed restarts keeps.
+void rebalance_needs_restarts(const reader& r) {
+  if (r.cfg().pipeline.rebalance.every > 0 && r.cfg().supervision.max_restarts == 0)
+    r.fail_key("pipeline.rebalance", "needs supervision.max_restarts > 0: the layers move through the stages' "
+                                     "step-boundary copies, which the supervisor keeps only when restarts are allowed");
 }
 
 // -- faults vs pipeline and parallel -------------------------------------------------

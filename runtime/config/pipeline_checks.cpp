@@ -1,6 +1,7 @@
 // The pipeline's cross-section checks: its partition and stages against the
 // model, its microbatches against the batch, the replicas and the final
-// stage count (the schedule's microbatch shape).
+// stage count (the schedule's microbatch shape); what rebalancing needs of
+// the stages.
 #include "runtime/config/checks.hpp"
 
 #include "runtime/schedule/policies/registry.hpp"
@@ -140,6 +141,21 @@ void replica_shares_split_into_microbatches(const reader& r) {
                                               std::to_string(batch) + " over parallel.dp " + std::to_string(dp) +
                                               ") splits into " + std::to_string(k) + " chunks, not " +
                                               std::to_string(p.microbatches));
+}
+
+// -- rebalancing vs the stages -------------------------------------------------------
+
+void rebalance_runs_one_chunk_per_stage(const reader& r) {
+  const auto& p = r.cfg().pipeline;
+  if (p.rebalance.every > 0 && p.virtual_stages != 1)
+    r.fail_key("pipeline.rebalance", "re-partitions one chunk per stage; pipeline.virtual_stages is " +
+                                         std::to_string(p.virtual_stages) + " (" + p.schedule + ")");
+}
+
+void rebalance_needs_two_stages(const reader& r) {
+  const auto& p = r.cfg().pipeline;
+  if (p.rebalance.every > 0 && p.stages < 2)
+    r.fail_key("pipeline.rebalance", "moves layers between stages; pipeline.stages is " + std::to_string(p.stages));
 }
 
 }  // namespace actorpipe::config_detail

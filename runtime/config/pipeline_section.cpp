@@ -1,6 +1,6 @@
 // pipeline: the schedule and what it decides (chunks, one microbatch),
-// stages and partition, sim times, threads and recomputation, each as
-// written. Devices are in devices_section.cpp. The rules that need the
+// stages and partition, sim times, threads, recomputation and rebalancing,
+// each as written. Devices are in devices_section.cpp. The rules that need the
 // final stage count, the devices, the model, the batch or the replicas are
 // in cross_checks.cpp and pipeline_checks.cpp.
 #include "runtime/config/sections.hpp"
@@ -96,6 +96,22 @@ void read_recompute(reader& r, const entry& re) {
   }
 }
 
+/// pipeline.rebalance. `every` is what turns it on, so a map without it is
+/// refused rather than read as off.
+void read_rebalance(reader& r, const entry& e) {
+  using rc = pipeline_config::rebalance_config;
+  auto& rb = r.cfg().pipeline.rebalance;
+  const section s = r.read_map(e.value, "pipeline.rebalance");
+  if (!s.has("every")) r.fail_key("pipeline.rebalance.every", "required: the steps between two comparisons");
+  static const std::vector<field<rc>> fields{
+      {"every", &rc::every, rule::count()},
+      // Past 10 (the slowest stage 11 times its share) it would never fire.
+      {"threshold", &rc::threshold, rule::positive()},
+  };
+  r.read_fields(s, rb, fields);
+  if (rb.threshold > 10) r.fail_key("pipeline.rebalance.threshold", "must be at most 10, found " + num(rb.threshold));
+}
+
 }  // namespace
 
 void read_pipeline(reader& r, const entry* e) {
@@ -126,6 +142,7 @@ void read_pipeline(reader& r, const entry* e) {
   };
   r.read_fields(s, p, fields);
   if (const entry* re = s.find("recompute")) read_recompute(r, *re);
+  if (const entry* be = s.find("rebalance")) read_rebalance(r, *be);
 }
 
 }  // namespace actorpipe::config_detail

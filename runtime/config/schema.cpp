@@ -116,6 +116,15 @@ constexpr key_doc table[] = {
     {"pipeline.sim_ms.F", "ms", "1", "A forward."},
     {"pipeline.sim_ms.B", "ms", "1", "A backward for the input; a full backward takes B + W."},
     {"pipeline.sim_ms.W", "ms", "0", "A backward for the weights."},
+    {"pipeline.rebalance", "map", "(off)",
+     "Move layers between stages by their measured cost during the run. Runs under `actorpipe launch` with "
+     "supervision.max_restarts > 0, one chunk per stage and a synchronous schedule; the weights stay bitwise equal "
+     "to a run without it."},
+    {"pipeline.rebalance.every", "int", "required",
+     "Every this many steps, rank 0's supervisor compares the stages' measured busy time."},
+    {"pipeline.rebalance.threshold", "number in (0, 10]", "0.1",
+     "Re-partition at that step boundary when the slowest stage is more than this fraction (0.1: 10 %) above its "
+     "balanced share (the mean)."},
     // -- compare --
     {"compare", "map", "(naive, gpipe, 1f1b)", "What `actorpipe compare` runs."},
     {"compare.schedules", "list of schedule names", "(naive, gpipe, 1f1b)",

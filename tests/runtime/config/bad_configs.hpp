@@ -1341,6 +1341,79 @@ supervision:
   watchdog_s: 1e300
 )yaml",
        "{FILE}:7:15: supervision.watchdog_s: must be at most 86400 (one day), found 1e+300"},
+      {"RebalanceEveryZero",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  rebalance:
+    every: 0
+supervision:
+  max_restarts: 1
+)yaml",
+       "{FILE}:9:12: pipeline.rebalance.every: must be at least 1, found 0"},
+      {"RebalanceWithAsync",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  schedule: async
+  microbatches: 2
+  rebalance: {every: 5}
+supervision:
+  max_restarts: 1
+)yaml",
+       "{FILE}:12:3: pipeline.rebalance: async (PipeDream-2BW) has no step boundary where every stage's weights are one version to move; rebalancing needs a synchronous schedule"},
+      {"RebalanceWithInterleaved",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+    - {type: tanh}
+train:
+  batch_size: 8
+pipeline:
+  stages: 2
+  schedule: interleaved
+  virtual_stages: 2
+  microbatches: 2
+  rebalance: {every: 5}
+supervision:
+  max_restarts: 1
+)yaml",
+       "{FILE}:14:3: pipeline.rebalance: re-partitions one chunk per stage; pipeline.virtual_stages is 2 (interleaved)"},
+      {"RebalanceOneStage",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  rebalance: {every: 5}
+supervision:
+  max_restarts: 1
+)yaml",
+       "{FILE}:7:3: pipeline.rebalance: moves layers between stages; pipeline.stages is 1"},
+      {"RebalanceWithoutRestarts",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  stages: 2
+  rebalance: {every: 5}
+)yaml",
+       "{FILE}:8:3: pipeline.rebalance: needs supervision.max_restarts > 0: the layers move through the stages' step-boundary copies, which the supervisor keeps only when restarts are allowed"},
       {"YamlSyntaxError",
        R"yaml(model:
   layers: [{type: relu}

@@ -206,6 +206,7 @@ std::map<std::string, std::function<std::string(const config&)>> values() {
       {"pipeline.sim_ms.F", [](const config& c) { return num(c.pipeline.sim_f_ms); }},
       {"pipeline.sim_ms.B", [](const config& c) { return num(c.pipeline.sim_b_ms); }},
       {"pipeline.sim_ms.W", [](const config& c) { return num(c.pipeline.sim_w_ms); }},
+      {"pipeline.rebalance.threshold", [](const config& c) { return num(c.pipeline.rebalance.threshold); }},
       {"checkpoint.every", [](const config& c) { return std::to_string(c.checkpoint.every); }},
       {"checkpoint.keep_last", [](const config& c) { return std::to_string(c.checkpoint.keep_last); }},
       {"supervision.watchdog_s", [](const config& c) { return num(c.supervision.watchdog_s); }},

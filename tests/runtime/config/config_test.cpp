@@ -190,6 +190,61 @@ TEST(LoadConfig, SgdOptimizer) {
   EXPECT_DOUBLE_EQ(cfg.train.optimizer.weight_decay, 1e-4);
 }
 
+TEST(LoadConfig, RebalanceReadsEveryAndThreshold) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  stages: 2
+  rebalance:
+    every: 5
+    threshold: 0.2
+supervision:
+  max_restarts: 1
+)"));
+  EXPECT_EQ(cfg.pipeline.rebalance.every, 5);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.rebalance.threshold, 0.2);
+  EXPECT_EQ(cfg.marks.at("pipeline.rebalance").line, 8);
+  EXPECT_EQ(cfg.marks.at("pipeline.rebalance.every").line, 9);
+}
+
+TEST(LoadConfig, RebalanceThresholdDefaultsToATenth) {
+  const config cfg = load_config(write(test_dir() / "config.yaml", std::string(small_model) + R"(pipeline:
+  stages: 2
+  rebalance: {every: 1}
+supervision: {max_restarts: 1}
+)"));
+  EXPECT_EQ(cfg.pipeline.rebalance.every, 1);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.rebalance.threshold, 0.1);
+}
+
+TEST(LoadConfig, RebalanceLeftOutIsOff) {
+  const config cfg =
+      load_config(write(test_dir() / "config.yaml", std::string(small_model) + "pipeline:\n  stages: 2\n"));
+  EXPECT_EQ(cfg.pipeline.rebalance.every, 0);
+  EXPECT_DOUBLE_EQ(cfg.pipeline.rebalance.threshold, 0.1);
+  EXPECT_FALSE(cfg.marks.count("pipeline.rebalance"));
+}
+
+// pipeline.rebalance's own values (every: 0 is in the bad-config table):
+// each error names its key at its line and column.
+TEST(LoadConfig, RebalanceBadValuesNameTheirKey) {
+  const struct {
+    const char* rebalance;  ///< pipeline.rebalance's value, on line 8 from column 14
+    const char* message;
+  } cases[] = {
+      {"{every: 5, threshold: -1}", "8:36: pipeline.rebalance.threshold: must be positive, found -1"},
+      {"{every: 5, threshold: 50}", "8:36: pipeline.rebalance.threshold: must be at most 10, found 50"},
+      {"{every: 5, treshold: 0.2}", "8:25: pipeline.rebalance.treshold: unknown key; did you mean 'threshold'?"},
+      {"{threshold: 0.2}", "8:3: pipeline.rebalance.every: required: the steps between two comparisons"},
+      {"{every: 2.5}", "8:22: pipeline.rebalance.every: expected an integer, found '2.5'"},
+      {"5", "8:14: pipeline.rebalance: expected a map, found '5'"},
+  };
+  for (const auto& c : cases) {
+    const std::string yaml = std::string(small_model) + "pipeline:\n  stages: 2\n  rebalance: " + c.rebalance +
+                             "\nsupervision: {max_restarts: 1}\n";
+    const std::string file = write(test_dir() / "config.yaml", yaml);
+    EXPECT_EQ(load_error(file), file + ":" + c.message) << c.rebalance;
+  }
+}
+
 TEST(LoadConfig, RelativePathsResolveAgainstTheConfigDirectory) {
   const fs::path dir = test_dir();
   write(dir / "sub" / "rows.csv", "1,0\n");
