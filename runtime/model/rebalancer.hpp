@@ -1,0 +1,63 @@
+#pragma once
+// pipeline.rebalance, as rank 0's supervisor runs it: every `every` steps
+// it reads what the stages measured (each stage's busy time, the step's
+// wall time) and says whether the layers move, and where to.
+//
+// The model (rebalance_partition) takes a stage's time as its speed times
+// its layers' cost. That holds for a slower device; a process held to a
+// CPU quota, or sharing cores with the others, runs at full speed again
+// once its work fits the quota, so a move may not pay. The measured step
+// time of every split tried is kept: a split that ran faster than the
+// current one by half the threshold is gone back to; one tried before is
+// never tried again on the model's word, and the model is heard once from
+// each split. So the layers settle on the fastest split seen, after at most
+// two moves per split, and never move back and forth on noise.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/model/partition.hpp"
+
+namespace actorpipe {
+
+struct rebalance_move {
+  partition_t parts;  ///< the new split
+  std::string why;    ///< "stage 1 busy 150 % of the mean over steps 10-12 (...)"
+};
+
+class rebalancer {
+public:
+  /// `costs`: per layer (layer_compute_costs); `every` >= 1; `threshold` > 0.
+  rebalancer(std::vector<int64_t> costs, int every, double threshold);
+
+  /// A generation starts running `parts`: the measurements start again.
+  void start(const partition_t& parts);
+
+  /// One step done: its number, its wall time and each slot's busy time
+  /// (ms; replica after replica, the stages of each in order: a stage
+  /// counts as its slowest replica).
+  void add(int64_t step, double step_ms, const std::vector<double>& busy_ms);
+
+  /// After every `every` steps added: the move, if the layers should move.
+  std::optional<rebalance_move> check();
+
+  /// The mean step time (ms) measured under each split tried.
+  const std::map<partition_t, double>& tried() const { return step_ms_; }
+
+private:
+  std::vector<int64_t> costs_;
+  int every_;
+  double threshold_;
+  partition_t parts_;
+  std::vector<double> busy_;
+  double step_sum_ = 0.0;
+  int measured_ = 0;
+  int64_t from_ = 0, to_ = 0;
+  std::map<partition_t, double> step_ms_;
+  std::set<partition_t> explored_;  // the splits the model moved away from once
+};
+
+}  // namespace actorpipe
