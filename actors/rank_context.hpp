@@ -96,6 +96,9 @@ struct rank_context {
   // A process that joined: its RANK (opts.ranks holds a stand-in); -1:
   // opts.ranks.rank.
   int home = -1;
+  /// This generation moves layers between slots (pipeline.rebalance): the
+  /// partition before (cx.plan.parts is the new one); empty: none move.
+  std::vector<std::pair<int, int>> moved_from{};
   // Rank 0, healing: when the failure was seen and the replacement asked for.
   clock_type::time_point failed_at{}, asked_at{};
   // The newest step whose applies rank 0's driver sent in this generation
@@ -262,6 +265,14 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
 /// every rank told. nullopt: `failure` says why not.
 std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
                                  const heal_plan& hp, run_failure& failure, supervision_log& log);
+
+/// Rank 0, once generation hp.generation ended at a step boundary for a
+/// rebalance (pipeline.rebalance, `why`): the next plan, with the layers
+/// re-partitioned as `parts` over the same processes, written to the
+/// store, every rank told. nullopt: `failure` says why not.
+std::optional<heal_plan> repartition(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                     const heal_plan& hp, const std::vector<std::pair<int, int>>& parts,
+                                     const std::string& why, run_failure& failure, supervision_log& log);
 
 /// Rank 0: the run is over, every other rank told `code` and waited for
 /// (those not in `dead`; 5 s at most).

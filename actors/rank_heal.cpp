@@ -6,6 +6,7 @@
 #include "actors/rank_context.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/dist/join.hpp"
+#include "runtime/model/partition.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/util/text.hpp"
 
@@ -35,6 +36,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   hp.resume_after = log.steps.empty() ? now.resume_after : log.steps.back().step;
   hp.replaced = dead;
   hp.fired_through = std::max(now.fired_through, f.step);
+  hp.parts = cx.plan.parts;  // a process started again runs the partition of now
   // dp > 1: every boundary is the live state (runtime/dist/boundary_memory.hpp),
   // and a step whose applies went out is applied by every live stage: the
   // heal rolls forward to it, once every live slot holds it.
@@ -261,6 +263,25 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   return next;
 }
 
+namespace {
+
+// A planned re-placement's end (a grow, a re-partition): the steps past its
+// boundary forgotten, its line in the log and said, the plan in the store,
+// `tell` (those outside the generation), every rank told.
+void announce(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers, const heal_plan& next,
+              const std::string& line, supervision_log& log, const std::function<void()>& tell) {
+  while (!log.steps.empty() && log.steps.back().step > next.resume_after) log.steps.pop_back();
+  log.notices.push_back(line);
+  store->set(heal_key(cx.env, next.generation), next.encode());
+  tell();
+  cx.asked_at = clock_type::now();
+  if (cx.opts.on_notice) cx.opts.on_notice(line);
+  for (int q = 1; q < cx.env.world_size; ++q)  // this generation's processes
+    cx.self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next.generation);
+}
+
+}  // namespace
+
 std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
                                  const heal_plan& hp, run_failure& failure, supervision_log& log) {
   const rank_env& env = cx.env;
@@ -289,14 +310,38 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
                            describe_placement(more.places) + " (ranks " + kept + "), after step " +
                            std::to_string(next->resume_after) + from;
   cx.places = more.places;
-  while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
-  log.notices.push_back(line);
-  store->set(heal_key(env, next->generation), next->encode());
-  for (int rank : ranks) place_joiner(*store, env.store_prefix, rank, next->generation);
+  announce(cx, store, peers, *next, line, log, [&] {
+    for (int rank : ranks) place_joiner(*store, env.store_prefix, rank, next->generation);
+  });
   cx.joined += more.taken;
-  cx.asked_at = clock_type::now();
-  if (cx.opts.on_notice) cx.opts.on_notice(line);
-  for (int q = 1; q < W; ++q) cx.self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+  return next;
+}
+
+std::optional<heal_plan> repartition(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                     const heal_plan& hp, const partition_t& parts, const std::string& why,
+                                     run_failure& failure, supervision_log& log) {
+  auto next = decide_heal(cx, hp.generation, failure, {}, hp, ask_held(cx, peers), [](bool) { return false; }, log);
+  if (!next) return std::nullopt;
+  next->parts = parts;
+  // Where each moved range of layers comes from (replica 0's; every
+  // replica's alike).
+  const int S = cx.plan.stages;
+  std::string from;
+  for (int n = 0; n < S && !next->from_disk; ++n)
+    for (int o = 0; o < S; ++o) {
+      const int first = std::max(parts[static_cast<size_t>(n)].first, cx.plan.parts[static_cast<size_t>(o)].first);
+      const int last = std::min(parts[static_cast<size_t>(n)].second, cx.plan.parts[static_cast<size_t>(o)].second);
+      const int to = cx.places.owner(0, n), by = cx.places.owner(0, o);
+      if (first > last || to == by) continue;
+      from += "; layers " + describe_partition({{first, last}}) + " to stage " + std::to_string(n) + " from rank " +
+              std::to_string(home_rank(cx, by)) + "'s memory";
+    }
+  const std::string line = "re-placed: generation " + std::to_string(next->generation) +
+                           " re-partitions the layers, " + why + ": layers by stage " +
+                           describe_partition(cx.plan.parts) + " -> " + describe_partition(parts) + ", after step " +
+                           std::to_string(next->resume_after) +
+                           (next->from_disk ? "; every stage from the newest checkpoint (no boundary in memory)" : from);
+  announce(cx, store, peers, *next, line, log, [] {});
   return next;
 }
 

@@ -4,6 +4,8 @@
 
 #include "actors/supervision.hpp"
 #include "runtime/dist/join.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/rebalancer.hpp"
 #include "runtime/util/text.hpp"
 
 namespace actorpipe::rank_detail {
@@ -50,12 +52,29 @@ public:
     cx_.decided.store(-2);
     opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
     // At a flush only: an async schedule has no step boundary to stop at.
-    if (poll_ && cx_.plan.pol->flushes())
-      opts.regroup = [this] { return crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined; };
+    const bool joins = poll_ && cx_.plan.pol->flushes(), balances = balancing();
+    if (balances && !watch_) {
+      const auto& rb = cx_.cfg.pipeline.rebalance;
+      const int64_t seq = cx_.cfg.data.seq_len > 0 ? cx_.cfg.data.seq_len : 1;
+      watch_.emplace(layer_compute_costs(cx_.cfg.model.layers, seq), rb.every, rb.threshold);
+    }
+    if (watch_) watch_->start(cx_.plan.parts);
+    rebalance_.reset();
+    if (joins || balances)
+      opts.regroup = [this, joins, balances] {
+        if (joins && crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined) return true;
+        return balances && rebalance_due();
+      };
     auto user = opts.on_step;
-    opts.on_step = [&log, user](const step_record& r) {
+    const int64_t first = hp.generation > 0 ? hp.resume_after + 1 : gen_.rp.ckpt.step + 1;
+    opts.on_step = [this, &log, user, balances, first](const step_record& r) {
       log.steps.push_back(r);
       log.boundary_at = clock_type::now();
+      if (balances && r.step > first) {  // a generation's first step warms up
+        std::vector<double> busy;
+        for (const auto& st : r.stages) busy.push_back(static_cast<double>(st.busy_ns) * 1e-6);
+        watch_->add(r.step, r.step_s * 1e3, busy);
+      }
       if (user) user(r);
     };
     log.boundary_at = clock_type::now();
@@ -77,8 +96,14 @@ public:
     dead_ = planned ? std::vector<int>{} : gone_ranks(cx_, gen_.peers.dirs);
     demonitor();
     host_decision out;
-    if (auto next = planned ? regroup(cx_, rt_.store, gen_.peers, gen_.hp, f, log)
-                            : heal(cx_, rt_.store, gen_.peers, gen_.hp, gen_.cfg, dead_, f, log)) {
+    std::optional<heal_plan> next;
+    if (planned && rebalance_)
+      next = repartition(cx_, rt_.store, gen_.peers, gen_.hp, rebalance_->parts, rebalance_->why, f, log);
+    else if (planned)
+      next = regroup(cx_, rt_.store, gen_.peers, gen_.hp, f, log);
+    else
+      next = heal(cx_, rt_.store, gen_.peers, gen_.hp, gen_.cfg, dead_, f, log);
+    if (next) {
       next_ = *next;
       out.retry = true;
     } else {
@@ -131,6 +156,20 @@ private:
                          " --nprocs N CONFIG");
   }
 
+  // pipeline.rebalance: rank 0 measures every stage's busy time (the
+  // slowest replica's, where there are several) and re-partitions at a
+  // step boundary (runtime/model/partition.hpp).
+  bool balancing() const {
+    return cx_.cfg.pipeline.rebalance.every > 0 && supervised() && cx_.plan.pol->flushes() && cx_.plan.chunks == 1;
+  }
+
+  // On the driver's thread, at a step boundary: every `every` measured
+  // steps, whether the layers move.
+  bool rebalance_due() {
+    rebalance_ = watch_->check();
+    return rebalance_.has_value();
+  }
+
   // Whether some process holds more than one slot (a joiner can take one).
   bool crowded() const {
     for (int q = 0; q < cx_.places.world(); ++q)
@@ -163,6 +202,9 @@ private:
   joined_generation gen_;  // the current one (its stages go before self_)
   std::vector<int> dead_;  // the ranks gone in the current generation
   kv_store_ptr poll_;      // the driver's own connection to the store (null: takes no joiners)
+  // pipeline.rebalance: what rank 0 measured, and the move it decided.
+  std::optional<rebalancer> watch_;
+  std::optional<rebalance_move> rebalance_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <map>
+#include <optional>
 
 #include "actors/rank_context.hpp"
 #include "runtime/dist/transport/data_plane.hpp"
@@ -18,14 +19,122 @@ namespace {
 // optimizer copy, from `snap`.
 void give_snapshot(stage_setup& st, const stage_snapshot& snap) {
   std::map<std::string, at::Tensor> by_name(snap.weights.begin(), snap.weights.end());
+  std::vector<std::string> names;
   c10::NoGradGuard no_grad;
   for (auto& chunk : st.layers)
     for (auto& [name, t] : chunk->named_parameters()) {
       auto it = by_name.find(name);
       if (it == by_name.end()) throw std::runtime_error("the boundary copy has no " + name);
       t.copy_(it->second);
+      names.push_back(name);
     }
+  // The optimizer's state goes by position: a copy of other layers (one
+  // kept before the layers moved) must not land on these.
+  if (snap.optimizer && !snap.optimizer->names.empty() && snap.optimizer->names != names)
+    throw rendezvous_error("the boundary copy's optimizer state is for other parameters than stage " +
+                           std::to_string(st.rank) + "'s");
   st.optimizer_copy = snap.optimizer;
+}
+
+// -- a re-partition (pipeline.rebalance) -----------------------------------------
+
+// The part of `snap` whose layers are `range` (global names "3.weight"):
+// views, no copy.
+stage_snapshot layers_in(const stage_snapshot& snap, std::pair<int, int> range) {
+  const auto inside = [&](const std::string& name) {
+    const int layer = std::stoi(name);
+    return layer >= range.first && layer <= range.second;
+  };
+  stage_snapshot part;
+  part.rank = snap.rank;
+  for (const auto& w : snap.weights)
+    if (inside(w.first)) part.weights.push_back(w);
+  if (!snap.optimizer) return part;
+  const auto& o = *snap.optimizer;
+  if (o.names.size() != o.steps.size())
+    throw rendezvous_error("a boundary copy does not name its optimizer state: its layers cannot move");
+  auto mine = std::make_shared<optimizer_state_copy>();
+  for (size_t i = 0; i < o.names.size(); ++i)
+    if (inside(o.names[i])) {
+      mine->names.push_back(o.names[i]);
+      mine->steps.push_back(o.steps[i]);
+      mine->tensors.push_back(o.tensors[i]);
+    }
+  part.optimizer = std::move(mine);
+  return part;
+}
+
+// Stage `stage`'s start from the parts of the slots that held its layers,
+// in layer order.
+stage_snapshot put_together(std::vector<std::future<stage_snapshot>>& pieces, int stage) {
+  stage_snapshot all;
+  all.rank = stage;
+  std::shared_ptr<optimizer_state_copy> opt;
+  for (auto& f : pieces) {
+    stage_snapshot p = f.get();
+    for (auto& w : p.weights) all.weights.push_back(std::move(w));
+    if (!p.optimizer) continue;
+    if (!opt) opt = std::make_shared<optimizer_state_copy>();
+    opt->names.insert(opt->names.end(), p.optimizer->names.begin(), p.optimizer->names.end());
+    opt->steps.insert(opt->steps.end(), p.optimizer->steps.begin(), p.optimizer->steps.end());
+    opt->tensors.insert(opt->tensors.end(), p.optimizer->tensors.begin(), p.optimizer->tensors.end());
+  }
+  all.optimizer = std::move(opt);
+  return all;
+}
+
+// The layers move (cx.moved_from -> cx.plan.parts; the processes keep their
+// slots): every slot's part that another process's slot now runs goes to
+// it over the tensor channel, from the boundary after hp.resume_after
+// (every send is posted before anyone waits); a part that stays in this
+// process is taken from its memory. The parts of each of this process's
+// slots, by slot index, in layer order.
+std::map<int, std::vector<std::future<stage_snapshot>>> move_layers(rank_context& cx, const kv_store_ptr& store,
+                                                                     const heal_plan& hp,
+                                                                     const generation_links& links) {
+  const int S = cx.plan.stages, me = cx.env.rank;
+  const auto before = [&](int r) { return cx.moved_from.at(static_cast<size_t>(cx.plan.plc.virtual_stage(r, 0))); };
+  const auto after = [&](int r) { return cx.plan.layers_of(r, 0); };
+  const auto overlap = [&](int n, int o) -> std::optional<std::pair<int, int>> {
+    const int first = std::max(after(n).first, before(o).first), last = std::min(after(n).second, before(o).second);
+    if (first > last) return std::nullopt;
+    return std::make_pair(first, last);
+  };
+  const auto kept = [&](int index) {
+    auto snap = cx.boundary->at(index, hp.resume_after);
+    if (!snap) throw rendezvous_error(cx.where + ": no boundary copy after step " + std::to_string(hp.resume_after));
+    return *snap;
+  };
+  const auto key = [&](int to, int from) {
+    return links.prefix + "/actorpipe/state/move_" + std::to_string(to) + "_" + std::to_string(from);
+  };
+  for (int d = 0; d < cx.plan.dp; ++d)
+    for (int n = 0; n < S; ++n)
+      for (int o = 0; o < S; ++o)
+        if (auto range = overlap(n, o); range && cx.places.owner(d, o) == me && cx.places.owner(d, n) != me)
+          store->set(key(d * S + n, d * S + o), send_snapshot(*links.channel, layers_in(kept(d * S + o), *range),
+                                                             cx.places.owner(d, n), /*pack=*/true));
+  std::map<int, std::vector<std::future<stage_snapshot>>> pieces;
+  for (const auto& slot : cx.places.owned(me))
+    for (int o = 0; o < S; ++o) {
+      const auto range = overlap(slot.stage, o);
+      if (!range) continue;
+      const int to = slot.replica * S + slot.stage, from = slot.replica * S + o;
+      auto got = std::make_shared<std::promise<stage_snapshot>>();
+      pieces[to].push_back(got->get_future());
+      if (cx.places.owner(slot.replica, o) == me) {
+        got->set_value(layers_in(kept(from), *range));
+        continue;
+      }
+      try {
+        receive_snapshot_async(
+            *links.channel, store->get(key(to, from)), [got](stage_snapshot s) { got->set_value(std::move(s)); },
+            [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
+      } catch (const transfer_error& e) {
+        throw rendezvous_error(cx.where + ": moving layers to stage " + std::to_string(slot.stage) + ": " + e.what());
+      }
+    }
+  return pieces;
 }
 
 // Every actor of this rank's generation goes, and is gone on return.
@@ -133,6 +242,10 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
   const bool replaced = g > 0 && hp.was_replaced(env.rank);
   kv_store_ptr store = rt.store;
   auto arriving = hand_over(cx, store, hp, links);
+  auto moving = cx.moved_from.empty() ? decltype(move_layers(cx, store, hp, links)){} : move_layers(cx, store, hp, links);
+  // Every copy kept so far is of the old partition's slots: none may
+  // start a later generation (each slot keeps its new start below).
+  if (!moving.empty()) cx.boundary->clear();
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
@@ -148,7 +261,14 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
     give_layers(st, cx.plan, layers, rp, cfg);
     if (from_memory) {
       std::optional<stage_snapshot> snap;
-      if (replaced) {
+      if (!moving.empty()) {
+        try {
+          snap = put_together(moving.at(index), slot.stage);
+        } catch (const transfer_error& e) {
+          throw rendezvous_error(where + ": moving layers to stage " + std::to_string(slot.stage) + ": " + e.what());
+        }
+        cx.boundary->keep(index, hp.resume_after, *snap);
+      } else if (replaced) {
         try {
           snap = arriving.at(index).get();
         } catch (const transfer_error& e) {

@@ -50,11 +50,19 @@ joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan 
     cx.places = rank_placement::decode(rt.store->get(placed));
   // A process started again reads the plan it was started for.
   if (g > 0 && cx.fresh) hp = heal_plan::decode(rt.store->get(heal_key(cx.env, g)));
+  // The plan's partition (pipeline.rebalance): a process that ran the one
+  // before moves its layers; one that starts here takes it as it is.
+  cx.moved_from.clear();
+  if (!hp.parts.empty() && hp.parts != cx.plan.parts) {
+    if (!cx.fresh && !hp.from_disk) cx.moved_from = cx.plan.parts;
+    cx.plan.parts = hp.parts;
+  }
   cx.fresh = false;
   j.hp = hp;
   j.cfg = without_fired(cx.cfg, hp.fired_through);
+  j.cfg.pipeline.partition = cx.plan.parts;
   layers_building building = build_own_layers(cx, hp, j.cfg);
-  j.links = form_links(rt, cx, g, j.cfg, std::move(met), hp.hands_over());
+  j.links = form_links(rt, cx, g, j.cfg, std::move(met), hp.hands_over() || !cx.moved_from.empty());
   // Where each slot starts: the config (or --resume), the newest
   // checkpoint, this process's boundary memory, or a live peer's.
   j.rp = cx.rp0;

@@ -61,6 +61,12 @@ public:
     by_slot_.erase(slot);
   }
 
+  /// Drops every boundary of every slot (the layers moved between slots).
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    by_slot_.clear();
+  }
+
   /// The copy of `slot` after `step`, if kept.
   std::optional<stage_snapshot> at(int slot, int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);

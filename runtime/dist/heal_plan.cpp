@@ -14,40 +14,44 @@ std::string heal_plan::encode() const {
   std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
                   (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
   for (int r : replaced) s += " " + std::to_string(r);
-  if (members.empty() && sources.empty() && donors.empty()) return s;
+  if (members.empty() && sources.empty() && donors.empty() && parts.empty()) return s;
   s += " ;";
   for (int m : members) s += " " + std::to_string(m);
   s += " ;";
   for (const auto& [slot, index] : sources) s += " " + std::to_string(slot) + ":" + std::to_string(index);
-  if (donors.empty()) return s;
+  if (donors.empty() && parts.empty()) return s;
   s += " ;";
   for (const auto& [slot, d] : donors)
     s += " " + std::to_string(slot) + ":" + std::to_string(d.rank) + ":" + std::to_string(d.index);
+  if (parts.empty()) return s;
+  s += " ;";
+  for (const auto& [first, last] : parts) s += " " + std::to_string(first) + "-" + std::to_string(last);
   return s;
 }
 
 heal_plan heal_plan::decode(const std::string& text) {
   heal_plan p;
   const auto bad = [&] { return rendezvous_error("a heal plan in the store does not parse: '" + text + "'"); };
-  std::vector<std::string> parts{""};
+  std::vector<std::string> sections{""};
   for (char c : text)
     if (c == ';')
-      parts.emplace_back();
+      sections.emplace_back();
     else
-      parts.back() += c;
-  if (parts.size() != 1 && parts.size() != 3 && parts.size() != 4) throw bad();
-  std::istringstream is(parts[0]);
+      sections.back() += c;
+  if (sections.size() != 1 && sections.size() != 3 && sections.size() != 4 && sections.size() != 5)
+    throw bad();
+  std::istringstream is(sections[0]);
   std::string from;
   if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through) || (from != "disk" && from != "memory"))
     throw bad();
   p.from_disk = from == "disk";
   for (int r; is >> r;) p.replaced.push_back(r);
   if (!is.eof()) throw bad();
-  if (parts.size() == 1) return p;
-  std::istringstream ms(parts[1]);
+  if (sections.size() == 1) return p;
+  std::istringstream ms(sections[1]);
   for (int m; ms >> m;) p.members.push_back(m);
   if (!ms.eof()) throw bad();
-  std::istringstream ss(parts[2]);
+  std::istringstream ss(sections[2]);
   for (std::string pair; ss >> pair;) {
     const size_t colon = pair.find(':');
     if (colon == std::string::npos) throw bad();
@@ -57,13 +61,24 @@ heal_plan heal_plan::decode(const std::string& text) {
       throw bad();
     }
   }
-  if (parts.size() == 3) return p;
-  std::istringstream ds(parts[3]);
+  if (sections.size() == 3) return p;
+  std::istringstream ds(sections[3]);
   for (std::string triple; ds >> triple;) {
     const size_t a = triple.find(':'), b = a == std::string::npos ? a : triple.find(':', a + 1);
     if (b == std::string::npos) throw bad();
     try {
       p.donors[std::stoi(triple.substr(0, a))] = {std::stoi(triple.substr(a + 1, b - a - 1)), std::stoi(triple.substr(b + 1))};
+    } catch (const std::exception&) {
+      throw bad();
+    }
+  }
+  if (sections.size() == 4) return p;
+  std::istringstream ps(sections[4]);
+  for (std::string range; ps >> range;) {
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) throw bad();
+    try {
+      p.parts.emplace_back(std::stoi(range.substr(0, dash)), std::stoi(range.substr(dash + 1)));
     } catch (const std::exception&) {
       throw bad();
     }

@@ -42,6 +42,11 @@ struct heal_plan {
   /// (rank in the next generation) that sends its copy, and the slot its
   /// memory keeps it under. Where a slot is not named, donor_of decides.
   std::map<int, donor> donors;
+  /// The layers' partition this generation runs (one inclusive range per
+  /// stage; empty: the config's). Where it differs from the generation
+  /// before's, the layers move (pipeline.rebalance): each stage's state is
+  /// put together from the slots that held its layers.
+  std::vector<std::pair<int, int>> parts;
 
   /// One line of text, and back; decode throws rendezvous_error for a line
   /// that does not parse.

@@ -179,9 +179,10 @@ std::string results_json(const train_result& r, const std::string& config_path) 
   summary["test_accuracy"] = r.test_accuracy < 0 ? ordered_json() : json_number("%.6f", r.test_accuracy);
   summary["test_loss"] = json_number("%.9g", r.test_loss);
   doc["summary"] = std::move(summary);
-  // The supervisor's states in order (running, healing, closing, ...) and
-  // its restarts: the same for a run in one process and over several.
-  doc["supervision"] = {{"restarts", r.restarts}, {"states", r.supervisor_states}};
+  // The supervisor's states in order (running, healing, closing, ...), its
+  // restarts, and one line for each heal and re-placement: the same for a
+  // run in one process and over several.
+  doc["supervision"] = {{"restarts", r.restarts}, {"states", r.supervisor_states}, {"notices", r.notices}};
   return json_text(doc, 2);
 }
 

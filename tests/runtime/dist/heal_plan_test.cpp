@@ -140,6 +140,27 @@ TEST(HealPlan, AGrowsDonorsTravelWithThePlanAndOlderPlansStillRead) {
   EXPECT_THROW(heal_plan::decode("2 16 memory -1 3 ; 0 1 3 4 ; ; 2:1"), rendezvous_error);
 }
 
+// A rebalance's partition travels as a fifth section; a plan with only a
+// partition still writes the sections before it, and a range that does not
+// parse is refused.
+TEST(HealPlan, ARebalancesPartitionTravelsWithThePlan) {
+  heal_plan p;
+  p.generation = 3;
+  p.resume_after = 8;
+  p.parts = {{0, 5}, {6, 7}, {8, 13}};
+  const heal_plan q = heal_plan::decode(p.encode());
+  EXPECT_EQ(q.parts, p.parts);
+  EXPECT_TRUE(q.members.empty());
+  EXPECT_TRUE(q.donors.empty());
+  EXPECT_EQ(q.resume_after, 8);
+  p.donors[2] = {1, 2};
+  EXPECT_EQ(heal_plan::decode(p.encode()).parts, p.parts);
+  EXPECT_EQ(heal_plan::decode(p.encode()).donors.at(2).rank, 1);
+  EXPECT_TRUE(heal_plan::decode("2 16 memory -1 ; 0 1 ; ; 2:1:2").parts.empty());
+  EXPECT_THROW(heal_plan::decode("3 8 memory -1 ; ; ; ; 0-5 6"), rendezvous_error);
+  EXPECT_THROW(heal_plan::decode("3 8 memory -1 ; ; ; ; 0-x"), rendezvous_error);
+}
+
 TEST(HealPlan, WithReplicasTheDonorIsTheSameStageOfALiveReplica) {
   const rank_placement p(2, 2, 4);  // rank = replica * 2 + stage
   expect_donor(donor_of(p, replacing({3}), 1, 1), 1, 1);
