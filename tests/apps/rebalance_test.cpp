@@ -153,6 +153,48 @@ TEST(Rebalance, ASlowStageGivesUpLayersAndTheRunEndsBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// A process killed after a re-partition is started again with the new
+// split (the plan carries it) and heals from its keeper's memory.
+TEST(Rebalance, AKillAfterARebalanceHealsTheNewSplitFromMemoryBitwise) {
+  const std::string clean = clean_run(12);
+  const std::string saved = (test_dir() / "healed.pt").string();
+  const std::string faults = "faults:\n  inject:\n    - {kind: slow_stage, stage: 1, factor: 4}\n"
+                             "    - {kind: kill_process, stage: 2, step: 8, after_op: F1}\n";
+  auto r = actorpipe({"launch", "--nprocs", "3", write_config("killed", config(12, kRebalance + faults)), "--save",
+                      saved});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const std::string out = r.out + r.err;
+  const int64_t after = repartitioned_after(out);
+  ASSERT_GE(after, 0) << out;
+  EXPECT_LT(after, 8) << out;
+  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;
+  EXPECT_NE(out.find("healed from memory"), std::string::npos) << out;
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
+// dp 2 x pp 2 on 4 processes: both replicas' stage 1 slow; the split moves
+// in both replicas alike, and the replicas' sums still combine bitwise.
+TEST(Rebalance, AtDataParallelTwoBothReplicasMoveAlikeBitwise) {
+  const auto two_by_two = [](int steps, const std::string& extra) {
+    std::string text = config(steps, extra);
+    text.replace(text.find("  stages: 3\n"), 12, "  stages: 2\n");
+    return text.replace(text.find("train:\n"), 7, "parallel: {dp: 2, allreduce: gloo}\ntrain:\n");
+  };
+  const std::string clean = (test_dir() / "clean.pt").string();
+  auto c = actorpipe({"train", write_config("clean", two_by_two(12, "")), "--quiet", "--save", clean});
+  ASSERT_EQ(c.code, 0) << describe(c);
+  const std::string saved = (test_dir() / "rebalanced.pt").string();
+  const std::string fault = "faults:\n  inject:\n    - {kind: slow_stage, stage: 1, factor: 4}\n";
+  auto r = actorpipe({"launch", "--nprocs", "4", write_config("dp2", two_by_two(12, kRebalance + fault)), "--save",
+                      saved});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const std::string out = r.out + r.err;
+  EXPECT_GE(repartitioned_after(out), 0) << out;
+  const auto [before, now] = stage_layers(out, 1);
+  EXPECT_LT(count_layers(now), count_layers(before)) << out;
+  EXPECT_TRUE(read_or_empty(saved) == read_or_empty(clean)) << out;
+}
+
 // A cgroup v1 cpu controller group holding one process, throttled to
 // `quota` of a core; removed (its tasks back in the root) however the test
 // ends.

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Rebalance (pipeline.rebalance) around a process throttled by the kernel,
+against the best static split for those speeds, and what rebalance costs a
+run without events.
+
+    python3 bench/rebalance_bench.py [--build build] [--steps 60] [--pairs 3]
+
+The model of tests/apps/rebalance_test.cpp (14 layers, six 512-wide
+linears; 0-5 | 6-9 | 10-13 by compute) at pp 3 under `actorpipe launch
+--nprocs 3`, M 4, 1F1B, one intra-op thread a stage. RANK 1's process goes
+into a cgroup v1 cpu group held to a third of a core (cfs_quota_us 3333 of
+10000) as soon as it runs, before its first step.
+
+  rebalanced  rebalance {every: 3, threshold: 0.2}: the median step before
+              the first re-partition, and over the last 20 steps (the
+              split it settled on), with the steps of the first
+              re-partition; each `re-placed:` line.
+  static      the same throttled run, without rebalance, under each split
+              that starts a stage at a linear (15 splits): the median step
+              over the steps after the third. The best of them is "the best
+              static partition for those speeds, found by trying them".
+  cost        no throttle: rebalance on against off, median step after the
+              third, in pairs whose order alternates.
+
+Needs root (the cgroup). Python 3 standard library only.
+"""
+import argparse
+import itertools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+LAYERS = """model:
+  layers:
+    - {type: linear, in: 32, out: 512}
+    - {type: relu}
+    - {type: linear, in: 512, out: 512}
+    - {type: dropout, p: 0.1}
+    - {type: linear, in: 512, out: 512}
+    - {type: relu}
+    - {type: linear, in: 512, out: 512}
+    - {type: tanh}
+    - {type: linear, in: 512, out: 512}
+    - {type: relu}
+    - {type: linear, in: 512, out: 512}
+    - {type: relu}
+    - {type: linear, in: 512, out: 512}
+    - {type: linear, in: 512, out: 4}
+data:
+  kind: synthetic
+  synthetic: {samples: 1024, features: 32, classes: 4}
+  test_fraction: 0.25
+"""
+LINEARS = [2, 4, 6, 8, 10, 12]  # the wide linears: where a stage may start
+
+
+def config(steps, pipeline_extra="", rest=""):
+    return (LAYERS + f"train:\n  steps: {steps}\n  batch_size: 192\n  optimizer: {{type: adam, lr: 0.001}}\n"
+            "  clip_grad_norm: 1.0\n  seed: 11\n"
+            "pipeline:\n  stages: 3\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n  intra_op_threads: 1\n"
+            + pipeline_extra + "supervision: {max_restarts: 3, heartbeat_timeout_s: 5}\n" + rest)
+
+
+class Throttle:
+    def __init__(self, quota):
+        self.dir = f"/sys/fs/cgroup/cpu/actorpipe_bench_{os.getpid()}"
+        os.makedirs(self.dir, exist_ok=True)
+        self._write("cpu.cfs_period_us", "10000")
+        self._write("cpu.cfs_quota_us", str(int(quota * 10000)))
+
+    def _write(self, name, value, d=None):
+        with open(os.path.join(d or self.dir, name), "w") as f:
+            f.write(value)
+
+    def hold(self, pid):
+        self._write("cgroup.procs", str(pid))
+
+    def close(self):
+        try:
+            for pid in open(os.path.join(self.dir, "cgroup.procs")).read().split():
+                self._write("cgroup.procs", pid, "/sys/fs/cgroup/cpu")
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+
+def rank_pid(launcher, rank, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            kids = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
+        except OSError:
+            kids = []
+        for k in kids:
+            try:
+                if f"RANK={rank}\0".encode() in open(f"/proc/{k}/environ", "rb").read():
+                    return int(k)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    return -1
+
+
+def run(args, work, name, text, throttle=None):
+    path = os.path.join(work, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    results = os.path.join(work, name + ".json")
+    p = subprocess.Popen([os.path.join(args.build, "actorpipe"), "launch", "--nprocs", "3", path, "--quiet",
+                          "--results", results], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if throttle:
+        pid = rank_pid(p.pid, 1)
+        if pid < 0:
+            p.kill()
+            sys.exit("no worker with RANK 1")
+        throttle.hold(pid)
+    out, _ = p.communicate(timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"{name} failed ({p.returncode}):\n{out}")
+    doc = json.load(open(results))
+    return [s["step_s"] * 1e3 for s in doc["steps"]], doc["supervision"].get("notices", []), out
+
+
+def median_after(ms, skip=3):
+    return statistics.median(ms[skip:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--pairs", type=int, default=3)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="rebalance_bench_")
+    th = Throttle(1 / 3)
+    try:
+        ms, notices, _ = run(args, work, "rebalanced",
+                             config(args.steps, "  rebalance: {every: 3, threshold: 0.2}\n"), th)
+        firsts = [int(re.search(r"after step (\d+)", n).group(1)) for n in notices]
+        before = statistics.median(ms[1:firsts[0] + 1]) if firsts else float("nan")
+        settled = statistics.median(ms[-20:])
+        print(f"rebalanced: median step {before:.1f} ms before the first re-partition (after step "
+              f"{firsts[0] if firsts else '-'}), {settled:.1f} ms over the last 20 steps; "
+              f"{len(notices)} re-partition(s)")
+        for n in notices:
+            print("  " + n)
+        static = {}
+        for a, b in itertools.combinations(LINEARS, 2):
+            parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
+            ms_s, _, _ = run(args, work, f"static_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
+                "  stages: 3\n", ""), th)
+            static[(a, b)] = median_after(ms_s)
+            print(f"static 0-{a - 1} | {a}-{b - 1} | {b}-13: median step {static[(a, b)]:.1f} ms")
+        best = min(static, key=static.get)
+        print(f"best static: 0-{best[0] - 1} | {best[0]}-{best[1] - 1} | {best[1]}-13 at {static[best]:.1f} ms; "
+              f"rebalanced settled at {static[best] / settled:.3f} of its throughput "
+              f"(before the re-partition {static[best] / before:.3f})")
+    finally:
+        th.close()
+    on, off = [], []
+    for i in range(args.pairs):
+        order = [("on", "  rebalance: {every: 3, threshold: 0.2}\n"), ("off", "")]
+        if i % 2:
+            order.reverse()
+        for label, extra in order:
+            ms, notices, _ = run(args, work, f"cost_{label}_{i}", config(args.steps, extra))
+            (on if label == "on" else off).append(median_after(ms))
+            if notices:
+                print(f"cost {label} {i}: {len(notices)} re-partition(s) without a throttle")
+    ratios = [a / b for a, b in zip(on, off)]
+    print("cost: median step on/off per pair: " + ", ".join(f"{r:.3f}" for r in ratios) +
+          f"; on {statistics.median(on):.1f} ms, off {statistics.median(off):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
