@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "actors/rank_context.hpp"
+#include "runtime/util/host_memory.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/dist/transport/poll_backoff.hpp"
 
@@ -57,6 +58,8 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
       [=](arriving_atom) {
         return self->state.boundary ? self->state.boundary->arriving_from() : std::vector<int32_t>{};
       },
+      // Rank 0, re-placing: the memory this process can still take.
+      [=](room_atom) { return available_memory().bytes; },
   };
 }
 

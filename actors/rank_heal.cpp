@@ -7,6 +7,7 @@
 #include "messages/atoms.hpp"
 #include "runtime/dist/join.hpp"
 #include "runtime/model/partition.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/util/text.hpp"
 
@@ -149,6 +150,47 @@ std::string replacement_line(const rank_context& cx, const heal_plan& next, cons
          " (ranks " + kept + "), after step " + std::to_string(next.resume_after) + from;
 }
 
+// A lower bound of the memory slot `slot` takes once a process runs it:
+// its weights, their gradients and the optimizer's state.
+int64_t state_bytes(const rank_context& cx, const config& cfg, int slot) {
+  const auto counts = layer_parameter_counts(cfg.model.layers);
+  int64_t n = 0;
+  for (int c = 0; c < cx.plan.chunks; ++c) {
+    const auto& range = cx.plan.layers_of(slot % cx.plan.stages, c);
+    for (int l = range.first; l <= range.second; ++l) n += counts.at(static_cast<size_t>(l));
+  }
+  const auto& o = cfg.train.optimizer;
+  const int64_t copies = 2 + (o.type == "adam" ? 2 : o.momentum > 0 ? 1 : 0);
+  return n * copies * static_cast<int64_t>(c10::elementSize(parameter_dtype(cfg.model)));
+}
+
+// Whether every survivor that takes lost stages in `fewer` has the memory
+// for them (asked of each: runtime/util/host_memory); "" or why not.
+std::string short_of_room(rank_context& cx, const generation_peers& peers, const shrunk& fewer, const config& cfg) {
+  std::map<int, std::pair<int64_t, std::string>> need;  // by old rank: bytes, stages
+  for (const auto& [slot, from] : fewer.from) {
+    const int S = cx.plan.stages;
+    const int old = fewer.kept.at(static_cast<size_t>(fewer.places.owner(slot / S, slot % S)));
+    auto& [bytes, stages] = need[old];
+    bytes += state_bytes(cx, cfg, slot);
+    stages += (stages.empty() ? "stage " : ", ") + std::to_string(slot % S) +
+              (cx.plan.dp > 1 ? " of replica " + std::to_string(slot / S) : "");
+  }
+  const auto mib = [](int64_t b) { return fmt("%.1f", static_cast<double>(b) / (1 << 20)) + " MiB"; };
+  for (const auto& [q, want] : need) {
+    int64_t room = -1;
+    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                     room_atom::value)
+        .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
+    if (room >= 0 && want.first > room)
+      return "going on over " + std::to_string(fewer.places.world()) + " processes needs at least " +
+             mib(want.first) + " more in rank " + std::to_string(home_rank(cx, q)) + "'s process (" + want.second +
+             ": weights, gradients and optimizer state), which can take " + mib(room) +
+             " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs) {
@@ -212,6 +254,10 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   std::optional<shrunk> fewer;
   if (!dead.empty() && (goes_on_without(cx) || joiner_gone)) {
     fewer = shrink_placement(cx.places, dead, next->from_disk);
+    if (const std::string why = short_of_room(cx, peers, *fewer, cfg); !why.empty()) {
+      failure.text += "; " + why;
+      return std::nullopt;
+    }
   } else {
     for (int q : dead)
       if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(next->generation))) {

@@ -61,5 +61,8 @@ using held_atom = caf::atom_constant<caf::atom("held")>;
 /// copies its process is receiving now (a copy on its way may still
 /// arrive; with none, nothing more will).
 using arriving_atom = caf::atom_constant<caf::atom("arriving")>;
+/// Re-placing: rank 0 -> a rank's directory: the bytes its process can
+/// still take (runtime/util/host_memory).
+using room_atom = caf::atom_constant<caf::atom("room")>;
 
 }  // namespace actorpipe

@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/model/seed.hpp"
 #include "tests/apps/background_launch.hpp"
+#include "tests/apps/cgroup_v1.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/apps/deep_mlp.hpp"
 #include "tests/test_util.hpp"
@@ -165,6 +167,44 @@ TEST(Shrink, EveryRankButZeroAndTwoDeathsInARowEndBitwise) {
   EXPECT_NE(r.err.find("generation 2 goes on over 2 processes without rank 3"), std::string::npos) << describe(r);
   EXPECT_NE(r.err.find("stages by process 0 1 | 2 | 3 -> 0 1 | 2 3 (ranks 0 2)"), std::string::npos) << describe(r);
   EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
+}
+
+// Refusal: a shrink whose new placement needs more memory than the process
+// that would take the lost stage can take. RANK 1 (the keeper of stage 2)
+// is moved into a cgroup v1 memory group of 8 MiB (what it allocates from
+// then on); stage 2 of this model holds one or two 1024 x 1024 linears (4
+// MiB of weights each; with gradients and Adam's two tensors, 16 MiB). A kill -9 of RANK 2: rank 0 asks
+// rank 1 how much it can take, and the run stops with one line, exit 1.
+TEST(Shrink, APlacementThatNeedsMoreMemoryThanAProcessHasIsRefused) {
+  testing_util::cgroup_v1 small("memory");
+  if (!small.ok()) GTEST_SKIP() << "the cgroup v1 memory controller is not writable here";
+  std::string layers = "model:\n  layers:\n    - {type: linear, in: 16, out: 1024}\n";
+  for (int i = 0; i < 7; ++i) layers += "    - {type: " + std::string(i % 2 ? "relu" : "tanh") + "}\n"
+                                        "    - {type: linear, in: 1024, out: 1024}\n";
+  layers += "    - {type: linear, in: 1024, out: 4}\n";
+  std::string text = config(4, 1, 40, 4, kShrink);
+  text = layers + text.substr(text.find("data:"));
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "4", write_config("big", text)});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t keeper = run.worker(1, std::chrono::milliseconds(0)), victim = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(keeper, 0) << run.output();
+  ASSERT_GT(victim, 0) << run.output();
+  small.set("memory.limit_in_bytes", std::to_string(8 << 20));
+  ASSERT_TRUE(small.ok() && small.hold(keeper)) << "cannot hold rank 1's process in an 8 MiB memory group";
+  ::kill(victim, SIGKILL);
+  EXPECT_EQ(run.wait(120), 1) << run.output();
+  const std::string out = run.output();
+  const std::regex refused(
+      "going on over 3 processes needs at least ([0-9.]+) MiB more in rank 1's process \\(stage 2: weights, "
+      "gradients and optimizer state\\), which can take ([0-9.]+) MiB");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, refused)) << out;
+  EXPECT_GE(std::stod(m[1]), 16.0) << out;  // at least one 1024 x 1024 linear, four times
+  EXPECT_LE(std::stod(m[2]), 8.0) << out;   // the group's limit bounds it
+  EXPECT_NE(out.find("no placement fits, the run stops"), std::string::npos) << out;
+  EXPECT_EQ(out.find("re-placed:"), std::string::npos) << out;
 }
 
 // The shipped scenario (docs/FAULTS.md): a kill -9 and a SIGSTOP at pp 4,

@@ -4,19 +4,19 @@
 // state moving between the processes' memories, and the run still ends on
 // the bytes of the same run in one process. Real processes under
 // `actorpipe launch` on ephemeral ports; the launcher is killed, and the
-// cgroup removed, in every failure path.
+// cgroup removed, in every failure path (tests/apps/cgroup_v1.hpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/apps/background_launch.hpp"
+#include "tests/apps/cgroup_v1.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
 
@@ -195,48 +195,14 @@ TEST(Rebalance, AtDataParallelTwoBothReplicasMoveAlikeBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == read_or_empty(clean)) << out;
 }
 
-// A cgroup v1 cpu controller group holding one process, throttled to
-// `quota` of a core; removed (its tasks back in the root) however the test
-// ends.
-class throttle {
-public:
-  explicit throttle(double quota) : dir_("/sys/fs/cgroup/cpu/actorpipe_test_" + std::to_string(::getpid())) {
-    std::error_code ec;
-    fs::create_directory(dir_, ec);
-    ok_ = !ec && write("cpu.cfs_period_us", "10000") &&
-          write("cpu.cfs_quota_us", std::to_string(static_cast<int>(quota * 10000)));
-  }
-  ~throttle() {
-    for (const std::string& pid : tasks()) write_to("/sys/fs/cgroup/cpu/cgroup.procs", pid);
-    std::error_code ec;
-    fs::remove(dir_, ec);
-  }
-  bool ok() const { return ok_; }
-  bool hold(pid_t pid) { return write("cgroup.procs", std::to_string(pid)); }
-
-private:
-  bool write(const std::string& file, const std::string& value) { return write_to(dir_ / file, value); }
-  static bool write_to(const fs::path& file, const std::string& value) {
-    std::ofstream f(file);
-    f << value << std::flush;
-    return static_cast<bool>(f);
-  }
-  std::vector<std::string> tasks() const {
-    std::ifstream f(dir_ / "cgroup.procs");
-    std::vector<std::string> out;
-    for (std::string pid; f >> pid;) out.push_back(pid);
-    return out;
-  }
-  fs::path dir_;
-  bool ok_ = false;
-};
-
 // The straggler: RANK 1's process throttled by the kernel to a
 // third of a core once the run trains. Within 2 windows of `every` steps
 // the supervisor takes layers off stage 1, and the weights end on the
 // bytes of the unthrottled run.
 TEST(Rebalance, AProcessThrottledToAThirdOfACoreGivesUpLayersWithinTwoWindowsBitwise) {
-  throttle slow(1.0 / 3);
+  // A third of a core: 3333 us of every 10 ms.
+  testing_util::cgroup_v1 slow("cpu");
+  slow.set("cpu.cfs_period_us", "10000").set("cpu.cfs_quota_us", "3333");
   if (!slow.ok()) GTEST_SKIP() << "the cgroup v1 cpu controller is not writable here";
   const int steps = 30;
   const std::string clean = clean_run(steps);
