@@ -435,5 +435,42 @@ TEST(Torchrun, AKillNineRestartsEveryWorkerAndTheyResumeFromTheNewestCheckpointB
   EXPECT_TRUE(ref == bytes_of(restarted)) << "the restarted run saved other bytes than the clean one\n" << out;
 }
 
+// mpirun --enable-recovery keeps the other ranks running when one dies
+// (without it, mpirun aborts the job). With replace_timeout_s: 0 rank 0's
+// supervisor goes on over the ranks left, the lost stage from its keeper's
+// memory, and the run saves the bytes of the run nobody killed.
+TEST(Mpirun, WithEnableRecoveryAKillNineGoesOnOverTheRanksLeftBitwise) {
+  const std::string mpirun = on_path("mpirun");
+  REQUIRE_PROGRAM(mpirun, "openmpi-bin");
+  std::string text = bytes_of(restart_config());
+  text = text.substr(0, text.find("checkpoint:")) +
+         "supervision: {max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 0}\n";
+  const std::string config = testing_util::write(test_dir() / "shrink.yaml", text);
+  const std::string clean = (test_dir() / "clean.pt").string(), shrunk = (test_dir() / "shrunk.pt").string();
+  const std::string ref = one_process({config}, clean);
+  ASSERT_FALSE(ref.empty());
+  const std::string port = std::to_string(free_port("127.0.0.1"));
+  launcher run("mpirun", mpirun,
+               {"--allow-run-as-root", "--oversubscribe", "--enable-recovery", "-np", "3", "-x",
+                "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=" + port, ACTORPIPE_BIN, "train", config, "--save",
+                shrunk});
+  ASSERT_TRUE(run.started());
+  pid_t victim = -1;
+  for (int i = 0; i < 6000 && victim < 0; ++i) {  // up to 60 s
+    if (run.output().find(" step 3/") != std::string::npos) victim = find_rank(config, {"OMPI_COMM_WORLD_RANK=1"});
+    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(victim, 0) << "no step 3, or no rank 1\n" << run.output();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const int code = run.wait(120);
+  const std::string out = run.output();
+  EXPECT_NE(out.find("re-placed: generation 1 goes on over 2 processes without rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("stages by process 0 | 1 | 2 -> 0 1 | 2 (ranks 0 2)"), std::string::npos) << out;
+  EXPECT_TRUE(ref == bytes_of(shrunk)) << "the shrunk run saved other bytes than the clean one\n" << out;
+  // With recovery, mpirun (OpenMPI 4.1) exits with the ranks that ended:
+  // 0, on rank 0's word.
+  EXPECT_EQ(code, 0) << out;
+}
+
 }  // namespace
 }  // namespace actorpipe
