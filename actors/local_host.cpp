@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include <mutex>
+#include <optional>
 
 #include "actors/stage_actor.hpp"
 #include "actors/supervisor_actor.hpp"
@@ -11,6 +12,8 @@
 #include "messages/payloads.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/partition.hpp"
+#include "runtime/model/rebalancer.hpp"
 
 namespace actorpipe {
 
@@ -71,14 +74,6 @@ public:
     g.number = number;
     train_options o = opts_;
     o.epoch = g.number;
-    if (supervised_) {
-      auto user = opts_.on_step;
-      o.on_step = [&log, user](const step_record& r) {
-        log.steps.push_back(r);
-        log.boundary_at = clock_type::now();
-        if (user) user(r);
-      };
-    }
     const bool resumed = last_good_ && last_good_->step >= 0;
     const checkpoint from = resumed ? *last_good_ : checkpoint{};
     g.resumed_after = from.step;
@@ -88,6 +83,24 @@ public:
     const resume_point rp = find_resume(o, resumed ? &from : nullptr);
     load_resumed(rp, layers);  // a checkpoint that does not fit is found before anything runs
     g.resumed_from = rp.ckpt.step;
+    if (supervised_) {
+      auto user = opts_.on_step;
+      const bool balances = balancing(o);
+      const int64_t first = rp.ckpt.step + 1;
+      o.on_step = [this, &log, user, balances, first](const step_record& r) {
+        log.steps.push_back(r);
+        log.boundary_at = clock_type::now();
+        if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, busy_ms(r));  // the first warms up
+        if (user) user(r);
+      };
+      if (balances) {
+        watch_->start(partition_for(cfg_));
+        o.regroup = [this] {
+          move_ = watch_->check();
+          return move_.has_value();
+        };
+      }
+    }
     g.plan.pol = policy_for(cfg_, o);
     g.plan.plc = g.plan.pol->layout(g.plan.stages);
     groups_ = make_replica_groups(cfg_, o, g.plan);
@@ -106,10 +119,22 @@ public:
   }
 
   host_decision decide(generation& g, run_failure& f, supervision_log& log) override {
-    (void)g;
     host_decision out;
     if (!supervised_) {
       out.failure = f;
+      return out;
+    }
+    if (f.code == run_errc::regroup && move_) {  // planned (pipeline.rebalance): not a restart
+      const std::string line = "re-placed: generation " + std::to_string(g.number + 1) +
+                               " re-partitions the layers, " + move_->why + ": layers by stage " +
+                               describe_partition(partition_for(cfg_)) + " -> " + describe_partition(move_->parts) +
+                               ", after step " + std::to_string(last_good_->step) +
+                               "; every stage from the boundary in memory";
+      cfg_.pipeline.partition = move_->parts;
+      move_.reset();
+      log.notices.push_back(line);
+      if (opts_.on_notice) opts_.on_notice(line);
+      out.retry = true;
       return out;
     }
     auto next = ledger_.decide(f, cfg_, last_good_->step);
@@ -141,13 +166,34 @@ public:
   }
 
 private:
-  config cfg_;  // its faults shrink as restarts go
+  // pipeline.rebalance in one process: the stages' busy times measured
+  // here, the split changed at a step boundary, every stage restarting
+  // from the boundary kept in memory (by parameter name: any split).
+  bool balancing(const train_options& o) {
+    const auto& rb = cfg_.pipeline.rebalance;
+    if (rb.every <= 0 || !policy_for(cfg_, o)->flushes() || cfg_.pipeline.virtual_stages != 1) return false;
+    if (!watch_) {
+      const int64_t seq = cfg_.data.seq_len > 0 ? cfg_.data.seq_len : 1;
+      watch_.emplace(layer_compute_costs(cfg_.model.layers, seq), rb.every, rb.threshold);
+    }
+    return true;
+  }
+
+  static std::vector<double> busy_ms(const step_record& r) {
+    std::vector<double> out;
+    for (const auto& st : r.stages) out.push_back(static_cast<double>(st.busy_ns) * 1e-6);
+    return out;
+  }
+
+  config cfg_;  // its faults shrink as restarts go; its partition moves with rebalance
   train_options opts_;
   bool supervised_ = false;
   std::shared_ptr<checkpoint> last_good_;  // the boundary in memory (supervised)
   restart_ledger ledger_;
   replica_groups groups_;  // the current generation's
   std::shared_ptr<std::atomic<bool>> abandon_;
+  std::optional<rebalancer> watch_;
+  std::optional<rebalance_move> move_;  // decided at the last boundary
 };
 
 }  // namespace

@@ -117,11 +117,12 @@ constexpr key_doc table[] = {
     {"pipeline.sim_ms.B", "ms", "1", "A backward for the input; a full backward takes B + W."},
     {"pipeline.sim_ms.W", "ms", "0", "A backward for the weights."},
     {"pipeline.rebalance", "map", "(off)",
-     "Move layers between stages by their measured cost during the run. Runs under `actorpipe launch` with "
-     "supervision.max_restarts > 0, one chunk per stage and a synchronous schedule; the weights stay bitwise equal "
-     "to a run without it."},
+     "Move layers between stages by their measured cost during the run, at a step boundary. Needs "
+     "supervision.max_restarts > 0, one chunk per stage and a schedule that flushes; under `actorpipe launch` the "
+     "layers' state moves between the processes' memories, in one process every stage restarts from the boundary "
+     "in memory. The weights stay bitwise equal to a run without it."},
     {"pipeline.rebalance.every", "int", "required",
-     "Every this many steps, rank 0's supervisor compares the stages' measured busy time."},
+     "Every this many steps, the supervisor compares the stages' measured busy time."},
     {"pipeline.rebalance.threshold", "number in (0, 10]", "0.1",
      "Re-partition at that step boundary when the slowest stage is more than this fraction (0.1: 10 %) above its "
      "balanced share (the mean)."},

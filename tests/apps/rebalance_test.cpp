@@ -153,6 +153,27 @@ TEST(Rebalance, ASlowStageGivesUpLayersAndTheRunEndsBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// The same in one process (`actorpipe train`): the stage actors share the
+// process, and every stage restarts from the boundary the supervisor keeps
+// in memory, under the new split.
+TEST(Rebalance, InOneProcessASlowStageGivesUpLayersBitwise) {
+  const std::string clean = clean_run(12);
+  const std::string saved = (test_dir() / "rebalanced.pt").string();
+  const std::string fault = "faults:\n  inject:\n    - {kind: slow_stage, stage: 1, factor: 4}\n";
+  auto r = actorpipe({"train", write_config("slow", config(12, kRebalance + fault)), "--save", saved});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const std::string out = r.out + r.err;
+  const int64_t after = repartitioned_after(out);
+  EXPECT_GE(after, 3) << out;
+  EXPECT_LE(after, 6) << out;
+  const auto [before, now] = stage_layers(out, 1);
+  EXPECT_EQ(before, "6-9") << out;
+  EXPECT_LT(count_layers(now), count_layers(before)) << out;
+  EXPECT_NE(out.find("every stage from the boundary in memory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;  // planned: not a restart
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
 // A process killed after a re-partition is started again with the new
 // split (the plan carries it) and heals from its keeper's memory.
 TEST(Rebalance, AKillAfterARebalanceHealsTheNewSplitFromMemoryBitwise) {
