@@ -53,6 +53,8 @@ public:
     opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
     // At a flush only: an async schedule has no step boundary to stop at.
     const bool joins = poll_ && cx_.plan.pol->flushes(), balances = balancing();
+    // What each split measured holds for one placement only.
+    if (const std::string now = cx_.places.encode(); now != measured_on_) watch_.reset(), measured_on_ = now;
     if (balances && !watch_) {
       const auto& rb = cx_.cfg.pipeline.rebalance;
       const int64_t seq = cx_.cfg.data.seq_len > 0 ? cx_.cfg.data.seq_len : 1;
@@ -204,6 +206,7 @@ private:
   kv_store_ptr poll_;      // the driver's own connection to the store (null: takes no joiners)
   // pipeline.rebalance: what rank 0 measured, and the move it decided.
   std::optional<rebalancer> watch_;
+  std::string measured_on_;  // the placement watch_ measured (rank_placement::encode)
   std::optional<rebalance_move> rebalance_;
 };
 

@@ -4,7 +4,7 @@ good at seeded moments, goes on over the ones left each time
 (supervision.replace_timeout_s: 0), and must end bitwise equal to the
 fault-free run in one process.
 
-    python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--nprocs 4] [--steps 60]
+    python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--throttles 0] [--nprocs 4] [--steps 60]
 
 Events are drawn from the seed: which worker (any RANK but 0, which holds
 the supervisor), at which step, and how it is lost:
@@ -15,6 +15,11 @@ the supervisor), at which step, and how it is lost:
   join   `actorpipe launch --join HOST:PORT` (--joins of them, each 2 to 4
          steps after one of the first losses): a new process that takes a
          stage back at a step boundary once a process holds two
+  throttle  (--throttles of them, root only) a worker moved into a cgroup v1
+         cpu group held to a twentieth of a core (a host starved of CPU; the
+         run's ops are paced, so a lighter throttle would not show); the
+         run has pipeline.rebalance {every: 3, threshold: 0.2}, and the row
+         times its `re-partitions the layers` line
 
 At most nprocs - 1 events (each one takes a process for good). Every event
 prints one row: when it was fired, and the time from it to rank 0's
@@ -25,8 +30,7 @@ saved weights against the fault-free run's, byte for byte. Exit 0 when they
 are equal, 1 otherwise.
 
 Not drawn yet: kill with replacement (another run: the key decides for the
-whole run), a link down (needs network namespaces) and throttle
-(rebalancing is not built).
+whole run) and a link down (needs network namespaces).
 
 Python 3 standard library only.
 """
@@ -75,14 +79,50 @@ def worker_pid(launcher, rank):
     return -1
 
 
-def draw(seed, n, nprocs, steps, joins=0):
+def draw(seed, n, nprocs, steps, joins=0, throttles=0):
     rng = random.Random(seed)
     ranks = rng.sample(range(1, nprocs), n)
     at = sorted(rng.sample(range(5, steps - 10, 5), n))
     losses = [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
-    # Joins from their own draw, so that a seed's losses stay what they were.
+    # Joins and throttles from draws of their own, so that a seed's losses
+    # stay what they were.
     later = random.Random(seed * 1000 + 7)
-    return sorted(losses + [(at[i] + later.choice((2, 3, 4)), -1, "join") for i in range(joins)])
+    joined = [(at[i] + later.choice((2, 3, 4)), -1, "join") for i in range(joins)]
+    slow = random.Random(seed * 1000 + 11)
+    lost = {q for _, q, _ in losses}
+    spared = [q for q in range(1, nprocs) if q not in lost] or list(range(1, nprocs))
+    throttled = [(slow.choice(range(3, 8)), slow.choice(spared), "throttle") for _ in range(throttles)]
+    return sorted(losses + joined + throttled)
+
+
+class Throttle:
+    """A cgroup v1 cpu group held to `quota` of a core; removed on close."""
+
+    def __init__(self, quota):
+        self.dir = f"/sys/fs/cgroup/cpu/actorpipe_chaos_{os.getpid()}"
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            # The kernel takes a quota of 1 ms at least: 1 ms of every 20 ms.
+            self._write(self.dir, "cpu.cfs_period_us", str(int(1000 / quota)))
+            self._write(self.dir, "cpu.cfs_quota_us", "1000")
+        except OSError as e:
+            sys.exit(f"chaos: --throttles needs a writable cgroup v1 cpu controller (root): {e}")
+
+    @staticmethod
+    def _write(d, name, value):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(value)
+
+    def hold(self, pid):
+        self._write(self.dir, "cgroup.procs", str(pid))
+
+    def close(self):
+        try:
+            for pid in open(os.path.join(self.dir, "cgroup.procs")).read().split():
+                self._write("/sys/fs/cgroup/cpu", "cgroup.procs", pid)
+            os.rmdir(self.dir)
+        except OSError:
+            pass
 
 
 def join_address(lines):
@@ -99,6 +139,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--events", type=int, default=3)
     ap.add_argument("--joins", type=int, default=0, help="processes that join, each after one of the first losses")
+    ap.add_argument("--throttles", type=int, default=0, help="workers held to a twentieth of a core (root)")
     ap.add_argument("--nprocs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60)
     a = ap.parse_args()
@@ -107,12 +148,18 @@ def main():
     if not 0 <= a.joins <= a.events:
         sys.exit("chaos: --joins wants 0..events (each follows a loss)")
     exe = os.path.join(a.build, "actorpipe")
-    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins)
+    if not 0 <= a.throttles <= 2:
+        sys.exit("chaos: --throttles wants 0..2")
+    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles)
+    throttle = Throttle(1 / 20) if a.throttles else None
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
         open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
         sup = f"{{max_restarts: {a.events}, window_steps: {a.steps}, heartbeat_timeout_s: 2, replace_timeout_s: 0}}"
-        open(chaos_cfg, "w").write(config(a.nprocs, a.steps, sup, 4))
+        text = config(a.nprocs, a.steps, sup, 4)
+        if a.throttles:
+            text = text.replace("  pace_ms: 4\n", "  pace_ms: 4\n  rebalance: {every: 3, threshold: 0.2}\n")
+        open(chaos_cfg, "w").write(text)
         clean, saved = os.path.join(d, "clean.pt"), os.path.join(d, "chaos.pt")
         r = subprocess.run([exe, "train", clean_cfg, "--quiet", "--save", clean], capture_output=True, text=True)
         if r.returncode != 0:
@@ -140,11 +187,16 @@ def main():
                     pid = worker_pid(p.pid, rank)
                     if pid < 0:
                         sys.exit(f"chaos: no worker with RANK={rank} to hit")
-                    os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+                    if kind == "throttle":
+                        throttle.hold(pid)
+                    else:
+                        os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
                     fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
             p.wait()
             joined = [(j.wait(30), j.stdout.read()) for j in joiners]
         finally:
+            if throttle:
+                throttle.close()
             watchdog.cancel()
             for q in [p] + joiners:
                 if q.poll() is None:
@@ -158,7 +210,9 @@ def main():
                 hit = next((tt for tt, l in after if pred(l)), None)
                 return f"+{(hit - t) * 1e3:.0f} ms" if hit is not None else "never"
             who = "a process joins" if kind == "join" else f"{kind} rank {rank}"
-            print(f"| {who} after step {step} | {t:.2f} s | {when(lambda l: l.startswith('re-placed:'))} "
+            what = {"throttle": "re-partitions the layers", "join": " takes in rank "}.get(kind, " goes on over ")
+            decided = (lambda l, what=what: l.startswith("re-placed:") and what in l)
+            print(f"| {who} after step {step} | {t:.2f} s | {when(decided)} "
                   f"| {when(lambda l: 'runs from after step' in l)} "
                   f"| {when(lambda l: STEP.match(l) is not None)} |")
         for _, l in lines:

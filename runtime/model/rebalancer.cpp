@@ -37,12 +37,14 @@ std::optional<rebalance_move> rebalancer::check() {
   const std::vector<double> busy = busy_;
   step_ms_[parts_] = now_ms;
   start(parts_);
-  // A split tried before that ran faster by more than half the threshold.
+  // A split tried before that ran faster by more than half the threshold;
+  // the one left for it is never gone back to (times measured apart drift:
+  // no back and forth between two).
   const partition_t* best = nullptr;
   double best_ms = now_ms * (1 - threshold_ / 2);
   for (const auto& [p, ms] : step_ms_)
-    if (p != parts_ && ms < best_ms) best = &p, best_ms = ms;
-  if (best)
+    if (p != parts_ && !left_.count(p) && ms < best_ms) best = &p, best_ms = ms;
+  if (best && left_.insert(parts_).second)
     return rebalance_move{*best, "a step took " + fmt("%.1f", now_ms) + " ms over " + steps + ", " +
                                      fmt("%.1f", best_ms) + " ms under the split " + describe_partition(*best) +
                                      " tried before: back to it"};

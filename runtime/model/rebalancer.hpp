@@ -8,10 +8,10 @@
 // CPU quota, or sharing cores with the others, runs at full speed again
 // once its work fits the quota, so a move may not pay. The measured step
 // time of every split tried is kept: a split that ran faster than the
-// current one by half the threshold is gone back to; one tried before is
-// never tried again on the model's word, and the model is heard once from
-// each split. So the layers settle on the fastest split seen, after at most
-// two moves per split, and never move back and forth on noise.
+// current one by half the threshold is gone back to (and the one left for
+// it never again); one tried before is never tried again on the model's
+// word, and the model is heard once from each split. So the layers settle
+// after at most three moves per split, and never move back and forth.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -58,6 +58,7 @@ private:
   int64_t from_ = 0, to_ = 0;
   std::map<partition_t, double> step_ms_;
   std::set<partition_t> explored_;  // the splits the model moved away from once
+  std::set<partition_t> left_;      // the splits left to go back to a faster one
 };
 
 }  // namespace actorpipe
