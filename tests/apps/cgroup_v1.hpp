@@ -35,6 +35,13 @@ public:
     ok_ = ok_ && write_to(dir_ / file, value);
     return *this;
   }
+  /// The first line of one of the group's files ("" when unreadable).
+  std::string get(const std::string& file) const {
+    std::ifstream f(dir_ / file);
+    std::string line;
+    std::getline(f, line);
+    return line;
+  }
   /// Moves process `pid` (every thread of it) into the group.
   bool hold(pid_t pid) { return write_to(dir_ / "cgroup.procs", std::to_string(pid)); }
 
