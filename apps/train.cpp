@@ -273,7 +273,11 @@ int cmd_train(int argc, char** argv) {
       throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
   }
   check_async_stream(cfg);
-  check_world_divides(env, cfg.parallel.dp, cfg.pipeline.stages);  // names SLURM_NTASKS etc.; rank 0 alone says it
+  // A process that joins a running job (launch --join) has a stand-in
+  // RANK and WORLD_SIZE until the job gives it its place.
+  const char* joins = std::getenv("ACTORPIPE_JOIN");
+  if (!joins || !*joins)
+    check_world_divides(env, cfg.parallel.dp, cfg.pipeline.stages);  // names SLURM_NTASKS etc.; rank 0 alone says it
   // Rank 0 speaks for a multi-process run; the others stay quiet.
   const bool speaks = env.rank == 0;
   int64_t log_every = a.has("--log-every") ? parse_count("--log-every", a.options["--log-every"]) : 1;

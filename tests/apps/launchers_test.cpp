@@ -438,13 +438,15 @@ TEST(Torchrun, AKillNineRestartsEveryWorkerAndTheyResumeFromTheNewestCheckpointB
 // mpirun --enable-recovery keeps the other ranks running when one dies
 // (without it, mpirun aborts the job). With replace_timeout_s: 0 rank 0's
 // supervisor goes on over the ranks left, the lost stage from its keeper's
-// memory, and the run saves the bytes of the run nobody killed.
-TEST(Mpirun, WithEnableRecoveryAKillNineGoesOnOverTheRanksLeftBitwise) {
+// memory; a process that joins takes it back; the run saves the bytes of
+// the run nobody killed.
+TEST(Mpirun, WithEnableRecoveryAKillNineGoesOnAndAJoinerTakesTheStageBackBitwise) {
   const std::string mpirun = on_path("mpirun");
   REQUIRE_PROGRAM(mpirun, "openmpi-bin");
   std::string text = bytes_of(restart_config());
   text = text.substr(0, text.find("checkpoint:")) +
          "supervision: {max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 0}\n";
+  text.replace(text.find("steps: 40"), 9, "steps: 80");
   const std::string config = testing_util::write(test_dir() / "shrink.yaml", text);
   const std::string clean = (test_dir() / "clean.pt").string(), shrunk = (test_dir() / "shrunk.pt").string();
   const std::string ref = one_process({config}, clean);
@@ -462,10 +464,27 @@ TEST(Mpirun, WithEnableRecoveryAKillNineGoesOnOverTheRanksLeftBitwise) {
   }
   ASSERT_GT(victim, 0) << "no step 3, or no rank 1\n" << run.output();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // Then a process joins through actorpipe's own launcher, at the address
+  // rank 0 names, and takes stage 1 back (a WORLD_SIZE of 3 that its
+  // stand-in 2 does not divide).
+  for (int i = 0; i < 3000 && run.output().find("re-placed: generation 1") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto joined = testing_util::run_child(
+      ACTORPIPE_BIN, {"launch", "--join", "127.0.0.1:" + port, config}, [] {
+        testing_util::child_limits l;
+        l.timeout_s = 120;
+        return l;
+      }());
+  EXPECT_EQ(joined.code, 0) << describe(joined);
+  EXPECT_NE((joined.out + joined.err).find("joining the run at 127.0.0.1:" + port + " as RANK 3"), std::string::npos)
+      << describe(joined);
   const int code = run.wait(120);
   const std::string out = run.output();
   EXPECT_NE(out.find("re-placed: generation 1 goes on over 2 processes without rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("stages by process 0 | 1 | 2 -> 0 1 | 2 (ranks 0 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("re-placed: generation 2 takes in rank 3 (joined): stages by process 0 1 | 2 -> 0 | 2 | 1"),
+            std::string::npos)
+      << out;
   EXPECT_TRUE(ref == bytes_of(shrunk)) << "the shrunk run saved other bytes than the clean one\n" << out;
   // With recovery, mpirun (OpenMPI 4.1) exits with the ranks that ended:
   // 0, on rank 0's word.
