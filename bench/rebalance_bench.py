@@ -3,7 +3,7 @@
 against the best static split for those speeds, and what rebalance costs a
 run without events.
 
-    python3 bench/rebalance_bench.py [--build build] [--steps 60] [--pairs 3]
+    python3 bench/rebalance_bench.py [--build build] [--steps 90] [--pairs 3]
 
 The model of tests/apps/rebalance_test.cpp (14 layers, six 512-wide
 linears; 0-5 | 6-9 | 10-13 by compute) at pp 3 under `actorpipe launch
@@ -15,8 +15,8 @@ into a cgroup v1 cpu group held to a third of a core (cfs_quota_us 3333 of
               the first re-partition, and over the last 20 steps (the
               split it settled on), with the steps of the first
               re-partition; each `re-placed:` line.
-  static      the same throttled run, without rebalance, under each split
-              that starts a stage at a linear (15 splits): the median step
+  static      the same throttled run, without rebalance, under every split
+              of the 14 layers into 3 stages (78 splits): the median step
               over the steps after the third. The best of them is "the best
               static partition for those speeds, found by trying them".
   cost        no throttle: rebalance on against off, median step after the
@@ -56,7 +56,7 @@ data:
   synthetic: {samples: 1024, features: 32, classes: 4}
   test_fraction: 0.25
 """
-LINEARS = [2, 4, 6, 8, 10, 12]  # the wide linears: where a stage may start
+STARTS = range(1, 14)  # where stage 1 and stage 2 may start: every split of the 14 layers
 
 
 def config(steps, pipeline_extra="", rest=""):
@@ -133,7 +133,7 @@ def median_after(ms, skip=3):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=90)
     ap.add_argument("--pairs", type=int, default=3)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rebalance_bench_")
@@ -150,7 +150,7 @@ def main():
         for n in notices:
             print("  " + n)
         static = {}
-        for a, b in itertools.combinations(LINEARS, 2):
+        for a, b in itertools.combinations(STARTS, 2):
             parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
             ms_s, _, _ = run(args, work, f"static_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
                 "  stages: 3\n", ""), th)

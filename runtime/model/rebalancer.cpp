@@ -7,6 +7,71 @@
 
 namespace actorpipe {
 
+namespace {
+
+// Split `n` layers at stage starts `b` (b[0] = 0); empty where a stage would
+// be empty.
+partition_t from_starts(const std::vector<int>& b, int n) {
+  partition_t out;
+  for (size_t k = 0; k < b.size(); ++k) {
+    const int last = k + 1 < b.size() ? b[k + 1] - 1 : n - 1;
+    if (last < b[k]) return {};
+    out.emplace_back(b[k], last);
+  }
+  return out;
+}
+
+// Stage k's start (k >= 1) one layer of cost to the right (its first such
+// layer, and the free ones before it, to stage k - 1) or to the left (stage
+// k - 1's last such layer, and the free ones after it, to stage k); -1
+// where there is none to move.
+int shifted(const partition_t& parts, const std::vector<int64_t>& costs, size_t k, bool right) {
+  if (right) {
+    for (int l = parts[k].first; l <= parts[k].second; ++l)
+      if (costs[static_cast<size_t>(l)] > 0) return l + 1;
+    return -1;
+  }
+  for (int l = parts[k].first - 1; l > parts[k - 1].first; --l)
+    if (costs[static_cast<size_t>(l)] > 0) return l;
+  return -1;
+}
+
+// The splits one layer of cost away from `parts`, in the order they are
+// tried: the slowest stage's first or last such layer to the stage beside
+// it, every boundary one such layer right or left at once (work passes
+// through the stages between), then each boundary alone.
+std::vector<partition_t> neighbours(const partition_t& parts, const std::vector<int64_t>& costs, int slowest) {
+  const size_t S = parts.size();
+  const int n = static_cast<int>(costs.size());
+  std::vector<int> b;
+  for (const auto& p : parts) b.push_back(p.first);
+  std::vector<partition_t> out;
+  const auto add = [&](std::vector<int> starts) {
+    for (int x : starts)
+      if (x < 0) return;
+    partition_t q = from_starts(starts, n);
+    if (!q.empty() && q != parts && std::find(out.begin(), out.end(), q) == out.end()) out.push_back(q);
+  };
+  const auto one = [&](size_t k, bool right) {
+    std::vector<int> c = b;
+    c[k] = shifted(parts, costs, k, right);
+    add(c);
+  };
+  const size_t s = static_cast<size_t>(slowest);
+  if (s > 0) one(s, true);
+  if (s + 1 < S) one(s + 1, false);
+  for (bool right : {true, false}) {
+    std::vector<int> c = b;
+    for (size_t k = 1; k < S; ++k) c[k] = shifted(parts, costs, k, right);
+    add(c);
+  }
+  for (size_t k = 1; k < S; ++k)
+    for (bool right : {true, false}) one(k, right);
+  return out;
+}
+
+}  // namespace
+
 rebalancer::rebalancer(std::vector<int64_t> costs, int every, double threshold)
     : costs_(std::move(costs)), every_(every), threshold_(threshold) {
   if (every < 1 || !(threshold > 0)) throw std::invalid_argument("rebalancer: every >= 1 and threshold > 0");
@@ -35,8 +100,27 @@ std::optional<rebalance_move> rebalancer::check() {
   const double now_ms = step_sum_ / measured_;
   const std::string steps = "steps " + std::to_string(from_) + "-" + std::to_string(to_);
   const std::vector<double> busy = busy_;
-  step_ms_[parts_] = now_ms;
   start(parts_);
+  // A gain: faster than every window measured before, under any split, by
+  // half the threshold. Moves since the last gain are counted; after
+  // `budget` of them the layers stay (back moves aside).
+  const size_t budget = 2 * parts_.size();
+  if (fastest_ms_ > 0 && now_ms < fastest_ms_ * (1 - threshold_ / 2)) misses_ = 0;
+  fastest_ms_ = fastest_ms_ > 0 ? std::min(fastest_ms_, now_ms) : now_ms;
+  // Settled, the speeds change (two windows in a row slower than the
+  // first settled one by the threshold: a new straggler): what was
+  // measured no longer holds, and the search starts again from here.
+  std::string again;
+  if (misses_ >= budget) {
+    if (calm_parts_ != parts_) calm_parts_ = parts_, calm_ms_ = now_ms, slow_windows_ = 0;
+    slow_windows_ = now_ms > calm_ms_ * (1 + threshold_) ? slow_windows_ + 1 : 0;
+    if (slow_windows_ >= 2) {
+      step_ms_.clear(), explored_.clear(), left_.clear();
+      misses_ = 0, slow_windows_ = 0, calm_parts_.clear(), fastest_ms_ = now_ms;
+      again = "; steps slower than when the layers settled by the threshold: the search starts again";
+    }
+  }
+  step_ms_[parts_] = now_ms;
   // A split tried before that ran faster by more than half the threshold;
   // the one left for it is never gone back to (times measured apart drift:
   // no back and forth between two).
@@ -49,16 +133,30 @@ std::optional<rebalance_move> rebalancer::check() {
                                      fmt("%.1f", best_ms) + " ms under the split " + describe_partition(*best) +
                                      " tried before: back to it"};
   const rebalance_verdict v = rebalance_partition(costs_, parts_, busy, threshold_);
-  // The model's word is taken once from each split: a move that did not
-  // pay is undone above, and not tried again.
-  if (!v.move || step_ms_.count(v.parts) || !explored_.insert(parts_).second) return std::nullopt;
   std::string ms;
   for (double b : busy) ms += (ms.empty() ? "" : " ") + fmt("%.0f", b);
-  return rebalance_move{v.parts, "stage " + std::to_string(v.slowest) + " busy " +
-                                     fmt("%.0f", 100 * (1 + v.over_share)) + " % of the mean over " + steps +
-                                     " (busy ms by stage: " + ms + "; a step " + fmt("%.1f", now_ms) +
-                                     " ms; the new split's slowest stage predicted at " + fmt("%.2f", v.predicted) +
-                                     " of the old's)"};
+  const std::string seen = "stage " + std::to_string(v.slowest) + " busy " + fmt("%.0f", 100 * (1 + v.over_share)) +
+                           " % of the mean over " + steps + " (busy ms by stage: " + ms + "; a step " +
+                           fmt("%.1f", now_ms) + " ms" + again;
+  // The model's word is taken once from each split: a move that did not
+  // pay is undone above, and not tried again.
+  if (misses_ >= budget) return std::nullopt;
+  if (v.move && !step_ms_.count(v.parts) && explored_.insert(parts_).second) {
+    ++misses_;
+    return rebalance_move{v.parts, seen + "; the new split's slowest stage predicted at " +
+                                       fmt("%.2f", v.predicted) + " of the old's)"};
+  }
+  // Where the model moved once (a straggler it saw), has nothing untried
+  // to offer now, and a stage is still above the threshold, the measured
+  // step time decides: each split one layer away is tried once (and left
+  // again if slower). Without a straggler the configured split stays.
+  if (v.over_share <= threshold_ || explored_.empty()) return std::nullopt;
+  for (const partition_t& q : neighbours(parts_, costs_, v.slowest))
+    if (!step_ms_.count(q)) {
+      ++misses_;
+      return rebalance_move{q, seen + "; trying a split one layer away, by measure)"};
+    }
+  return std::nullopt;
 }
 
 }  // namespace actorpipe

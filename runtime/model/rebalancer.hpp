@@ -9,9 +9,16 @@
 // once its work fits the quota, so a move may not pay. The measured step
 // time of every split tried is kept: a split that ran faster than the
 // current one by half the threshold is gone back to (and the one left for
-// it never again); one tried before is never tried again on the model's
-// word, and the model is heard once from each split. So the layers settle
-// after at most three moves per split, and never move back and forth.
+// it never again); one tried before is never tried again, and the model is
+// heard once from each split. Once it has moved (it saw a straggler), when
+// it has nothing untried to offer and a stage is still above the
+// threshold, the splits one layer of cost away are tried in turn, and the
+// measured step time decides (a local search).
+// Every split is tried at most once, and after 2 x stages moves without a
+// gain (a window faster than all before by half the threshold) the layers
+// stay: they settle, and never move back and forth. Once settled, two
+// windows in a row slower than the first settled one by the threshold (the
+// speeds changed) clear what was measured, and the search starts again.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -59,6 +66,11 @@ private:
   std::map<partition_t, double> step_ms_;
   std::set<partition_t> explored_;  // the splits the model moved away from once
   std::set<partition_t> left_;      // the splits left to go back to a faster one
+  size_t misses_ = 0;               // moves since the last gain
+  double fastest_ms_ = 0;           // the fastest window yet
+  partition_t calm_parts_;          // settled on, with its first window's time
+  double calm_ms_ = 0;
+  int slow_windows_ = 0;            // windows in a row slower than calm_ms_ by the threshold
 };
 
 }  // namespace actorpipe

@@ -60,17 +60,88 @@ void move_and_back(rebalancer& r) {
   r.start(back->parts);
 }
 
-// A move that made steps slower is undone, and the split it came from is
-// not explored again: the layers settle.
-TEST(Rebalancer, AMoveThatDidNotPayGoesBackAndIsNotTriedAgain) {
+// A move that made steps slower is undone, and the model's split is not
+// tried again: with stage 1 still slow, the split one layer away is tried
+// (stage 1's first layer to stage 0), and kept once it runs faster.
+TEST(Rebalancer, AMoveThatDidNotPayGoesBackThenTheMeasureSearchesOneLayerAway) {
   rebalancer r(kCosts, 2, 0.2);
   move_and_back(r);
-  // The same slow stage again: the model would move the same way; that was
-  // tried, so the layers stay.
   feed(r, 7, 2, 30, {10, 30, 10});
+  const auto next = r.check();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->parts, (partition_t{{0, 3}, {4, 5}, {6, 8}}));
+  EXPECT_NE(next->why.find("by measure"), std::string::npos) << next->why;
+  r.start(next->parts);
+  feed(r, 9, 2, 24, {16, 16, 14});  // faster, and even
   EXPECT_FALSE(r.check());
-  feed(r, 9, 2, 30, {10, 30, 10});
+  feed(r, 11, 2, 24, {16, 16, 14});
   EXPECT_FALSE(r.check());
+}
+
+// Stage 1 always the busiest and every split but the even one slower by
+// 50 %: each move is undone, and after 2 x 3 moves without a gain the
+// layers stay on the fastest split. Returns the next step.
+int64_t search_without_gain(rebalancer& r, int& moves) {
+  r.start(kEven);
+  int64_t step = 1;
+  for (int window = 0; window < 40; ++window) {
+    r.add(step++, 30, {10, 30, 10});
+    auto m = r.check();
+    if (!m) continue;
+    ++moves;
+    // Run the move for a window, slower than the even split by 50 %.
+    r.start(m->parts);
+    r.add(step++, m->parts == kEven ? 30 : 45, {10, 30, 10});
+    if (auto back = r.check()) {
+      EXPECT_EQ(back->parts, kEven) << back->why;
+      r.start(back->parts);
+    }
+  }
+  return step;
+}
+
+// Every split is tried once, and the search ends after 2 x stages moves
+// that did not gain: the layers settle on the fastest, and stay there.
+TEST(Rebalancer, TheSearchEndsOnTheFastestSplitItTried) {
+  rebalancer r(kCosts, 1, 0.2);
+  int moves = 0;
+  int64_t step = search_without_gain(r, moves);
+  // The model's split (0-3 | 4 | 5-8), then the first five one layer away
+  // from the even split (worked by hand: 0-3 | 4-5 | 6-8, 0-2 | 3-4 | 5-8,
+  // 0-3 | 4-6 | 7-8, 0-1 | 2-4 | 5-8, 0-1 | 2-5 | 6-8), each once; the
+  // sixth (0-2 | 3-6 | 7-8) is not tried.
+  EXPECT_EQ(moves, 6);
+  EXPECT_EQ(r.tried().size(), 6u + 1u);
+  EXPECT_FALSE(r.tried().count(partition_t{{0, 2}, {3, 6}, {7, 8}}));
+  // Settled: no move from the even split any more.
+  r.add(step++, 30, {10, 30, 10});
+  EXPECT_FALSE(r.check());
+}
+
+// Settled, then the steps slow down for good (a new straggler): one slow
+// window is noise, two in a row start the search again from what is
+// measured now, and the model is heard again.
+TEST(Rebalancer, SettledLayersMoveAgainWhenTheSpeedsChange) {
+  rebalancer r(kCosts, 1, 0.2);
+  int moves = 0;
+  int64_t step = search_without_gain(r, moves);
+  ASSERT_EQ(moves, 6);
+  r.add(step++, 30, {10, 30, 10});
+  EXPECT_FALSE(r.check());  // the first settled window: 30 ms
+  r.add(step++, 40, {10, 10, 40});
+  EXPECT_FALSE(r.check());  // one window slower by a third
+  r.add(step++, 31, {10, 10, 31});
+  EXPECT_FALSE(r.check());  // back within the threshold: the count starts again
+  r.add(step++, 40, {10, 10, 40});
+  EXPECT_FALSE(r.check());
+  r.add(step++, 40, {10, 10, 40});
+  const auto move = r.check();  // two in a row
+  ASSERT_TRUE(move);
+  // Stage 2 four times slower per layer now: it keeps one layer (40
+  // against 4 x 10 for the others).
+  EXPECT_EQ(move->parts, (partition_t{{0, 3}, {4, 7}, {8, 8}}));
+  EXPECT_NE(move->why.find("the search starts again"), std::string::npos) << move->why;
+  EXPECT_EQ(r.tried().size(), 1u);  // what was measured before is gone
 }
 
 // Times measured apart drift (a host slows down for good): after going
@@ -78,7 +149,7 @@ TEST(Rebalancer, AMoveThatDidNotPayGoesBackAndIsNotTriedAgain) {
 TEST(Rebalancer, NoBackAndForthBetweenTwoSplits) {
   rebalancer r(kCosts, 2, 0.2);
   move_and_back(r);
-  feed(r, 7, 2, 90, {30, 90, 30});  // everything slower now: 90 against the 45 measured under the other split
+  feed(r, 7, 2, 90, {30, 30, 30});  // everything slower now: 90 against the 45 measured under the other split
   EXPECT_FALSE(r.check());
   EXPECT_EQ(r.tried().at(kEven), 90);
 }
