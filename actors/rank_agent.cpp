@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "messages/atoms.hpp"
+#include "actors/trainer.hpp"
 #include "messages/errors.hpp"
 
 namespace actorpipe::rank_detail {
@@ -32,6 +33,22 @@ struct agent_state {
 using agent_ptr = caf::stateful_actor<agent_state>*;
 
 caf::behavior serving(agent_ptr self);
+
+// Rank 0's process (the supervisor and the store) went down, or stopped
+// answering for supervision.heartbeat_timeout_s: nothing can command this
+// rank any more, and it trains on alone for no one. It stops (exit 5);
+// the checkpoints on disk are whole (each written to a temporary name,
+// then renamed).
+run_error coordinator_lost(const rank_context& cx, const std::string& at, const std::string& why) {
+  const std::string& dir = cx.cfg.checkpoint.dir;
+  return run_error(run_failure{
+      run_errc::coordinator_lost, -1, -1, -1,
+      cx.where + " lost rank 0 (the coordinator: the supervisor and the store) at " + at + " (" + why +
+          "); stopped. " +
+          (dir.empty() ? std::string("If the run ended, it starts over (no checkpoint.dir)")
+                       : "If the run ended, the same command with --resume " + dir +
+                             " goes on from the newest checkpoint")});
+}
 
 // Ends the agent: with an exception for the caller to rethrow, or none.
 void end(agent_ptr self, std::exception_ptr e = nullptr) {
@@ -63,9 +80,8 @@ caf::behavior serving(agent_ptr self) {
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
     if (!s.gen || dm.source != s.gen->peers.dirs[0].address()) return;
-    end(self, std::make_exception_ptr(rendezvous_error(s.cx->where + " lost rank 0 at " +
-                                                       s.gen->links.met.endpoints[0] + " (" +
-                                                       self->system().render(dm.reason) + ")")));
+    end(self, std::make_exception_ptr(coordinator_lost(*s.cx, s.gen->links.met.endpoints[0],
+                                                       self->system().render(dm.reason))));
   });
   return {
       [=](heal_atom, uint32_t g) {

@@ -187,14 +187,6 @@ struct generation_peers {
 generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, const generation_links& links,
                                const std::vector<caf::actor>& mine, const std::vector<std::string>& mine_on);
 
-/// Until rank 0 says stop (its exit code) or heal (the next generation), or
-/// its node goes down (rendezvous_error).
-struct served {
-  int code = -1;
-  uint32_t heal = 0;  // > 0: the generation to start
-};
-served serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env);
-
 // -- rank_stages.cpp -------------------------------------------------------------------
 
 /// This process's stage actors of one generation, and each one's device.

@@ -158,22 +158,4 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
   return peers;
 }
 
-served serve(caf::scoped_actor& self, const caf::actor& rank0, const std::string& rank0_at, const rank_env& env) {
-  self->monitor(rank0);
-  served out;
-  std::string lost;
-  bool done = false;
-  while (!done)
-    self->receive([&](stop_atom, int32_t c) { out.code = c, done = true; },
-                  [&](heal_atom, uint32_t g) { out.heal = g, done = true; },
-                  [&](caf::down_msg& dm) {
-                    if (dm.source != rank0.address()) return;
-                    lost = self->system().render(dm.reason);
-                    done = true;
-                  });
-  self->demonitor(rank0);
-  if (out.code >= 0 || out.heal > 0) return out;
-  throw rendezvous_error(where_of(env) + " lost rank 0 at " + rank0_at + " (" + lost + ")");
-}
-
 }  // namespace actorpipe::rank_detail

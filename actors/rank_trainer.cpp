@@ -185,7 +185,17 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     rt.reset();
     gone->set_value();
   }).detach();
-  if (waited.wait_for(std::chrono::seconds(5)) != std::future_status::ready) left_behind().store(true);
+  // Without its coordinator this rank's stages may wait on peers that are
+  // gone: nothing of the run is left to finish, so no wait.
+  bool lost = false;
+  try {
+    if (failed) std::rethrow_exception(failed);
+  } catch (const run_error& e) {
+    lost = e.code() == run_errc::coordinator_lost;
+  } catch (...) {
+  }
+  if (waited.wait_for(lost ? std::chrono::seconds(0) : std::chrono::seconds(5)) != std::future_status::ready)
+    left_behind().store(true);
   if (failed) std::rethrow_exception(failed);
   return out;
 }

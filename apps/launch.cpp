@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "messages/errors.hpp"
 #include "runtime/dist/launcher.hpp"
 #include "runtime/dist/rank_env.hpp"  // default_master_port
 #include "runtime/util/text.hpp"
@@ -22,6 +23,9 @@ namespace actorpipe::app {
 
 namespace {
 
+static_assert(coordinator_lost_exit == exit_code_for(run_errc::coordinator_lost),
+              "the launcher knows a lost coordinator by the workers' exit code");
+
 const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
     "                        CONFIG [train options]\n"
@@ -32,7 +36,8 @@ const command_spec launch_spec = {
     "after CONFIG goes to every worker unchanged. Progress and the files asked for\n"
     "(--save, --results, ...) come from rank 0; all workers share this terminal.\n"
     "Ctrl-C or SIGTERM is forwarded to every worker; when one worker fails the\n"
-    "others get SIGTERM, then SIGKILL after 5 s.\n"
+    "others get SIGTERM, then SIGKILL after 5 s. Rank 0 holds the supervisor and\n"
+    "the store: when it dies or stops answering, every other worker stops by itself.\n"
     "\n"
     "On K hosts, run it once on each with --nnodes K, its own --node-rank and the\n"
     "same --master-addr (node 0's address) and --master-port, like torchrun's\n"
@@ -53,7 +58,9 @@ const command_spec launch_spec = {
      {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
-    "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started)\n",
+    "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started);\n"
+    "5 the coordinator (rank 0) was lost: every worker stops, and the same command\n"
+    "with --resume goes on from the newest checkpoint\n",
     22};
 
 // Flags before CONFIG are launch's; the first other word is CONFIG and the

@@ -65,7 +65,8 @@ const command_spec train_spec = {
       "replicas after every step; the first difference fails the run"}},
     "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
     "(supervision.watchdog_s without an op anywhere; the op grid is printed), 4 more\n"
-    "restarts than supervision.max_restarts within supervision.window_steps\n",
+    "restarts than supervision.max_restarts within supervision.window_steps, 5 this\n"
+    "rank lost rank 0 (the coordinator): go on with --resume\n",
     20};
 
 void print_placement(const train_result& r) {

@@ -34,6 +34,7 @@ enum class run_errc : uint8_t {
   deadlock,           ///< an op order that can never finish (simulate, a dry run of --import)
   failed,             ///< anything else, e.g. an error of another category
   regroup,            ///< rank 0 ended a generation at a step boundary to re-place its stages (a process joined)
+  coordinator_lost,   ///< a rank lost rank 0's process (the supervisor and the store): killed, stopped or cut off
 };
 
 /// An error code enum's category atom. (CAF 0.17.6 itself has no such
@@ -62,6 +63,7 @@ constexpr const char* to_string(run_errc code) {
     case run_errc::deadlock: return "deadlock";
     case run_errc::failed: return "failed";
     case run_errc::regroup: return "regroup";
+    case run_errc::coordinator_lost: return "coordinator_lost";
   }
   return "failed";
 }
@@ -75,6 +77,7 @@ constexpr int exit_code_for(run_errc code) {
     case run_errc::hang:
     case run_errc::deadlock: return 3;
     case run_errc::restart_limit: return 4;
+    case run_errc::coordinator_lost: return 5;
     case run_errc::stage_died:
     case run_errc::op_threw:
     case run_errc::nonfinite_stop:

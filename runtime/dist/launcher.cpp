@@ -294,11 +294,16 @@ private:
     // expected ending, not a failure.
     const bool by_forwarded = got_signal_ && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal_) ||
                                               (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal_));
-    if (ok || by_forwarded || stopping_) return;
     const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
     const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
                                              : who + " exited with " + std::to_string(WEXITSTATUS(st));
+    if (lost_ && !by_forwarded) notice(what);
+    if (ok || by_forwarded || stopping_) return;
     const int code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
+    if (!got_signal_ && !o_.join && coordinator_gone(w, st, code)) {
+      lose_coordinator(w, what);
+      return;
+    }
     if (heal_ && w.rank != 0 && !got_signal_) {
       // Rank 0's supervisor replaces it (or gives up, and exits): here,
       // or on node 0 when this is another node.
@@ -316,6 +321,42 @@ private:
     const size_t others = count_live(ws_);
     stop(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
                         : std::string()));
+  }
+
+  // Rank 0 was killed; or `w` lost it (coordinator_lost_exit). With
+  // healing, on node 0, that is taken for rank 0 stopped answering only
+  // once no other worker here lives (each saw the same): one worker alone
+  // may be the one cut off, and rank 0 heals it.
+  bool coordinator_gone(const worker& w, int st, int code) const {
+    if (w.rank == 0) return WIFSIGNALED(st);
+    if (code != coordinator_lost_exit) return false;
+    if (!heal_) return true;
+    if (o_.node_rank != 0) return false;  // rank 0 may start it again on node 0
+    for (const auto& x : ws_)
+      if (x.live && x.rank != 0) return false;
+    return true;
+  }
+
+  // Rank 0's process is gone (`w` is rank 0), or stopped answering (`w`
+  // lost it): a rank 0 still alive here is killed (it must never command
+  // again), and every other worker sees the loss and stops by itself
+  // (exit coordinator_lost_exit); SIGKILL after the grace.
+  void lose_coordinator(const worker& w, const std::string& what) {
+    lost_ = true;
+    failed_code_ = coordinator_lost_exit;
+    std::string line = what + (w.rank == 0 ? ": the run lost its coordinator" : ": it lost the coordinator");
+    for (auto& r0 : ws_)
+      if (r0.rank == 0 && r0.live) {
+        end_for_good(r0);
+        line += "; killed rank 0 (pid " + std::to_string(r0.pid) + "), which stopped answering";
+      }
+    const size_t others = count_live(ws_);
+    notice(line + " (rank 0's process holds the supervisor and the store)" +
+           (others ? "; the other " + std::to_string(others) + " worker" + (others > 1 ? "s stop by themselves" : " stops by itself") +
+                         ", exit " + std::to_string(coordinator_lost_exit)
+                   : std::string()));
+    stopping_ = true;
+    deadline_ = clock::now() + o_.grace;
   }
 
   // Stops the live workers: SIGTERM now, SIGKILL after the grace.
@@ -413,7 +454,7 @@ private:
   void escalate() {
     if (!stopping_ || killed_ || clock::now() < deadline_) return;
     notice(std::to_string(count_live(ws_)) + " worker(s) still running " + std::to_string(o_.grace.count()) +
-           " ms after SIGTERM; sending SIGKILL");
+           (lost_ ? " ms after the coordinator was lost" : " ms after SIGTERM") + "; sending SIGKILL");
     signal_live(ws_, SIGKILL);
     killed_ = true;
   }
@@ -443,6 +484,7 @@ private:
   int got_signal_ = 0;    // the first SIGINT/SIGTERM this process got
   int failed_code_ = -1;  // the first failing worker's exit code
   bool stopping_ = false, killed_ = false;
+  bool lost_ = false;  // the coordinator (rank 0) was lost: the others stop by themselves
   clock::time_point deadline_{};
 };
 

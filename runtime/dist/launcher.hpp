@@ -12,6 +12,10 @@
 
 namespace actorpipe {
 
+/// A worker's exit code when it lost rank 0's process (the coordinator:
+/// the supervisor and the store); exit_code_for(run_errc::coordinator_lost).
+constexpr int coordinator_lost_exit = 5;
+
 struct launch_options {
   int nprocs = 1;  ///< workers on this node (torchrun's --nproc-per-node)
   int nnodes = 1;  ///< nodes in the run, each with its own launcher and nprocs workers
@@ -54,7 +58,12 @@ struct launch_options {
 /// SIGINT and SIGTERM sent to this process are forwarded (each time) to every
 /// live worker's process group, and it keeps waiting for them. The first
 /// worker to exit non-zero or die by a signal makes it SIGTERM the others,
-/// wait up to `grace`, then SIGKILL what is left.
+/// wait up to `grace`, then SIGKILL what is left. Except when the
+/// coordinator is lost (rank 0 dies, or a worker exits
+/// coordinator_lost_exit because rank 0 stopped answering): a rank 0 still
+/// alive is SIGKILLed at once (it never commands again), and the others
+/// stop by themselves (SIGKILL after `grace`); the launcher exits
+/// coordinator_lost_exit.
 ///
 /// Replacing a worker: each node's first worker (rank 0 on node 0) gets the
 /// write end of a pipe in ACTORPIPE_LAUNCHER_FD, and writes lines to it.

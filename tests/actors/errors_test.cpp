@@ -30,6 +30,7 @@ TEST(ExitCodes, EveryRunErrorMapsToTheDocumentedCode) {
   EXPECT_EQ(exit_code_for(run_errc::failed), 1);
   EXPECT_EQ(exit_code_for(run_errc::bad_config), 2);
   EXPECT_EQ(exit_code_for(run_errc::hang), 3);
+  EXPECT_EQ(exit_code_for(run_errc::coordinator_lost), 5);
   EXPECT_EQ(exit_code_for(run_errc::deadlock), 3);
   EXPECT_EQ(exit_code_for(run_errc::restart_limit), 4);
 }

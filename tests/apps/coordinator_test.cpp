@@ -1,0 +1,143 @@
+// The coordinator's death without etcd. Under `actorpipe launch`, rank 0's
+// process holds the supervisor and the store: a `kill -9` of it, or a
+// SIGSTOP (a hung or cut-off host), leaves every other worker without a
+// coordinator. Each sees it (at once for a kill, after
+// supervision.heartbeat_timeout_s for a stop), stops by itself, and exits
+// 5 naming it; the launcher kills a rank 0 that still lives (it never
+// commands again) and exits 5. The newest checkpoint is whole, and
+// `launch --resume` ends on the bytes of the run that was never hit.
+// Real processes on ports the launcher picks; the launcher is SIGKILLed in
+// every failure path (tests/apps/background_launch.hpp).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/apps/background_launch.hpp"
+#include "tests/apps/child_process.hpp"
+#include "tests/apps/deep_mlp.hpp"
+#include "tests/test_util.hpp"
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::describe;
+
+fs::path test_dir() { return testing_util::dir_per_test("actorpipe_coordinator_test"); }
+
+testing_util::child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 180) {
+  testing_util::child_limits limits;
+  limits.timeout_s = timeout_s;
+  return testing_util::run_child(ACTORPIPE_BIN, args, limits);
+}
+
+constexpr double heartbeat_s = 2;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// 40 steps of at least 4 ms an op (about 2 s of training), healing on,
+// a checkpoint every 4 steps in `ckpt`.
+std::string config(const std::string& tag, int stages, int dp, const fs::path& ckpt) {
+  std::string text = testing_util::deep_mlp_model_and_data() +
+                     "train:\n  steps: 40\n  batch_size: 48\n  optimizer: {type: adam, lr: 0.01}\n"
+                     "  clip_grad_norm: 1.0\n  seed: 7\n";
+  if (dp > 1) text += "parallel: {dp: " + std::to_string(dp) + ", allreduce: gloo}\n";
+  text += "pipeline:\n  stages: " + std::to_string(stages) +
+          "\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n  intra_op_threads: 1\n  pace_ms: 4\n"
+          "supervision: {max_restarts: 2, heartbeat_timeout_s: " + std::to_string(static_cast<int>(heartbeat_s)) +
+          "}\ncheckpoint: {every: 4, dir: " + ckpt.string() + "}\n";
+  return testing_util::write(test_dir() / (tag + ".yaml"), text);
+}
+
+// How rank 0's process is hit.
+enum class hit { kill, stop };
+
+// The run hit mid-way: every worker stops by itself with exit 5 within the
+// heartbeat timeout and 2 s; then `launch --resume` from the newest
+// checkpoint ends on the clean run's bytes.
+void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp, hit how) {
+  const fs::path ckpt = test_dir() / (tag + "_ckpt");
+  fs::remove_all(ckpt);
+  const std::string cfg = config(tag, stages, dp, ckpt);
+  const std::string clean = (test_dir() / (tag + "_clean.pt")).string(),
+                    resumed = (test_dir() / (tag + "_resumed.pt")).string();
+  fs::remove(resumed);
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  fs::remove_all(ckpt);  // the clean run's own checkpoints
+
+  const int nprocs = stages * dp;
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(),
+                                      {"--nprocs", std::to_string(nprocs), cfg});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
+  const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0));
+  ASSERT_GT(rank0, 0) << run.output();
+  const auto hit_at = std::chrono::steady_clock::now();
+  ::kill(rank0, how == hit::kill ? SIGKILL : SIGSTOP);
+  const int code = run.wait(60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - hit_at).count();
+  const std::string out = run.output();
+  ASSERT_EQ(code, 5) << out;
+  std::printf("%s: every worker gone %.2f s after the %s of rank 0 (heartbeat_timeout_s %.0f)\n", tag.c_str(), took,
+              how == hit::kill ? "SIGKILL" : "SIGSTOP", heartbeat_s);
+  EXPECT_LT(took, heartbeat_s + 2) << out;
+  // Each worker said why, and stopped by itself with exit 5.
+  for (int r = 1; r < nprocs; ++r) {
+    const std::string who = "rank " + std::to_string(r) + "/" + std::to_string(nprocs);
+    EXPECT_NE(out.find(who + " lost rank 0 (the coordinator: the supervisor and the store)"), std::string::npos)
+        << who << "\n" << out;
+    EXPECT_NE(out.find("worker rank " + std::to_string(r) + " (pid "), std::string::npos) << out;
+  }
+  EXPECT_EQ(count(out, ") exited with 5"), static_cast<size_t>(nprocs - 1)) << out;
+  EXPECT_NE(out.find("If the run ended, the same command with --resume " + ckpt.string() +
+                     " goes on from the newest checkpoint"),
+            std::string::npos)
+      << out;
+  if (how == hit::kill) {
+    EXPECT_NE(out.find("worker rank 0 (pid " + std::to_string(rank0) +
+                       ") was killed by SIGKILL: the run lost its coordinator"),
+              std::string::npos)
+        << out;
+  } else {
+    EXPECT_NE(out.find("killed rank 0 (pid " + std::to_string(rank0) + "), which stopped answering"),
+              std::string::npos)
+        << out;
+  }
+  // No worker trained on alone: no step after the hit reached the output
+  // beyond the one in flight, and the run did not finish.
+  EXPECT_EQ(out.find("step    40/40"), std::string::npos) << out;
+
+  // The newest checkpoint loads, and the run goes on from it to the clean
+  // run's bytes.
+  auto r = actorpipe({"launch", "--nprocs", std::to_string(nprocs), cfg, "--quiet", "--resume", ckpt.string(),
+                      "--save", resumed});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const std::string all = r.out + r.err;
+  const size_t note = all.find("resuming after step ");
+  ASSERT_NE(note, std::string::npos) << describe(r);
+  std::printf("%s: %s\n", tag.c_str(), all.substr(note, all.find('\n', note) - note).c_str());
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(resumed))
+      << "resumed after the coordinator's loss, the run saved other bytes than the clean one\n"
+      << describe(r);
+}
+
+TEST(CoordinatorLost, AKillNineOfRankZeroStopsEveryWorkerWithExit5AndResumeEndsBitwise) {
+  lose_the_coordinator_then_resume("kill_pp3", 3, 1, hit::kill);
+}
+
+TEST(CoordinatorLost, ARankZeroThatStopsAnsweringIsKilledAndEveryWorkerStopsWithExit5) {
+  lose_the_coordinator_then_resume("stop_dp2_pp2", 2, 2, hit::stop);
+}
+
+}  // namespace
+}  // namespace actorpipe
