@@ -3,12 +3,19 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <memory>
 #include <optional>
+#include <thread>
 
-#include "messages/atoms.hpp"
 #include "actors/trainer.hpp"
+#include "messages/atoms.hpp"
 #include "messages/errors.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
 
 namespace actorpipe::rank_detail {
 
@@ -39,15 +46,18 @@ caf::behavior serving(agent_ptr self);
 // rank any more, and it trains on alone for no one. It stops (exit 5);
 // the checkpoints on disk are whole (each written to a temporary name,
 // then renamed).
-run_error coordinator_lost(const rank_context& cx, const std::string& at, const std::string& why) {
-  const std::string& dir = cx.cfg.checkpoint.dir;
+run_error coordinator_lost(const std::string& where, const std::string& dir, const std::string& at,
+                           const std::string& why) {
   return run_error(run_failure{
       run_errc::coordinator_lost, -1, -1, -1,
-      cx.where + " lost rank 0 (the coordinator: the supervisor and the store) at " + at + " (" + why +
-          "); stopped. " +
+      where + " lost rank 0 (the coordinator: the supervisor and the store) at " + at + " (" + why + "); stopped. " +
           (dir.empty() ? std::string("If the run ended, it starts over (no checkpoint.dir)")
                        : "If the run ended, the same command with --resume " + dir +
                              " goes on from the newest checkpoint")});
+}
+
+run_error coordinator_lost(const rank_context& cx, const std::string& at, const std::string& why) {
+  return coordinator_lost(cx.where, cx.cfg.checkpoint.dir, at, why);
 }
 
 // Ends the agent: with an exception for the caller to rethrow, or none.
@@ -60,15 +70,69 @@ void end(agent_ptr self, std::exception_ptr e = nullptr) {
   self->quit();
 }
 
+// A step between generations (the next plan read, a generation formed)
+// that failed while rank 0's store no longer answers lost the coordinator.
+// Only once rank 0's store has answered this process (or rank 0 asked for
+// it as a replacement): before, a refused store is a master not there yet.
+std::exception_ptr loss_of(const rank_runtime& rt, const rank_context& cx, std::exception_ptr e) {
+  if (!rt.store && start_generation() == 0) return e;
+  return as_coordinator_loss(cx.env, cx.where, cx.cfg.checkpoint.dir, std::move(e));
+}
+
+// While the agent blocks in join_generation (a heal, a re-placement, the
+// first set-up), no message reaches it: a rank 0 that dies then would
+// leave this rank waiting on it in the rendezvous or the channel until a
+// timeout. A thread watches rank 0's store meanwhile (the store is in
+// rank 0's process): once it has answered, two probes in a row that it
+// refuses end this process with the coordinator's loss (exit 5). Nothing
+// of the run is left to save here; the checkpoints on disk are whole.
+class coordinator_watch {
+public:
+  explicit coordinator_watch(const rank_context& cx) {
+    const rank_env& env = cx.env;
+    if (env.rank == 0 || env.master_addr.empty() || env.master_port <= 0) return;
+    const std::string host = env.master_addr;
+    const auto port = static_cast<uint16_t>(env.master_port);
+    const std::string line =
+        failure_line(run_errc::coordinator_lost,
+                     coordinator_lost(cx, host + ":" + std::to_string(port), "its store: @, while a generation formed")
+                         .what());
+    std::thread([done = done_, host, port, line] {
+      bool seen = false;
+      int refused = 0;
+      while (!done->load()) {
+        const std::string why = try_connect(host, port, std::chrono::milliseconds(300));
+        if (done->load()) return;
+        if (why.empty()) seen = true, refused = 0;
+        else if (seen && ++refused >= 2) {
+          std::string text = line;
+          text.replace(text.find('@'), 1, why);
+          std::fputs(text.c_str(), stderr);
+          std::fflush(nullptr);
+          std::_Exit(exit_code_for(run_errc::coordinator_lost));
+        }
+        for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }).detach();
+  }
+  ~coordinator_watch() { done_->store(true); }
+  coordinator_watch(const coordinator_watch&) = delete;
+  coordinator_watch& operator=(const coordinator_watch&) = delete;
+
+private:
+  std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
+};
+
 caf::behavior joining(agent_ptr self) {
   return {[=](join_atom) {
     auto& s = self->state;
     try {
       train_options opts = s.cx->opts;
       opts.epoch = s.hp.generation;
+      coordinator_watch watch(*s.cx);
       s.gen = join_generation(*s.rt, *s.cx, s.hp, opts);
     } catch (...) {
-      end(self, std::current_exception());
+      end(self, loss_of(*s.rt, *s.cx, std::current_exception()));
       return;
     }
     self->monitor(s.gen->peers.dirs[0]);
@@ -87,7 +151,12 @@ caf::behavior serving(agent_ptr self) {
       [=](heal_atom, uint32_t g) {
         auto& s = self->state;
         self->demonitor(s.gen->peers.dirs[0]);
-        s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
+        try {
+          s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
+        } catch (...) {
+          end(self, loss_of(*s.rt, *s.cx, std::current_exception()));
+          return;
+        }
         s.gen.reset();  // this generation's stages go
         self->send(self, join_atom::value);
         self->become(joining(self));
@@ -142,6 +211,79 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
 }
 
 }  // namespace
+
+std::exception_ptr as_coordinator_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
+                                       std::exception_ptr e) {
+  if (!e || env.rank == 0 || env.master_addr.empty() || env.master_port <= 0) return e;
+  std::string first;
+  try {
+    std::rethrow_exception(e);
+  } catch (const run_error&) {
+    return e;  // the run's own verdict, or the loss already named
+  } catch (const peer_stopped&) {
+    return e;
+  } catch (const config_error&) {
+    return e;
+  } catch (const std::exception& x) {
+    first = x.what();
+  } catch (...) {
+    first = "unknown error";
+  }
+  // A process killed a moment ago may still accept on its listening
+  // socket while its others are reset: a few probes, 50 ms apart.
+  std::string why;
+  for (int probe = 0; probe < 5 && why.empty(); ++probe) {
+    if (probe > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    why = try_connect(env.master_addr, static_cast<uint16_t>(env.master_port), std::chrono::milliseconds(300));
+  }
+  if (why.empty()) return e;
+  return std::make_exception_ptr(coordinator_lost(where, checkpoint_dir,
+                                                  env.master_addr + ":" + std::to_string(env.master_port),
+                                                  "its store: " + why + "; " + first));
+}
+
+namespace {
+
+struct lost_store_context {
+  rank_env env;
+  std::string where, dir;
+  std::terminate_handler before = nullptr;
+};
+
+lost_store_context& lost_store() {
+  static lost_store_context c;
+  return c;
+}
+
+[[noreturn]] void on_terminate() {
+  auto& c = lost_store();
+  if (std::exception_ptr e = std::current_exception()) {
+    std::exception_ptr lost = as_coordinator_loss(c.env, c.where, c.dir, e);
+    if (lost != e) {
+      try {
+        std::rethrow_exception(lost);
+      } catch (const run_error& x) {
+        std::fputs(failure_line(x.code(), x.what()).c_str(), stderr);
+      } catch (...) {
+      }
+      std::fflush(nullptr);
+      std::_Exit(exit_code_for(run_errc::coordinator_lost));
+    }
+  }
+  if (c.before) c.before();
+  std::abort();
+}
+
+}  // namespace
+
+void exit_5_on_a_lost_store(const rank_env& env, const std::string& where, const std::string& checkpoint_dir) {
+  auto& c = lost_store();
+  c.env = env;
+  c.where = where;
+  c.dir = checkpoint_dir;
+  std::terminate_handler was = std::set_terminate(on_terminate);
+  if (was != on_terminate) c.before = was;
+}
 
 void run_agent(rank_runtime& rt, const rank_start& start) {
   auto thrown = std::make_shared<std::exception_ptr>();

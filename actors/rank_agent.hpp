@@ -29,4 +29,20 @@ namespace actorpipe::rank_detail {
 /// is gone.
 void run_agent(rank_runtime& rt, const rank_start& start);
 
+/// `e` as the coordinator's loss (run_errc::coordinator_lost, exit 5) when
+/// it is not a verdict of the run's own (run_error, peer_stopped, a config
+/// error) and rank 0's store, which is in rank 0's process, no longer
+/// answers at env's master address; else `e`. Only for a rank other than
+/// 0 that has reached the store before, or was started for a later
+/// generation (a replacement, asked for while the store listened).
+/// From now on, an exception that ends this process on a thread of its
+/// own (LibTorch's store client throws std::system_error on a thread of its
+/// own when the store's process dies: std::terminate) is taken for the
+/// coordinator's loss when rank 0's store no longer answers: the line and
+/// exit 5 instead of an abort. Any other goes on to the default handler.
+void exit_5_on_a_lost_store(const rank_env& env, const std::string& where, const std::string& checkpoint_dir);
+
+std::exception_ptr as_coordinator_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
+                                       std::exception_ptr e);
+
 }  // namespace actorpipe::rank_detail

@@ -163,12 +163,17 @@ train_output run_rank(const config& cfg, const train_options& opts) {
   // the write's error says it instead, and the supervisor heals.
   std::signal(SIGPIPE, SIG_IGN);
   auto rt = std::make_shared<rank_runtime>();
+  if (opts.ranks.rank != 0) rank_detail::exit_5_on_a_lost_store(opts.ranks, where_of(opts.ranks), cfg.checkpoint.dir);
   train_output out;
   std::exception_ptr failed;
   try {
     out = run_rank_in(*rt, cfg, opts);
   } catch (...) {
     failed = std::current_exception();
+    // Whatever broke first on a rank that had reached rank 0's store: if
+    // that store no longer answers, the coordinator is gone.
+    if ((rt->store || rank_detail::start_generation() > 0) && opts.ranks.rank != 0)
+      failed = rank_detail::as_coordinator_loss(opts.ranks, where_of(opts.ranks), cfg.checkpoint.dir, failed);
   }
   // The actor system waits for every actor it ran to be destroyed; a
   // reference left behind by a peer that went away (seen now and then in

@@ -86,41 +86,6 @@ std::string digest_mismatch(const std::vector<int>& ranks, const std::vector<std
 
 // ---- reaching the master ----------------------------------------------------
 
-// One TCP connect to host:port bounded by `limit`; "" when it connected, or
-// why it did not.
-std::string try_connect(const std::string& host, uint16_t port, std::chrono::milliseconds limit) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  if (rc != 0) return std::string("cannot resolve the host: ") + ::gai_strerror(rc);
-  std::string why = "no address";
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, limit.count())));
-      socklen_t len = sizeof err;
-      if (r == 1) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      else err = ETIMEDOUT;
-    }
-    ::close(fd);
-    if (err == 0) {
-      ::freeaddrinfo(found);
-      return "";
-    }
-    why = err == ECONNREFUSED ? "connection refused" : err == ETIMEDOUT ? "no answer" : std::strerror(err);
-  }
-  ::freeaddrinfo(found);
-  return why;
-}
-
 // Connects to (or, on the rank that hosts it, starts) the store.
 store_ptr open_store(const rendezvous_options& o, clock_type::time_point deadline) {
   const std::string at = o.master_addr + ":" + std::to_string(o.master_port);
@@ -137,6 +102,11 @@ store_ptr open_store(const rendezvous_options& o, clock_type::time_point deadlin
     while (!(why = try_connect(o.master_addr, o.master_port, std::min(left_until(deadline),
                                                                           std::chrono::milliseconds(1000))))
                 .empty()) {
+      // A later generation's process (a replacement) was asked for by
+      // rank 0, whose store listened then: refused now, it is gone.
+      if (o.generation > 0 && why == "connection refused")
+        throw rendezvous_error("rank 0's store at " + at + " refused generation " + std::to_string(o.generation) +
+                               "'s process (" + why + ")");
       if (left_until(deadline).count() <= 0)
         throw rendezvous_error("cannot reach the master at " + at + " within " + describe_timeout(o.timeout) + " (" +
                                why + ")");
@@ -331,6 +301,40 @@ rendezvous_result run_other(board& b, const rendezvous_options& o) {
 }
 
 }  // namespace
+
+std::string try_connect(const std::string& host, uint16_t port, std::chrono::milliseconds limit) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0) return std::string("cannot resolve the host: ") + ::gai_strerror(rc);
+  std::string why = "no address";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, limit.count())));
+      socklen_t len = sizeof err;
+      if (r == 1) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      else err = ETIMEDOUT;
+    }
+    ::close(fd);
+    if (err == 0) {
+      ::freeaddrinfo(found);
+      return "";
+    }
+    why = err == ECONNREFUSED ? "connection refused" : err == ETIMEDOUT ? "no answer" : std::strerror(err);
+  }
+  ::freeaddrinfo(found);
+  return why;
+}
+
 
 std::string describe_timeout(std::chrono::milliseconds timeout) {
   auto ms = timeout.count();

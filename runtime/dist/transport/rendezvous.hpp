@@ -114,6 +114,10 @@ rendezvous_result rendezvous(const rendezvous_options& options);
 /// answers within `timeout`.
 kv_store_ptr open_client_store(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
 
+/// One TCP connect to host:port bounded by `limit`: "" when it connected,
+/// else why not ("connection refused", "no answer", ...).
+std::string try_connect(const std::string& host, uint16_t port, std::chrono::milliseconds limit);
+
 /// "2 s", "1.5 s", "250 ms": a timeout as the messages name it.
 std::string describe_timeout(std::chrono::milliseconds timeout);
 
