@@ -72,11 +72,8 @@ void end(agent_ptr self, std::exception_ptr e = nullptr) {
 
 // A step between generations (the next plan read, a generation formed)
 // that failed while rank 0's store no longer answers lost the coordinator.
-// Only once rank 0's store has answered this process (or rank 0 asked for
-// it as a replacement): before, a refused store is a master not there yet.
 std::exception_ptr loss_of(const rank_runtime& rt, const rank_context& cx, std::exception_ptr e) {
-  if (!rt.store && start_generation() == 0) return e;
-  return as_coordinator_loss(cx.env, cx.where, cx.cfg.checkpoint.dir, std::move(e));
+  return as_coordinator_loss(rt, cx.env, cx.where, cx.cfg.checkpoint.dir, std::move(e));
 }
 
 // While the agent blocks in join_generation (a heal, a re-placement, the
@@ -210,10 +207,9 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
   }};
 }
 
-}  // namespace
-
-std::exception_ptr as_coordinator_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
-                                       std::exception_ptr e) {
+// as_coordinator_loss without asking whether the store was reached.
+std::exception_ptr probed_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
+                               std::exception_ptr e) {
   if (!e || env.rank == 0 || env.master_addr.empty() || env.master_port <= 0) return e;
   std::string first;
   try {
@@ -242,8 +238,6 @@ std::exception_ptr as_coordinator_loss(const rank_env& env, const std::string& w
                                                   "its store: " + why + "; " + first));
 }
 
-namespace {
-
 struct lost_store_context {
   rank_env env;
   std::string where, dir;
@@ -258,7 +252,7 @@ lost_store_context& lost_store() {
 [[noreturn]] void on_terminate() {
   auto& c = lost_store();
   if (std::exception_ptr e = std::current_exception()) {
-    std::exception_ptr lost = as_coordinator_loss(c.env, c.where, c.dir, e);
+    std::exception_ptr lost = probed_loss(c.env, c.where, c.dir, e);
     if (lost != e) {
       try {
         std::rethrow_exception(lost);
@@ -275,6 +269,12 @@ lost_store_context& lost_store() {
 }
 
 }  // namespace
+
+std::exception_ptr as_coordinator_loss(const rank_runtime& rt, const rank_env& env, const std::string& where,
+                                       const std::string& checkpoint_dir, std::exception_ptr e) {
+  if (!rt.store && start_generation() == 0) return e;
+  return probed_loss(env, where, checkpoint_dir, std::move(e));
+}
 
 void exit_5_on_a_lost_store(const rank_env& env, const std::string& where, const std::string& checkpoint_dir) {
   auto& c = lost_store();

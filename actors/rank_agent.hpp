@@ -33,16 +33,17 @@ void run_agent(rank_runtime& rt, const rank_start& start);
 /// it is not a verdict of the run's own (run_error, peer_stopped, a config
 /// error) and rank 0's store, which is in rank 0's process, no longer
 /// answers at env's master address; else `e`. Only for a rank other than
-/// 0 that has reached the store before, or was started for a later
-/// generation (a replacement, asked for while the store listened).
+/// 0 that has reached the store (rt.store) or was started for a later
+/// generation (a replacement, asked for while the store listened):
+/// before, a refused store is a master not there yet.
+std::exception_ptr as_coordinator_loss(const rank_runtime& rt, const rank_env& env, const std::string& where,
+                                       const std::string& checkpoint_dir, std::exception_ptr e);
+
 /// From now on, an exception that ends this process on a thread of its
 /// own (LibTorch's store client throws std::system_error on a thread of its
 /// own when the store's process dies: std::terminate) is taken for the
 /// coordinator's loss when rank 0's store no longer answers: the line and
 /// exit 5 instead of an abort. Any other goes on to the default handler.
 void exit_5_on_a_lost_store(const rank_env& env, const std::string& where, const std::string& checkpoint_dir);
-
-std::exception_ptr as_coordinator_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
-                                       std::exception_ptr e);
 
 }  // namespace actorpipe::rank_detail

@@ -172,8 +172,7 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     failed = std::current_exception();
     // Whatever broke first on a rank that had reached rank 0's store: if
     // that store no longer answers, the coordinator is gone.
-    if ((rt->store || rank_detail::start_generation() > 0) && opts.ranks.rank != 0)
-      failed = rank_detail::as_coordinator_loss(opts.ranks, where_of(opts.ranks), cfg.checkpoint.dir, failed);
+    failed = rank_detail::as_coordinator_loss(*rt, opts.ranks, where_of(opts.ranks), cfg.checkpoint.dir, failed);
   }
   // The actor system waits for every actor it ran to be destroyed; a
   // reference left behind by a peer that went away (seen now and then in
