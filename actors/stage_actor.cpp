@@ -30,6 +30,8 @@ caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint = false);
 std::string keep_boundary(stage_ptr self, int64_t step, bool start);
 void keep_after(stage_ptr self, int64_t step);
+void copy_landed(stage_ptr self);
+void apply(stage_ptr self, const apply_msg& m);
 
 /// The initial state: waits to learn its neighbours and its driver.
 caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
@@ -157,8 +159,48 @@ stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint) {
 // After `step`'s update: its boundary kept and, with a keeper, the copy
 // announced to it.
 void keep_after(stage_ptr self, int64_t step) {
-  if (auto described = keep_boundary(self, step, false); !described.empty())
-    self->send(self->state.keeper, keep_atom::value, int32_t{slot_of(self->state)}, step, std::move(described));
+  auto described = keep_boundary(self, step, false);
+  if (described.empty()) return;
+  ++self->state.copies_in_flight;
+  // Answered once the copy is in the keeper's memory, or failed (the keeper
+  // or this process gone: a heal follows, and this generation ends).
+  self->request(self->state.keeper, caf::infinite, keep_atom::value, int32_t{slot_of(self->state)}, step,
+                std::move(described))
+      .then([self] { copy_landed(self); }, [self](caf::error&) { copy_landed(self); });
+}
+
+// Whether the update of `step` must wait for a copy to land first: it
+// keeps a lasting boundary that goes to a keeper, and two are on their way.
+bool waits_for_copies(const stage_state& st, int64_t step) {
+  return st.keeper && st.setup.boundary && !st.setup.live_boundary && st.copies_in_flight >= 2 &&
+         copy_rule{st.setup.copy_every}.lasting(step);
+}
+
+void copy_landed(stage_ptr self) {
+  auto& st = self->state;
+  --st.copies_in_flight;
+  if (st.held_apply && !waits_for_copies(st, st.held_apply->step)) {
+    apply_msg m = std::move(*st.held_apply);
+    st.held_apply.reset();
+    apply(self, m);
+  }
+}
+
+// The driver's apply of `m.step`: the update, its report, and the boundary
+// after it.
+void apply(stage_ptr self, const apply_msg& m) {
+  const int64_t begin = now_ns(self->state);
+  std::string nonfinite = apply_update(self, m);
+  const int64_t end = now_ns(self->state);
+  // `after_op: update`: the process dies (or stops) right after it.
+  if (const auto kill = self->state.faults.kill_after_update(m.step))
+    ::raise(*kill == fault_kind::kill_process ? SIGKILL : SIGSTOP);
+  const auto& su = self->state.setup;
+  self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
+             m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end, nonfinite);
+  // A finite update's state is the boundary after the step (a close
+  // that undoes it keeps the state from before instead).
+  if (nonfinite.empty()) keep_after(self, m.step);
 }
 
 // Healing: at a lasting boundary (the generation's start, or after every
@@ -261,18 +303,10 @@ caf::behavior running(stage_ptr self) {
         self->send(self->state.driver, round_done_atom::value, round);
       },
       [=](apply_atom, const apply_msg& m) {
-        const int64_t begin = now_ns(self->state);
-        std::string nonfinite = apply_update(self, m);
-        const int64_t end = now_ns(self->state);
-        // `after_op: update`: the process dies (or stops) right after it.
-        if (const auto kill = self->state.faults.kill_after_update(m.step))
-          ::raise(*kill == fault_kind::kill_process ? SIGKILL : SIGSTOP);
-        const auto& su = self->state.setup;
-        self->send(self->state.driver, applied_atom::value, su.replica * su.stages + su.rank, m.step,
-                   m.checksum ? weights_checksum(self->state) : uint64_t{0}, begin, end, nonfinite);
-        // A finite update's state is the boundary after the step (a close
-        // that undoes it keeps the state from before instead).
-        if (nonfinite.empty()) keep_after(self, m.step);
+        if (waits_for_copies(self->state, m.step))
+          self->state.held_apply = m;
+        else
+          apply(self, m);
       },
       // The driver judged every stage's update of `step`: the step closes
       // here and the next one begins, so no message of it is taken before

@@ -61,6 +61,13 @@ struct stage_state {
   std::map<uint64_t, caf::response_promise> owed_copies;
   uint64_t copies_asked = 0;
   bool said_why_socket = false;  // a copy that could not go through shared memory, said once
+  // Copies sent to the keeper and not yet in its memory. A heal can use
+  // only the three newest lasting boundaries (runtime/dist/heal_plan.hpp):
+  // an update whose boundary would send a third waits here until one is in
+  // (a keeper slower than the copies, under load or a CPU quota, would
+  // otherwise hold none of them when the stage's process dies).
+  int copies_in_flight = 0;
+  std::optional<apply_msg> held_apply;
 
   int64_t step = -1;
   // Ready sets, in-order promotion, duplicate detection and the policy's
