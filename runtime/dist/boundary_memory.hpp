@@ -18,7 +18,8 @@
 // step it was applying and the others the one before; and a keeper's
 // copies of the newest two may still be on their way (a dying sender's
 // last copy never arrives, and under load the one before it may not have
-// either), so every slot must still hold the one before those: four.
+// either; a stage's update waits while two are, so never a third), so
+// every slot must still hold the one before those: four.
 // Each boundary held beyond the live one is a set of the stage's weights
 // and optimizer state in memory (and, stepped aside, a set of buffers the
 // stage writes in turn).
