@@ -77,12 +77,18 @@ std::exception_ptr loss_of(const rank_runtime& rt, const rank_context& cx, std::
 }
 
 // While the agent blocks in join_generation (a heal, a re-placement, the
-// first set-up), no message reaches it: a rank 0 that dies then would
-// leave this rank waiting on it in the rendezvous or the channel until a
-// timeout. A thread watches rank 0's store meanwhile (the store is in
-// rank 0's process): once it has answered, two probes in a row that it
-// refuses end this process with the coordinator's loss (exit 5). Nothing
-// of the run is left to save here; the checkpoints on disk are whole.
+// first set-up) or reads the next plan, no message reaches it: a rank 0
+// that dies or stops then would leave this rank waiting on it in the
+// rendezvous, the channel or the store until a timeout (or, in a store
+// read that had begun, for good). A thread watches rank 0's store
+// meanwhile (the store is in rank 0's process): once it has answered, two
+// probes in a row that it refuses, or a store that still accepts a
+// connection but answers nothing for supervision.heartbeat_timeout_s (a
+// stopped process's kernel still accepts), end this process with the
+// coordinator's loss (exit 5). Nothing of the run is left to save here;
+// the checkpoints on disk are whole.
+// (Not around the last store write of a run that ends well: its probe's
+// connection would see rank 0 end.)
 class coordinator_watch {
 public:
   explicit coordinator_watch(const rank_context& cx) {
@@ -94,19 +100,45 @@ public:
         failure_line(run_errc::coordinator_lost,
                      coordinator_lost(cx, host + ":" + std::to_string(port), "its store: @, while a generation formed")
                          .what());
-    std::thread([done = done_, host, port, line] {
+    const auto answer_within =
+        std::chrono::milliseconds(static_cast<int64_t>(cx.cfg.supervision.heartbeat_timeout_s * 1000));
+    // A key of this rank's own: a get of it answers at once from a store
+    // that runs (a check, unlike a get, waits for the answer without end).
+    const std::string mine = env.store_prefix + "/actorpipe/coordinator_probe/" + std::to_string(env.rank);
+    std::thread([done = done_, host, port, line, answer_within, mine] {
+      const auto lose = [&](const std::string& why) {
+        std::string text = line;
+        text.replace(text.find('@'), 1, why);
+        std::fputs(text.c_str(), stderr);
+        std::fflush(nullptr);
+        std::_Exit(exit_code_for(run_errc::coordinator_lost));
+      };
       bool seen = false;
       int refused = 0;
+      kv_store_ptr probe;  // a connection of this thread's own, once the store accepted one
       while (!done->load()) {
         const std::string why = try_connect(host, port, std::chrono::milliseconds(300));
         if (done->load()) return;
-        if (why.empty()) seen = true, refused = 0;
-        else if (seen && ++refused >= 2) {
-          std::string text = line;
-          text.replace(text.find('@'), 1, why);
-          std::fputs(text.c_str(), stderr);
-          std::fflush(nullptr);
-          std::_Exit(exit_code_for(run_errc::coordinator_lost));
+        if (why.empty()) {
+          seen = true, refused = 0;
+          if (answer_within.count() > 0) {
+            const auto asked = std::chrono::steady_clock::now();
+            try {
+              if (!probe) {
+                probe = open_client_store(host, port, answer_within);
+                probe->set(mine, "1");
+              }
+              probe->get(mine);
+            } catch (const std::exception&) {
+              probe.reset();  // a refused one is seen by the next connect
+              if (done->load()) return;
+              if (std::chrono::steady_clock::now() - asked >= answer_within * 9 / 10)
+                lose("no answer within " + describe_timeout(answer_within) +
+                     " (supervision.heartbeat_timeout_s), though it accepts connections: stopped or hung");
+            }
+          }
+        } else if (seen && ++refused >= 2) {
+          lose(why);
         }
         for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -149,6 +181,7 @@ caf::behavior serving(agent_ptr self) {
         auto& s = self->state;
         self->demonitor(s.gen->peers.dirs[0]);
         try {
+          coordinator_watch watch(*s.cx);  // a store that stops answering mid-read blocks it without end
           s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
         } catch (...) {
           end(self, loss_of(*s.rt, *s.cx, std::current_exception()));

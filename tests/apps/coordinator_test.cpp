@@ -140,16 +140,21 @@ TEST(CoordinatorLost, ARankZeroThatStopsAnsweringIsKilledAndEveryWorkerStopsWith
   lose_the_coordinator_then_resume("stop_dp2_pp2", 2, 2, hit::stop);
 }
 
-// Rank 0 killed while it heals another rank (20 to 40 ms after RANK 2's
-// kill: during the heal's rendezvous, channel or groups, or as the
-// replacement starts): the survivor and the replacement each stop with
-// exit 5, none hangs until the launcher's SIGKILL, none aborts.
-TEST(CoordinatorLost, ARankZeroKilledWhileItHealsAnotherStopsEveryWorkerWithExit5) {
-  const fs::path ckpt = test_dir() / "mid_heal_ckpt";
-  const std::string cfg = config("mid_heal", 3, 1, ckpt);
+// Rank 0 hit while it heals another rank (20 to 40 ms after RANK 2's kill:
+// during the heal's rendezvous, channel or groups, or as the replacement
+// starts): the survivor and the replacement each stop by themselves with
+// exit 5 (at once for a kill; a stopped rank 0's store accepts connections
+// but answers nothing, which they see within the heartbeat timeout), none
+// hangs until the launcher's SIGKILL, none aborts.
+void hit_the_coordinator_mid_heal(hit how) {
+  const std::string tag = how == hit::kill ? "mid_heal" : "mid_heal_stop";
+  const fs::path ckpt = test_dir() / (tag + "_ckpt");
+  const std::string cfg = config(tag, 3, 1, ckpt);
   for (int delay_ms : {20, 30, 40}) {
-    const std::string what = "rank 0 killed " + std::to_string(delay_ms) + " ms after rank 2\n";
-    testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / ("mid_heal_" + std::to_string(delay_ms) + ".out")).string(), {"--nprocs", "3", cfg});
+    const std::string what = std::string("rank 0 ") + (how == hit::kill ? "killed " : "stopped ") +
+                             std::to_string(delay_ms) + " ms after rank 2's kill\n";
+    testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + std::to_string(delay_ms) + ".out")).string(),
+                                        {"--nprocs", "3", cfg});
     ASSERT_TRUE(run.started());
     ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
     const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0)), rank2 = run.worker(2, std::chrono::milliseconds(0));
@@ -158,19 +163,33 @@ TEST(CoordinatorLost, ARankZeroKilledWhileItHealsAnotherStopsEveryWorkerWithExit
     ::kill(rank2, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     const auto hit_at = std::chrono::steady_clock::now();
-    ::kill(rank0, SIGKILL);
+    ::kill(rank0, how == hit::kill ? SIGKILL : SIGSTOP);
     const int code = run.wait(60);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - hit_at).count();
     const std::string out = run.output();
     ASSERT_EQ(code, 5) << what << out;
-    std::printf("mid-heal, %d ms: every worker gone %.2f s after rank 0's kill\n", delay_ms, took);
+    std::printf("mid-heal, %d ms: every worker gone %.2f s after rank 0's %s\n", delay_ms, took,
+                how == hit::kill ? "kill" : "stop");
     EXPECT_LT(took, heartbeat_s + 2) << what << out;
     EXPECT_EQ(out.find("still running"), std::string::npos) << what << out;
     EXPECT_EQ(out.find("SIGABRT"), std::string::npos) << what << out;
     EXPECT_EQ(out.find("terminate called"), std::string::npos) << what << out;
     EXPECT_EQ(out.find(") exited with 1"), std::string::npos) << what << out;
     EXPECT_NE(out.find("rank 1/3 lost rank 0 (the coordinator"), std::string::npos) << what << out;
+    if (how == hit::stop) {
+      EXPECT_NE(out.find("killed rank 0 (pid " + std::to_string(rank0) + "), which stopped answering"),
+                std::string::npos)
+          << what << out;
+    }
   }
+}
+
+TEST(CoordinatorLost, ARankZeroKilledWhileItHealsAnotherStopsEveryWorkerWithExit5) {
+  hit_the_coordinator_mid_heal(hit::kill);
+}
+
+TEST(CoordinatorLost, ARankZeroStoppedWhileItHealsAnotherStopsEveryWorkerWithExit5) {
+  hit_the_coordinator_mid_heal(hit::stop);
 }
 
 }  // namespace
