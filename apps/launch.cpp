@@ -81,11 +81,12 @@ int config_index(int argc, char** argv) {
   return i < argc ? i : argc;
 }
 
-uint16_t parse_port(const std::string& v) {
+// `flag`: what the user wrote the port in, for the error.
+uint16_t parse_port(const std::string& v, const std::string& flag = "--master-port") {
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 0 || n > 65535)
-    throw usage_error("--master-port expects a port number 0..65535, got " + quoted_input(v));
+    throw usage_error(flag + " expects a port number 0..65535, got " + quoted_input(v));
   return static_cast<uint16_t>(n);
 }
 
@@ -95,11 +96,11 @@ void join_options(const args& a, launch_options& o) {
     if (a.has(f)) throw usage_error(std::string("--join takes the job's address from HOST:PORT; drop ") + f);
   const std::string v = a.options.at("--join");
   const size_t colon = v.rfind(':');
-  if (colon == std::string::npos || colon == 0)
+  if (colon == std::string::npos || colon == 0 || colon + 1 == v.size())
     throw usage_error("--join expects HOST:PORT (the address rank 0 prints), got " + quoted_input(v));
   o.master_addr = v.substr(0, colon);
   const std::string port = v.substr(colon + 1);
-  o.master_port = parse_port(port);
+  o.master_port = parse_port(port, "--join's PORT");
   if (o.master_port == 0) throw usage_error("--join expects a port above 0, got " + quoted_input(port));
   o.join = true;
 }

@@ -178,8 +178,11 @@ TEST(CliKeys, EveryConfigKeyOrThoseUnderAPrefix) {
   EXPECT_GE(listed, 90u);
   auto some = actorpipe({"keys", "supervision"});
   ASSERT_EQ(some.code, 0) << describe(some);
-  for (const auto& l : lines(some.out))
-    if (!l.empty() && l[0] != ' ') EXPECT_EQ(l.rfind("supervision", 0), 0u) << l;
+  for (const auto& l : lines(some.out)) {
+    if (!l.empty() && l[0] != ' ') {
+      EXPECT_EQ(l.rfind("supervision", 0), 0u) << l;
+    }
+  }
   EXPECT_NE(some.out.find("supervision.heartbeat_timeout_s  (seconds in [1, 86400]; default 10)"), std::string::npos)
       << some.out;
   auto md = actorpipe({"keys", "--markdown"});
@@ -266,7 +269,12 @@ TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
        "same port"},
       {{"launch", "--nprocs", "1", "--nproc-per-node", "1", cfg},
        "actorpipe: --nprocs and --nproc-per-node are the same option; give one"},
-      {{"launch", "--nnodes", "0", "--nprocs", "1", cfg}, "actorpipe: --nnodes expects a positive integer, got '0'"}};
+      {{"launch", "--nnodes", "0", "--nprocs", "1", cfg}, "actorpipe: --nnodes expects a positive integer, got '0'"},
+      // The address as rank 0's line ends it ("join at 127.0.0.1:47939:"),
+      // its colon copied along; and a port that is not one.
+      {{"launch", "--join", "127.0.0.1:47939:", cfg},
+       "actorpipe: --join expects HOST:PORT (the address rank 0 prints), got '127.0.0.1:47939:'"},
+      {{"launch", "--join", "127.0.0.1:4x", cfg}, "actorpipe: --join's PORT expects a port number 0..65535, got '4x'"}};
   for (const auto& [args, line] : cases) {
     auto r = actorpipe(args);
     EXPECT_EQ(r.code, 2) << line << "\n" << describe(r);
