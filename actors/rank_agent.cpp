@@ -100,6 +100,7 @@ public:
         failure_line(run_errc::coordinator_lost,
                      coordinator_lost(cx, host + ":" + std::to_string(port), "its store: @, while a generation formed")
                          .what());
+    // At least 1 s: the config's checks bound the key to [1, 86400].
     const auto answer_within =
         std::chrono::milliseconds(static_cast<int64_t>(cx.cfg.supervision.heartbeat_timeout_s * 1000));
     // A key of this rank's own: a get of it answers at once from a store
@@ -121,21 +122,19 @@ public:
         if (done->load()) return;
         if (why.empty()) {
           seen = true, refused = 0;
-          if (answer_within.count() > 0) {
-            const auto asked = std::chrono::steady_clock::now();
-            try {
-              if (!probe) {
-                probe = open_client_store(host, port, answer_within);
-                probe->set(mine, "1");
-              }
-              probe->get(mine);
-            } catch (const std::exception&) {
-              probe.reset();  // a refused one is seen by the next connect
-              if (done->load()) return;
-              if (std::chrono::steady_clock::now() - asked >= answer_within * 9 / 10)
-                lose("no answer within " + describe_timeout(answer_within) +
-                     " (supervision.heartbeat_timeout_s), though it accepts connections: stopped or hung");
+          const auto asked = std::chrono::steady_clock::now();
+          try {
+            if (!probe) {
+              probe = open_client_store(host, port, answer_within);
+              probe->set(mine, "1");
             }
+            probe->get(mine);
+          } catch (const std::exception&) {
+            probe.reset();  // a refused one is seen by the next connect
+            if (done->load()) return;
+            if (std::chrono::steady_clock::now() - asked >= answer_within * 9 / 10)
+              lose("no answer within " + describe_timeout(answer_within) +
+                   " (supervision.heartbeat_timeout_s), though it accepts connections: stopped or hung");
           }
         } else if (seen && ++refused >= 2) {
           lose(why);

@@ -169,11 +169,11 @@ void keep_after(stage_ptr self, int64_t step) {
       .then([self] { copy_landed(self); }, [self](caf::error&) { copy_landed(self); });
 }
 
-// Whether the update of `step` must wait for a copy to land first: it
-// keeps a lasting boundary that goes to a keeper, and two are on their way.
+// Whether the update of `step` must wait for a copy to land first: two
+// are on their way (so there is a keeper), and its boundary is a lasting
+// one, which goes to the keeper too.
 bool waits_for_copies(const stage_state& st, int64_t step) {
-  return st.keeper && st.setup.boundary && !st.setup.live_boundary && st.copies_in_flight >= 2 &&
-         copy_rule{st.setup.copy_every}.lasting(step);
+  return st.copies_in_flight >= 2 && copy_rule{st.setup.copy_every}.lasting(step);
 }
 
 void copy_landed(stage_ptr self) {
