@@ -15,6 +15,7 @@
 #include "actors/trainer.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
+#include "runtime/dist/join.hpp"
 #include "runtime/dist/transport/rendezvous.hpp"
 
 namespace actorpipe::rank_detail {
@@ -32,6 +33,9 @@ struct agent_state {
   std::unique_ptr<rank_context> cx;
   heal_plan hp;                           // the generation to join next
   std::optional<joined_generation> gen;   // the one it serves
+  caf::actor rank0;                       // rank 0's directory, once a generation formed
+  std::string rank0_at;                   // its endpoint
+  std::string prefix;                     // the store prefix of the last generation that formed
   std::shared_ptr<std::exception_ptr> thrown;
   caf::response_promise promise;
   static inline const char* name = "rank_agent";
@@ -103,10 +107,13 @@ public:
     // At least 1 s: the config's checks bound the key to [1, 86400].
     const auto answer_within =
         std::chrono::milliseconds(static_cast<int64_t>(cx.cfg.supervision.heartbeat_timeout_s * 1000));
-    // A key of this rank's own: a get of it answers at once from a store
-    // that runs (a check, unlike a get, waits for the answer without end).
-    const std::string mine = env.store_prefix + "/actorpipe/coordinator_probe/" + std::to_string(env.rank);
-    std::thread([done = done_, host, port, line, answer_within, mine] {
+    // The probe is a beat of this process's counter alive/<RANK>
+    // (runtime/dist/join.hpp): it answers at once from a store that runs,
+    // and rank 0 sees a process that joins go on beating while a
+    // generation forms (actors/rank_forming.cpp).
+    const std::string prefix = env.store_prefix;
+    const int home = cx.home >= 0 ? cx.home : cx.opts.ranks.rank;
+    std::thread([done = done_, host, port, line, answer_within, prefix, home] {
       const auto lose = [&](const std::string& why) {
         std::string text = line;
         text.replace(text.find('@'), 1, why);
@@ -124,11 +131,8 @@ public:
           seen = true, refused = 0;
           const auto asked = std::chrono::steady_clock::now();
           try {
-            if (!probe) {
-              probe = open_client_store(host, port, answer_within);
-              probe->set(mine, "1");
-            }
-            probe->get(mine);
+            if (!probe) probe = open_client_store(host, port, answer_within);
+            beat(*probe, prefix, home);
           } catch (const std::exception&) {
             probe.reset();  // a refused one is seen by the next connect
             if (done->load()) return;
@@ -151,34 +155,67 @@ private:
   std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
 };
 
+// The store armed with generation g's called-off key while it forms
+// (actors/rank_forming.cpp), disarmed however the forming ends.
+struct armed {
+  armed(const kv_store_ptr& store, const std::string& key) : store(store) {
+    if (store) store->arm(key);
+  }
+  ~armed() {
+    if (store) store->arm("");
+  }
+  kv_store_ptr store;
+};
+
 caf::behavior joining(agent_ptr self) {
   return {[=](join_atom) {
     auto& s = self->state;
+    const uint32_t g = s.hp.generation;
+    const context_before before = before_forming(*s.cx);
     try {
       train_options opts = s.cx->opts;
-      opts.epoch = s.hp.generation;
+      opts.epoch = g;
       coordinator_watch watch(*s.cx);
+      armed arm(s.rt->store, g > 0 ? called_off_key(s.cx->env, g) : "");
       s.gen = join_generation(*s.rt, *s.cx, s.hp, opts);
     } catch (...) {
-      end(self, loss_of(*s.rt, *s.cx, std::current_exception()));
+      std::exception_ptr e = std::current_exception();
+      // Rank 0 called the generation off (a process lost while it
+      // formed): back to the generation before, for rank 0's next plan.
+      // A process that joined for this one has none to go back to.
+      if (s.rank0 && called_off(*s.rt, *s.cx, g)) {
+        put_back(*s.cx, before);
+        self->monitor(s.rank0);
+        self->become(serving(self));
+        return;
+      }
+      if (g > 0 && !s.rank0 && s.cx->home >= 0 && s.rt->store && s.rt->store->tripped())
+        e = std::make_exception_ptr(rendezvous_error(
+            s.cx->where + ": RANK " + std::to_string(s.cx->home) + " was to join generation " + std::to_string(g) +
+            ", which rank 0 called off (a process was lost while it formed); it stops: join again"));
+      end(self, loss_of(*s.rt, *s.cx, e));
       return;
     }
-    self->monitor(s.gen->peers.dirs[0]);
+    s.rank0 = s.gen->peers.dirs[0];
+    s.rank0_at = s.gen->links.met.endpoints[0];
+    s.prefix = s.gen->links.prefix;
+    self->monitor(s.rank0);
     self->become(serving(self));
   }};
 }
 
+// Between two generations too (one called off): rank 0's next plan or its
+// stop comes here.
 caf::behavior serving(agent_ptr self) {
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
-    if (!s.gen || dm.source != s.gen->peers.dirs[0].address()) return;
-    end(self, std::make_exception_ptr(coordinator_lost(*s.cx, s.gen->links.met.endpoints[0],
-                                                       self->system().render(dm.reason))));
+    if (!s.rank0 || dm.source != s.rank0.address()) return;
+    end(self, std::make_exception_ptr(coordinator_lost(*s.cx, s.rank0_at, self->system().render(dm.reason))));
   });
   return {
       [=](heal_atom, uint32_t g) {
         auto& s = self->state;
-        self->demonitor(s.gen->peers.dirs[0]);
+        self->demonitor(s.rank0);
         try {
           coordinator_watch watch(*s.cx);  // a store that stops answering mid-read blocks it without end
           s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
@@ -192,8 +229,8 @@ caf::behavior serving(agent_ptr self) {
       },
       [=](stop_atom, int32_t code) {
         auto& s = self->state;
-        self->demonitor(s.gen->peers.dirs[0]);
-        s.rt->store->add(s.gen->links.prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
+        self->demonitor(s.rank0);
+        s.rt->store->add(s.prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
         if (code == 0) {
           end(self);
           return;

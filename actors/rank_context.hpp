@@ -10,6 +10,9 @@
 //   rank_stages.cpp     this process's stage actors: where each starts from
 //                       (the config, disk, its own memory, a donor's), the
 //                       copies donated and received, spawned and stopped
+//   rank_forming.cpp    a generation that forms while one of its processes
+//                       is lost: rank 0's watch calls it off, every rank
+//                       puts its context back and takes the next plan
 //   rank_heal.cpp       rank 0, after a generation failed: who is gone,
 //                       what the others hold, heal or give up, and telling
 //                       every rank
@@ -25,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/attempt_setup.hpp"
@@ -104,6 +108,9 @@ struct rank_context {
   // The newest step whose applies rank 0's driver sent in this generation
   // (dp > 1: every live stage will hold it).
   std::atomic<int64_t> decided{-2};
+  // Rank 0: a called-off generation's re-partition had begun to rewrite
+  // some process's boundary memory, so the next plan starts from disk.
+  bool spoiled = false;
 };
 
 // -- rank_links.cpp ----------------------------------------------------------------
@@ -232,7 +239,87 @@ struct joined_generation {
   std::unique_ptr<rank_stages> stages;
   generation_peers peers;
 };
-joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts);
+/// For g > 0, every rank passes generation g's gate (rank_forming.cpp)
+/// before it builds its stages, and waits for rank 0's word that the
+/// generation formed at the end; rank 0 calls `commit` (which throws
+/// forming_aborted when its watch called the generation off) and gives it.
+joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts,
+                                  const std::function<void()>& commit = {});
+
+// -- rank_forming.cpp ----------------------------------------------------------------------
+
+/// What join_generation changes in a rank's context: put back when the
+/// generation it began is called off (the process then serves the
+/// generation before it, as far as rank 0's next plan is concerned).
+struct context_before {
+  rank_env env;
+  std::string where;
+  std::vector<int> members;
+  rank_placement places;
+  std::vector<std::pair<int, int>> parts, moved_from;
+  bool fresh;
+};
+context_before before_forming(const rank_context& cx);
+void put_back(rank_context& cx, const context_before& before);
+
+/// Generation g's keys in the store: rank 0's reason for calling it off,
+/// rank 0's word that it formed (one or the other, never both), and the
+/// gate every rank passes before its stages touch its boundary memory
+/// (rank 0 closes it by adding gate_closed: the sum tells who passed).
+std::string called_off_key(const rank_env& env, uint32_t g);
+std::string formed_key(const rank_env& env, uint32_t g);
+std::string gate_key(const rank_env& env, uint32_t g);
+constexpr int64_t gate_closed = int64_t{1} << 40;
+
+/// A rank other than 0 whose forming of generation g threw: whether rank 0
+/// called g off (seen by its store at once, or within the heartbeat
+/// timeout and 2 s: a peer lost can fail this rank's connect before rank 0
+/// sees it).
+bool called_off(const rank_runtime& rt, const rank_context& cx, uint32_t g);
+
+/// What rank 0's watch saw lost while a generation formed.
+struct forming_loss {
+  std::vector<int> old;      ///< processes of the generation before, by their rank there
+  std::vector<int> joiners;  ///< processes that joined, by RANK
+  std::string why;
+  int64_t passed = 0;  ///< processes past the gate when it closed
+};
+
+/// Rank 0 while generation g forms: a thread watches its members, those of
+/// the generation before on their directories (a process killed is seen at
+/// once, one stopped or cut off after supervision.heartbeat_timeout_s),
+/// those that joined on their alive/<RANK> counters (standing still for
+/// `beat_limit`). On a loss it closes the gate and calls g off, unless
+/// rank 0 committed first.
+class forming_watch {
+public:
+  forming_watch(caf::actor_system& sys, kv_store_ptr client, const rank_env& env, uint32_t g,
+                std::vector<std::pair<int, caf::actor>> old, std::vector<int> joiners,
+                std::function<std::string(int)> name_of, milliseconds beat_limit);
+  ~forming_watch();
+  forming_watch(const forming_watch&) = delete;
+  forming_watch& operator=(const forming_watch&) = delete;
+
+  /// Rank 0, formed: from now on the watch calls nothing off. Throws
+  /// forming_aborted when it already has.
+  void commit();
+  /// Rank 0, its forming failed: what the watch saw lost, waiting up to
+  /// `grace` for it; nullopt: nothing.
+  std::optional<forming_loss> lost(milliseconds grace);
+
+private:
+  struct shared;
+  std::shared_ptr<shared> s_;
+  std::thread thread_;
+};
+
+/// The RANK process q of this generation was started with.
+int home_rank(const rank_context& cx, int q);
+
+/// Whether the run goes on without the processes that are gone rather than
+/// wait for replacements (supervision.replace_timeout_s: 0, or above 0
+/// where no launcher can start one).
+bool goes_on_without(const rank_context& cx);
 
 // -- rank_heal.cpp -----------------------------------------------------------------------
 
@@ -265,6 +352,18 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
 std::optional<heal_plan> repartition(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
                                      const heal_plan& hp, const std::vector<std::pair<int, int>>& parts,
                                      const std::string& why, run_failure& failure, supervision_log& log);
+
+/// Rank 0, once the watch called generation `aborted` off for `loss`
+/// (cx put back as it was before it, `dead` the processes of the
+/// generation before that are gone, the lost among them): the next plan
+/// over what is left of the generation before, written to the store,
+/// every rank of it told. Without a loss of those processes (only a
+/// process that joined), they go on as they were; otherwise a heal over
+/// the survivors. nullopt: `failure` says why not.
+std::optional<heal_plan> call_off(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                  const heal_plan& was, const heal_plan& aborted, const config& cfg,
+                                  const std::vector<int>& dead, const forming_loss& loss, run_failure& failure,
+                                  supervision_log& log);
 
 /// Rank 0: the run is over, every other rank told `code` and waited for
 /// (those not in `dead`; 5 s at most).

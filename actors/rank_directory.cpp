@@ -96,6 +96,7 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
     // heartbeat timeout): ask again until the rendezvous's own timeout.
     auto remote = rt.sys->middleman().remote_actor(qhost, qport);
     for (const auto until = clock_type::now() + cx.timeout; !remote && clock_type::now() < until;) {
+      store->check_armed();  // a generation called off (actors/rank_forming.cpp)
       std::this_thread::sleep_for(milliseconds(100));
       remote = rt.sys->middleman().remote_actor(qhost, qport);
     }
@@ -120,6 +121,7 @@ generation_peers connect_ranks(rank_runtime& rt, rank_context& cx, uint32_t g, c
     while (got.empty() && env.world_size > 1) {
       if (clock_type::now() > deadline)
         throw rendezvous_error(where + ": not every rank registered its stages within " + describe_timeout(cx.timeout));
+      store->check_armed();
       self->request(cx.dir, cx.timeout, stages_atom::value, int32_t{env.world_size - 1}, g)
           .receive(
               [&](std::vector<caf::actor>& v, std::vector<std::string>& on) {

@@ -13,12 +13,16 @@
 
 namespace actorpipe::rank_detail {
 
-namespace {
-
-// The RANK process q of this generation was started with.
 int home_rank(const rank_context& cx, int q) {
   return cx.members.empty() ? q : cx.members.at(static_cast<size_t>(q));
 }
+
+bool goes_on_without(const rank_context& cx) {
+  const double wait = cx.cfg.supervision.replace_timeout_s;
+  return wait == 0 || (wait > 0 && !launcher_present());
+}
+
+namespace {
 
 // Rank 0, after generation g failed with `f`: decide whether and how to
 // heal (the next plan), or give up (nullopt; `f` says why).
@@ -81,6 +85,8 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
     else
       hp.from_disk = true;
   }
+  // A called-off re-partition rewrote some process's memory: disk.
+  if (cx.spoiled) hp.from_disk = true;
   if (hp.from_disk) {
     const auto& cc = cx.cfg.checkpoint;
     int64_t newest = -1;
@@ -121,14 +127,6 @@ held_steps ask_held(rank_context& cx, const generation_peers& peers) {
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
     return steps;
   };
-}
-
-// Whether the run goes on without the processes that are gone rather than
-// wait for replacements (supervision.replace_timeout_s: 0, or above 0
-// where no launcher can start one).
-bool goes_on_without(const rank_context& cx) {
-  const double wait = cx.cfg.supervision.replace_timeout_s;
-  return wait == 0 || (wait > 0 && !launcher_present());
 }
 
 // Where a lost slot's state comes from, and the re-placement's line:
@@ -387,6 +385,35 @@ std::optional<heal_plan> repartition(rank_context& cx, const kv_store_ptr& store
                            describe_partition(cx.plan.parts) + " -> " + describe_partition(parts) + ", after step " +
                            std::to_string(next->resume_after) +
                            (next->from_disk ? "; every stage from the newest checkpoint (no boundary in memory)" : from);
+  announce(cx, store, peers, *next, line, log, [] {});
+  return next;
+}
+
+std::optional<heal_plan> call_off(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                                  const heal_plan& was, const heal_plan& aborted, const config& cfg,
+                                  const std::vector<int>& dead, const forming_loss& loss, run_failure& failure,
+                                  supervision_log& log) {
+  // The plan the generation before ran, numbered after the one called off.
+  heal_plan base = was;
+  base.generation = aborted.generation;
+  base.fired_through = aborted.fired_through;
+  failure = run_failure{loss.old.empty() ? run_errc::regroup : run_errc::stage_died, aborted.resume_after, -1, -1,
+                        "generation " + std::to_string(aborted.generation) + " was called off: " + loss.why};
+  if (!loss.old.empty()) return heal(cx, store, peers, base, cfg, dead, failure, log);
+  // Only processes that joined were lost: the others go on as they were.
+  auto next = decide_heal(cx, aborted.generation, failure, {}, base, ask_held(cx, peers), [](bool) { return false; }, log);
+  if (!next) return std::nullopt;
+  next->parts = cx.plan.parts;
+  next->members.clear();
+  std::string kept;
+  for (int q = 0; q < cx.places.world(); ++q) {
+    next->members.push_back(home_rank(cx, q));
+    kept += (kept.empty() ? "" : " ") + std::to_string(next->members.back());
+  }
+  const std::string line = "re-placed: generation " + std::to_string(next->generation) + " goes on as before, " +
+                           failure.text + ": stages by process " + describe_placement(cx.places) + " (ranks " + kept +
+                           "), after step " + std::to_string(next->resume_after) +
+                           (next->from_disk ? "; every stage from the newest checkpoint" : "; from memory");
   announce(cx, store, peers, *next, line, log, [] {});
   return next;
 }

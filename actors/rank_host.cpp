@@ -41,8 +41,27 @@ public:
   generation start(caf::actor_system& sys, uint32_t number, supervision_log& log) override {
     (void)number;  // the heal plan numbers the generations
     train_options opts = cx_.opts;
-    opts.epoch = next_.generation;
-    gen_ = join_generation(rt_, cx_, next_, opts);
+    // A process lost while the generation forms calls it off, and the
+    // next plan goes on over what is left (actors/rank_forming.cpp).
+    for (;;) {
+      opts.epoch = next_.generation;
+      std::unique_ptr<forming_watch> watch = watch_forming();
+      if (rt_.store) rt_.store->arm(watch ? called_off_key(cx_.env, next_.generation) : "");
+      try {
+        gen_ = join_generation(rt_, cx_, next_, opts, [&watch] {
+          if (watch) watch->commit();
+        });
+        rt_.store->arm("");
+        break;
+      } catch (...) {
+        if (rt_.store) rt_.store->arm("");
+        const auto grace = milliseconds(static_cast<int64_t>(cx_.cfg.supervision.heartbeat_timeout_s * 1000) + 1000);
+        std::optional<forming_loss> loss = watch ? watch->lost(grace) : std::nullopt;
+        if (!loss) throw;
+        watch.reset();
+        replan(*loss, log);
+      }
+    }
     const heal_plan& hp = gen_.hp;
     if (hp.generation > 0) say_healed(hp);
     if (!poll_) open_for_joiners_once();
@@ -94,6 +113,7 @@ public:
   host_decision decide(generation& g, run_failure& f, supervision_log& log) override {
     (void)g;
     cx_.failed_at = clock_type::now();
+    before_ = before_forming(cx_);
     const bool planned = f.code == run_errc::regroup;
     dead_ = planned ? std::vector<int>{} : gone_ranks(cx_, gen_.peers.dirs);
     demonitor();
@@ -144,6 +164,57 @@ public:
   }
 
 private:
+  // While generation next_ forms after one that ran (gen_): its processes
+  // that can be left behind (over the survivors: replace_timeout_s 0 or no
+  // launcher), and those that joined for it. Null: none to watch.
+  std::unique_ptr<forming_watch> watch_forming() {
+    const uint32_t g = next_.generation;
+    if (g == 0 || !rt_.store || gen_.peers.dirs.empty() || !before_) return nullptr;
+    std::vector<std::pair<int, caf::actor>> old;
+    if (goes_on_without(cx_))
+      for (int q = 1; q < static_cast<int>(gen_.peers.dirs.size()); ++q)
+        if (std::find(dead_.begin(), dead_.end(), q) == dead_.end())
+          old.emplace_back(q, gen_.peers.dirs[static_cast<size_t>(q)]);
+    std::vector<int> joiners;
+    for (int h : next_.members)
+      if (h >= cx_.world0 && std::find(before_->members.begin(), before_->members.end(), h) == before_->members.end())
+        joiners.push_back(h);
+    if (old.empty() && joiners.empty()) return nullptr;
+    if (!watch_store_) watch_store_ = open_client_store(cx_.env.master_addr, rt_.store->port(), cx_.timeout);
+    // A joiner beats while it waits and while it forms; between the two
+    // it starts its actor system: a second more than the heartbeat.
+    const auto beat_limit = milliseconds(static_cast<int64_t>(cx_.cfg.supervision.heartbeat_timeout_s * 1000) + 1000);
+    const std::vector<int> was = before_->members;
+    return std::make_unique<forming_watch>(
+        *rt_.sys, watch_store_, cx_.env, g, std::move(old), std::move(joiners),
+        [was](int q) { return "rank " + std::to_string(was.empty() ? q : was.at(static_cast<size_t>(q))); },
+        beat_limit);
+  }
+
+  // The watch called generation next_ off for `loss`: every rank puts its
+  // context back as it was in gen_'s generation, and the next plan goes on
+  // from there without the processes lost. Gives up (the other ranks told)
+  // with a run_error when it cannot.
+  void replan(const forming_loss& loss, supervision_log& log) {
+    const heal_plan aborted = next_;
+    const int joined = cx_.joined;  // the lost joiners' tickets stay used
+    put_back(cx_, *before_);
+    cx_.joined = joined;
+    cx_.failed_at = clock_type::now();
+    cx_.spoiled = loss.passed > 0 && aborted.parts != before_->parts;
+    for (int q : loss.old)
+      if (std::find(dead_.begin(), dead_.end(), q) == dead_.end()) dead_.push_back(q);
+    std::sort(dead_.begin(), dead_.end());
+    run_failure f;
+    auto next = call_off(cx_, rt_.store, gen_.peers, gen_.hp, aborted, gen_.cfg, dead_, loss, f, log);
+    cx_.spoiled = false;
+    if (!next) {
+      finish(exit_code_for(f.code));
+      throw_run_error(std::move(f));
+    }
+    next_ = *next;
+  }
+
   // With supervision.replace_timeout_s set and a store, the run takes
   // processes that join (runtime/dist/join.hpp); the driver asks, on a
   // connection of this host's own, at every step boundary.
@@ -203,6 +274,8 @@ private:
   heal_plan next_;         // the generation to start next
   joined_generation gen_;  // the current one (its stages go before self_)
   std::vector<int> dead_;  // the ranks gone in the current generation
+  std::optional<context_before> before_;  // cx_ while gen_ ran: put back when the next is called off
+  kv_store_ptr watch_store_;  // the forming watch's own connection to the store
   kv_store_ptr poll_;      // the driver's own connection to the store (null: takes no joiners)
   // pipeline.rebalance: what rank 0 measured, and the move it decided.
   std::optional<rebalancer> watch_;

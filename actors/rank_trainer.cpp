@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <future>
 #include <thread>
 
@@ -36,10 +37,15 @@ void take_place(rank_context& cx, const heal_plan& hp) {
 
 // The rendezvous, this process's stages from the plan's boundary while the
 // channel and groups form, every rank connected.
-joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts) {
+joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan hp, const train_options& opts,
+                                  const std::function<void()>& commit) {
   joined_generation j;
   const uint32_t g = hp.generation;
   if (!hp.members.empty()) take_place(cx, hp);
+  // For the tests of a process lost while a generation forms: the other
+  // ranks hold here (tests/apps/elastic_test.cpp).
+  if (const char* hold = std::getenv("ACTORPIPE_TEST_HOLD_FORMING_MS"); hold && *hold && g > 0 && cx.env.rank != 0)
+    std::this_thread::sleep_for(milliseconds(std::atol(hold)));
   rendezvous_result met = meet(rt, cx, g);
   // The placement is rank 0's supervisor's: it publishes the generation's,
   // every other rank reads it.
@@ -71,9 +77,20 @@ joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan 
     from.resume_dir = hp.from_disk ? j.cfg.checkpoint.dir : std::string();
     j.rp = !hp.from_disk ? resume_point{} : hp.resume_after == cx.rp0.ckpt.step ? cx.rp0 : find_resume(from, nullptr);
   }
+  // The gate (actors/rank_forming.cpp): past it, a re-partition rewrites
+  // this process's boundary memory.
+  if (g > 0 && rt.store->add(gate_key(cx.env, g), 1) >= gate_closed)
+    throw forming_aborted(cx.where + ": generation " + std::to_string(g) + " was called off before its stages");
   j.stages = std::make_unique<rank_stages>(cx.self);  // however this ends, they go with it
   spawn_rank_stages(rt, cx, hp, j.cfg, opts, j.rp, j.links, std::move(building), *j.stages);
   j.peers = connect_ranks(rt, cx, g, j.links, j.stages->actors, j.stages->devices);
+  // Formed by rank 0's word only, which its watch's call-off excludes.
+  if (g > 0 && cx.env.rank == 0) {
+    if (commit) commit();
+    rt.store->set(formed_key(cx.env, g), "1");
+  } else if (g > 0) {
+    rt.store->get(formed_key(cx.env, g));
+  }
   return j;
 }
 

@@ -162,7 +162,9 @@ allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& 
   // Members in one process (a process holding two replicas of a stage,
   // after a re-placement) form at once, each over a connection of its own:
   // two threads' waits on one TCPStore client read each other's replies.
-  auto* tcp = dynamic_cast<c10d::TCPStore*>(base.get());
+  // Those connections are called off with the store's own (kv_store::arm).
+  auto* wrapped = dynamic_cast<abortable_store*>(base.get());
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(wrapped ? wrapped->inner().get() : base.get());
   std::vector<c10::intrusive_ptr<c10d::Store>> stores;
   for (size_t i = 0; i < ranks.size(); ++i) {
     c10::intrusive_ptr<c10d::Store> s = base;
@@ -176,6 +178,7 @@ allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& 
       } catch (const std::exception& e) {
         throw collective_error("gloo group '" + name + "': cannot reach the store: " + e.what());
       }
+      if (wrapped) s = c10::make_intrusive<abortable_store>(s, wrapped->switch_state());
     }
     stores.push_back(c10::make_intrusive<c10d::PrefixStore>(name, s));
   }

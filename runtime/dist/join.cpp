@@ -31,6 +31,14 @@ void place_joiner(const kv_store& store, const std::string& store_prefix, int ra
   store.set(key(store_prefix, "placed/" + std::to_string(rank)), why.empty() ? std::to_string(generation) : "no " + why);
 }
 
+std::string alive_key(const std::string& store_prefix, int rank) {
+  return key(store_prefix, "alive/" + std::to_string(rank));
+}
+
+void beat(const kv_store& store, const std::string& store_prefix, int rank) {
+  store.add(alive_key(store_prefix, rank), 1);
+}
+
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
                          const std::string& at, const std::function<void(const std::string&)>& waiting) {
   if (!store.has(key(store_prefix, "digest")))
@@ -49,7 +57,10 @@ join_ticket join_running(const kv_store& store, const std::string& store_prefix,
   const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
   poll_backoff wait(std::chrono::milliseconds(20));
   try {
-    while (!store.has(placed)) wait.pause();
+    while (!store.has(placed)) {
+      beat(store, store_prefix, t.rank);
+      wait.pause();
+    }
   } catch (const std::exception& e) {
     throw rendezvous_error("RANK " + std::to_string(t.rank) + " lost the running job's store at " + at +
                            " while waiting to join: " + e.what());

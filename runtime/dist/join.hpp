@@ -10,6 +10,9 @@
 //                RANK world + t - 1 from then on
 //   placed/<R>   rank 0's answer to RANK R: the generation it joins, or
 //                "no <why>" (the run ended first)
+//   alive/<R>    a counter a worker adds to while it waits and while a
+//                generation forms: rank 0 takes a joiner whose count
+//                stands still for too long as lost (actors/rank_forming.cpp)
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -33,6 +36,10 @@ int joiner_rank(int world_size, int ticket);
 /// away with `why` (generation 0).
 void place_joiner(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation,
                   const std::string& why = {});
+
+/// The counter `alive/<rank>` (see the top), and one beat of it.
+std::string alive_key(const std::string& store_prefix, int rank);
+void beat(const kv_store& store, const std::string& store_prefix, int rank);
 
 /// What a joining process got: its RANK, and the generation it joins.
 struct join_ticket {

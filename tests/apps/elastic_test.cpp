@@ -373,6 +373,88 @@ TEST(Grow, ARunOnFewerProcessesThanStagesTakesOneInAndGoesOnWithoutItWhenItDies)
   EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
 }
 
+// Every rank but 0 holds `ms` before each generation's rendezvous
+// (ACTORPIPE_TEST_HOLD_FORMING_MS): a process hit from outside when rank 0
+// prints the generation's line is lost while the generation forms.
+struct forming_held {
+  explicit forming_held(int ms) { ::setenv("ACTORPIPE_TEST_HOLD_FORMING_MS", std::to_string(ms).c_str(), 1); }
+  ~forming_held() { ::unsetenv("ACTORPIPE_TEST_HOLD_FORMING_MS"); }
+};
+
+// pp 4 over 4 loses RANK 1 to kill -9; while the generation over the
+// other three forms, RANK 3 is stopped. Rank 0 sees it (the heartbeat
+// timeout, 2 s), calls that generation off and goes on over 2 processes,
+// each lost stage from its keeper's memory (stage 1's in RANK 0, stage
+// 3's in RANK 2). Before, the others waited in the rendezvous until its
+// timeout and the run ended with exit 1.
+TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
+  const std::string clean = clean_run(4, 1, 60);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
+  forming_held hold(2500);
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "4", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t victim = run.worker(1, std::chrono::milliseconds(0)), stopped = run.worker(3, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ASSERT_GT(stopped, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("re-placed: generation 1 goes on over 3 processes without rank 1")) << run.output();
+  ::kill(stopped, SIGSTOP);
+  const int code = run.wait(180);
+  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
+  ASSERT_EQ(code, 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("generation 1 was called off: rank 3's process went down or stopped answering"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("re-placed: generation 2 goes on over 2 processes without rank 1, 3 (supervision.replace_timeout_s 0: "
+                     "no replacement): stages by process 0 | 1 | 2 | 3 -> 0 1 | 2 3 (ranks 0 2)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("; stage 1 from rank 0's memory; stage 3 from rank 2's memory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
+// A joiner killed while the generation that takes it in forms: rank 0
+// sees its alive/<RANK> count stand still, calls the generation off, and
+// the others go on as they were, bitwise. Before, they waited in the
+// Gloo connect until its timeout and the run ended with exit 1.
+TEST(Grow, AJoinerKilledWhileItIsTakenInIsLeftOutAndTheRunGoesOnBitwise) {
+  const std::string clean = clean_run(4, 1, 60);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
+  forming_held hold(2000);
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "4", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  ASSERT_FALSE(at.empty()) << run.output();
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
+  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
+  ASSERT_TRUE(joiner.started());
+  ASSERT_TRUE(run.wait_for_output(" takes in rank 4 (joined)")) << run.output();
+  const auto pids = joiner.workers();  // its launcher's only worker
+  ASSERT_EQ(pids.size(), 1u) << joiner.output();
+  ::kill(pids.front(), SIGKILL);
+  ASSERT_EQ(run.wait(180), 0) << run.output();
+  EXPECT_NE(joiner.wait(60), 0) << joiner.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("re-placed: generation 3 goes on as before, generation 2 was called off: rank 4 (joined) gave "
+                     "no sign of life for 3 s while generation 2 formed: stages by process 0 | 1 2 | 3 (ranks 0 1 3), "
+                     "after step "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;  // the joiner's loss is no restart
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
 // What is refused, each in one line: a process with another config (exit
 // 2, at once); a process the run has no stage for (it waits, and is told
 // why once the run ends: exit 1; the run itself ends bitwise); a run whose

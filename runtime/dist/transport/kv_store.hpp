@@ -10,9 +10,16 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace actorpipe {
+
+/// A wait of an armed store called off: its key was set (kv_store::arm).
+class forming_aborted : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
 
 class kv_store {
 public:
@@ -32,6 +39,17 @@ public:
   int64_t add(const std::string& key, int64_t n) const;
   /// Waits until the counter `key` reaches `target`; false at the timeout.
   bool wait_count(const std::string& key, int64_t target, std::chrono::milliseconds timeout) const;
+
+  /// While armed with `key`, every wait of this store (and of the groups
+  /// formed through it) ends with forming_aborted
+  /// (runtime/dist/transport/abortable_store.hpp) once `key` is set; ""
+  /// disarms it.
+  void arm(const std::string& key) const;
+  /// Whether an armed wait saw its key set (until the next arm).
+  bool tripped() const;
+  /// For a wait outside the store (a connect retried): throws
+  /// forming_aborted when armed and the key is set.
+  void check_armed() const;
 
   impl& get() const { return *impl_; }
 
