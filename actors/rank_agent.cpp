@@ -107,10 +107,11 @@ public:
     // At least 1 s: the config's checks bound the key to [1, 86400].
     const auto answer_within =
         std::chrono::milliseconds(static_cast<int64_t>(cx.cfg.supervision.heartbeat_timeout_s * 1000));
-    // The probe is a beat of this process's counter alive/<RANK>
-    // (runtime/dist/join.hpp): it answers at once from a store that runs,
-    // and rank 0 sees a process that joins go on beating while a
-    // generation forms (actors/rank_forming.cpp).
+    // The probe is a beat of this process's count alive/<RANK>
+    // (runtime/dist/join.hpp), read back: a get of it answers at once from
+    // a store that runs (a check or an add, unlike a get, waits for the
+    // answer without end), and rank 0 sees a process that joins go on
+    // beating while a generation forms (actors/rank_forming.cpp).
     const std::string prefix = env.store_prefix;
     const int home = cx.home >= 0 ? cx.home : cx.opts.ranks.rank;
     std::thread([done = done_, host, port, line, answer_within, prefix, home] {
@@ -133,6 +134,7 @@ public:
           try {
             if (!probe) probe = open_client_store(host, port, answer_within);
             beat(*probe, prefix, home);
+            probe->get(alive_key(prefix, home));  // bounded by answer_within, unlike a check or an add
           } catch (const std::exception&) {
             probe.reset();  // a refused one is seen by the next connect
             if (done->load()) return;
@@ -183,7 +185,12 @@ caf::behavior joining(agent_ptr self) {
       // Rank 0 called the generation off (a process lost while it
       // formed): back to the generation before, for rank 0's next plan.
       // A process that joined for this one has none to go back to.
-      if (s.rank0 && called_off(*s.rt, *s.cx, g)) {
+      bool off = false;
+      if (s.rank0) {
+        coordinator_watch watch(*s.cx);  // a stopped store answers no check
+        off = called_off(*s.rt, *s.cx, g);
+      }
+      if (off) {
         put_back(*s.cx, before);
         self->monitor(s.rank0);
         self->become(serving(self));

@@ -288,7 +288,7 @@ struct forming_loss {
 /// Rank 0 while generation g forms: a thread watches its members, those of
 /// the generation before on their directories (a process killed is seen at
 /// once, one stopped or cut off after supervision.heartbeat_timeout_s),
-/// those that joined on their alive/<RANK> counters (standing still for
+/// those that joined on their alive/<RANK> counts (standing still for
 /// `beat_limit`). On a loss it closes the gate and calls g off, unless
 /// rank 0 committed first.
 class forming_watch {

@@ -110,7 +110,8 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
             caf::after(milliseconds(50)) >> [] {});
         for (auto& [r, b] : seen) {
           if (b.count == -2) continue;  // counted lost already
-          const int64_t n = client->add(alive_key(prefix, r), 0);
+          const std::string key = alive_key(prefix, r);
+          const int64_t n = client->has(key) ? std::stoll(client->get(key)) : -1;
           if (n != b.count) {
             b.count = n;
             b.since = clock_type::now();

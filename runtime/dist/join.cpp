@@ -1,5 +1,6 @@
 #include "runtime/dist/join.hpp"
 
+#include <atomic>
 #include <thread>
 
 #include "runtime/dist/transport/poll_backoff.hpp"
@@ -35,8 +36,11 @@ std::string alive_key(const std::string& store_prefix, int rank) {
   return key(store_prefix, "alive/" + std::to_string(rank));
 }
 
+// A set, not an add: c10d's add waits for its answer without end, and a
+// stopped store never gives one (a set waits for none).
 void beat(const kv_store& store, const std::string& store_prefix, int rank) {
-  store.add(alive_key(store_prefix, rank), 1);
+  static std::atomic<int64_t> beats{0};
+  store.set(alive_key(store_prefix, rank), std::to_string(++beats));
 }
 
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,

@@ -10,9 +10,10 @@
 //                RANK world + t - 1 from then on
 //   placed/<R>   rank 0's answer to RANK R: the generation it joins, or
 //                "no <why>" (the run ended first)
-//   alive/<R>    a counter a worker adds to while it waits and while a
-//                generation forms: rank 0 takes a joiner whose count
-//                stands still for too long as lost (actors/rank_forming.cpp)
+//   alive/<R>    a count a worker sets, one more each time, while it
+//                waits and while a generation forms: rank 0 takes a joiner
+//                whose count stands still for too long as lost
+//                (actors/rank_forming.cpp)
 #include <chrono>
 #include <cstdint>
 #include <functional>
