@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -283,8 +284,10 @@ private:
   }
 
   // Rank 0's supervisor went on without rank R: not waited for, and not a
-  // failure (a stopped one, taken for dead, goes for good).
+  // failure (a stopped one, taken for dead, goes for good). Said once: a
+  // plan after a generation called off names the earlier dead again.
   void drop(int rank) {
+    if (!dropped_.insert(rank).second) return;
     for (auto& w : ws_) {
       if (w.rank != rank) continue;
       if (w.live) end_for_good(w);
@@ -353,6 +356,7 @@ private:
   signal_scope sigs_;  // before the first spawn: a signal from then on is not lost
   control_pipe control_;
   std::vector<worker> ws_;
+  std::set<int> dropped_;  // the ranks rank 0 went on without
   bool heal_ = false;     // rank 0 said "heal"
   int got_signal_ = 0;    // the first SIGINT/SIGTERM this process got
   int failed_code_ = -1;  // the first failing worker's exit code

@@ -414,6 +414,8 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("; stage 1 from rank 0's memory; stage 3 from rank 2's memory"), std::string::npos) << out;
+  const std::string dropped = "goes on without worker rank 1\n";  // said once, though the plan names it again
+  EXPECT_EQ(out.find(dropped, out.find(dropped) + 1), std::string::npos) << out;
   EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
