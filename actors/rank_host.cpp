@@ -165,16 +165,17 @@ public:
 
 private:
   // While generation next_ forms after one that ran (gen_): its processes
-  // that can be left behind (over the survivors: replace_timeout_s 0 or no
-  // launcher), and those that joined for it. Null: none to watch.
+  // from that one (a loss is healed as any other: over the survivors, or
+  // started again by the launcher), and those that joined for it; not a
+  // process the launcher started again for it (its start takes seconds).
+  // Null: none to watch.
   std::unique_ptr<forming_watch> watch_forming() {
     const uint32_t g = next_.generation;
     if (g == 0 || !rt_.store || gen_.peers.dirs.empty() || !before_) return nullptr;
     std::vector<std::pair<int, caf::actor>> old;
-    if (goes_on_without(cx_))
-      for (int q = 1; q < static_cast<int>(gen_.peers.dirs.size()); ++q)
-        if (std::find(dead_.begin(), dead_.end(), q) == dead_.end())
-          old.emplace_back(q, gen_.peers.dirs[static_cast<size_t>(q)]);
+    for (int q = 1; q < static_cast<int>(gen_.peers.dirs.size()); ++q)
+      if (std::find(dead_.begin(), dead_.end(), q) == dead_.end())
+        old.emplace_back(q, gen_.peers.dirs[static_cast<size_t>(q)]);
     std::vector<int> joiners;
     for (int h : next_.members)
       if (h >= cx_.world0 && std::find(before_->members.begin(), before_->members.end(), h) == before_->members.end())

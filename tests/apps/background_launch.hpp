@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -23,6 +24,17 @@ namespace actorpipe::testing_util {
 inline std::string read_or_empty(const std::filesystem::path& file) {
   return std::filesystem::exists(file) ? slurp_file(file) : "";
 }
+
+/// While it lives, every rank but 0 of the runs started holds `ms` before
+/// each generation's rendezvous (ACTORPIPE_TEST_HOLD_FORMING_MS, inherited):
+/// a process hit from outside when rank 0 prints the generation's line is
+/// lost while the generation forms.
+struct forming_held {
+  explicit forming_held(int ms) { ::setenv("ACTORPIPE_TEST_HOLD_FORMING_MS", std::to_string(ms).c_str(), 1); }
+  ~forming_held() { ::unsetenv("ACTORPIPE_TEST_HOLD_FORMING_MS"); }
+  forming_held(const forming_held&) = delete;
+  forming_held& operator=(const forming_held&) = delete;
+};
 
 class background_launch {
 public:

@@ -373,14 +373,6 @@ TEST(Grow, ARunOnFewerProcessesThanStagesTakesOneInAndGoesOnWithoutItWhenItDies)
   EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
 }
 
-// Every rank but 0 holds `ms` before each generation's rendezvous
-// (ACTORPIPE_TEST_HOLD_FORMING_MS): a process hit from outside when rank 0
-// prints the generation's line is lost while the generation forms.
-struct forming_held {
-  explicit forming_held(int ms) { ::setenv("ACTORPIPE_TEST_HOLD_FORMING_MS", std::to_string(ms).c_str(), 1); }
-  ~forming_held() { ::unsetenv("ACTORPIPE_TEST_HOLD_FORMING_MS"); }
-};
-
 // pp 4 over 4 loses RANK 1 to kill -9; while the generation over the
 // other three forms, RANK 3 is stopped. Rank 0 sees it (the heartbeat
 // timeout, 2 s), calls that generation off and goes on over 2 processes,
@@ -391,7 +383,7 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
   const std::string clean = clean_run(4, 1, 60);
   const std::string saved = (test_dir() / "elastic.pt").string();
   const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
-  forming_held hold(2500);
+  testing_util::forming_held hold(2500);
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
                                       {"--nprocs", "4", cfg, "--save", saved});
   ASSERT_TRUE(run.started());
@@ -428,7 +420,7 @@ TEST(Grow, AJoinerKilledWhileItIsTakenInIsLeftOutAndTheRunGoesOnBitwise) {
   const std::string clean = clean_run(4, 1, 60);
   const std::string saved = (test_dir() / "elastic.pt").string();
   const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
-  forming_held hold(2000);
+  testing_util::forming_held hold(2000);
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
                                       {"--nprocs", "4", cfg, "--save", saved});
   ASSERT_TRUE(run.started());

@@ -914,6 +914,42 @@ TEST(HealFromOutside, AStoppedWorkerIsReplacedAndTheRunEndsBitwise) {
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << run.output();
 }
 
+// RANK 2 killed, and while the generation that starts it again forms,
+// RANK 3 stopped: rank 0 sees it after the heartbeat timeout, calls that
+// generation off, and the launcher starts both again for the next one,
+// each from its replica's memory. Before, the others waited in the
+// rendezvous until its timeout and the run ended with exit 1.
+TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::forming_held hold(2500);
+  background_launch run("stop_in_heal", {"--nprocs", "4", long_healing_config("stop_in_heal"), "--save", healed});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0)), stopped = run.worker(3, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ASSERT_GT(stopped, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("started worker rank 2 again")) << run.output();
+  ::kill(stopped, SIGSTOP);
+  const int code = run.wait(120);
+  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
+  ASSERT_EQ(code, 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("generation 1 was called off: rank 3's process went down or stopped answering"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("2 process(es) started again"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker rank 3 (pid " + std::to_string(stopped) + ") was taken for dead by rank 0; killed it"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("started worker rank 3 again"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+}
+
 // Two deaths where supervision.max_restarts allows one: exit 4, and the
 // message names both.
 TEST(HealFromOutside, TwoKillsBeyondMaxRestartsExitFourNamingBoth) {
