@@ -157,18 +157,6 @@ private:
   std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-// The store armed with generation g's called-off key while it forms
-// (actors/rank_forming.cpp), disarmed however the forming ends.
-struct armed {
-  armed(const kv_store_ptr& store, const std::string& key) : store(store) {
-    if (store) store->arm(key);
-  }
-  ~armed() {
-    if (store) store->arm("");
-  }
-  kv_store_ptr store;
-};
-
 caf::behavior joining(agent_ptr self) {
   return {[=](join_atom) {
     auto& s = self->state;

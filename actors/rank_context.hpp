@@ -271,6 +271,20 @@ std::string formed_key(const rank_env& env, uint32_t g);
 std::string gate_key(const rank_env& env, uint32_t g);
 constexpr int64_t gate_closed = int64_t{1} << 40;
 
+/// The store armed with a generation's called-off key while it forms,
+/// disarmed however the forming ends (null store, "" key: nothing).
+struct armed {
+  armed(const kv_store_ptr& store, const std::string& key) : store(store) {
+    if (store) store->arm(key);
+  }
+  ~armed() {
+    if (store) store->arm("");
+  }
+  armed(const armed&) = delete;
+  armed& operator=(const armed&) = delete;
+  kv_store_ptr store;
+};
+
 /// A rank other than 0 whose forming of generation g threw: whether rank 0
 /// called g off (seen by its store at once, or within the heartbeat
 /// timeout and 2 s: a peer lost can fail this rank's connect before rank 0

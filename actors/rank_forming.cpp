@@ -94,20 +94,22 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
     forming_loss loss;
     std::string why;
     const auto add_why = [&why](const std::string& w) { why += (why.empty() ? "" : "; ") + w; };
+    const auto on_down = [&](const std::string& how) {
+      return [&, how](caf::down_msg& dm) {
+        const auto at = watched.find(dm.source);
+        if (at == watched.end()) return;
+        loss.old.push_back(at->second);
+        add_why(name_of(at->second) + "'s process " +
+                (how.empty() ? "went down or stopped answering (" + sys.render(dm.reason) + ")" : how));
+      };
+    };
     try {
       for (;;) {
         {
           std::lock_guard<std::mutex> lock(s->mutex);
           if (s->done || s->formed) return;
         }
-        me->receive(
-            [&](caf::down_msg& dm) {
-              const auto at = watched.find(dm.source);
-              if (at == watched.end()) return;
-              loss.old.push_back(at->second);
-              add_why(name_of(at->second) + "'s process went down or stopped answering (" + sys.render(dm.reason) + ")");
-            },
-            caf::after(milliseconds(50)) >> [] {});
+        me->receive(on_down(""), caf::after(milliseconds(50)) >> [] {});
         for (auto& [r, b] : seen) {
           if (b.count == -2) continue;  // counted lost already
           const std::string key = alive_key(prefix, r);
@@ -123,14 +125,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
         }
         if (why.empty()) continue;
         // The other processes of a lost host go down with it: 20 ms more.
-        me->receive(
-            [&](caf::down_msg& dm) {
-              const auto at = watched.find(dm.source);
-              if (at == watched.end()) return;
-              loss.old.push_back(at->second);
-              add_why(name_of(at->second) + "'s process went down too");
-            },
-            caf::after(milliseconds(20)) >> [] {});
+        me->receive(on_down("went down too"), caf::after(milliseconds(20)) >> [] {});
         std::lock_guard<std::mutex> lock(s->mutex);
         if (s->done || s->formed) return;
         loss.why = why + during;

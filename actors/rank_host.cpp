@@ -46,15 +46,13 @@ public:
     for (;;) {
       opts.epoch = next_.generation;
       std::unique_ptr<forming_watch> watch = watch_forming();
-      if (rt_.store) rt_.store->arm(watch ? called_off_key(cx_.env, next_.generation) : "");
       try {
+        armed arm(rt_.store, watch ? called_off_key(cx_.env, next_.generation) : "");
         gen_ = join_generation(rt_, cx_, next_, opts, [&watch] {
           if (watch) watch->commit();
         });
-        rt_.store->arm("");
         break;
       } catch (...) {
-        if (rt_.store) rt_.store->arm("");
         const auto grace = milliseconds(static_cast<int64_t>(cx_.cfg.supervision.heartbeat_timeout_s * 1000) + 1000);
         std::optional<forming_loss> loss = watch ? watch->lost(grace) : std::nullopt;
         if (!loss) throw;

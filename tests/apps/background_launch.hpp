@@ -96,6 +96,26 @@ public:
     return false;
   }
 
+  /// Two losses, the second while the generation after the first forms
+  /// (under forming_held): a kill -9 of RANK `killed`, then, once the
+  /// output holds `then`, a SIGSTOP of RANK `stopped` (its pid in
+  /// `*stopped_pid`). The launcher's exit code as wait(timeout_s) gives
+  /// it, or -2 when a worker was not found or `then` never came; the
+  /// stopped worker is SIGKILLed after it in every path.
+  int kill_then_stop(int killed, const std::string& then, int stopped, double timeout_s, pid_t* stopped_pid) {
+    const pid_t victim = worker(killed, std::chrono::milliseconds(0));
+    *stopped_pid = worker(stopped, std::chrono::milliseconds(0));
+    if (victim <= 0 || *stopped_pid <= 0) return -2;
+    ::kill(victim, SIGKILL);
+    int code = -2;
+    if (wait_for_output(then)) {
+      ::kill(*stopped_pid, SIGSTOP);
+      code = wait(timeout_s);
+    }
+    ::kill(*stopped_pid, SIGKILL);  // the launcher's already, unless the run failed
+    return code;
+  }
+
   /// The launcher's exit code once it ended, -1 when it did not within
   /// `timeout_s`.
   int wait(double timeout_s) {

@@ -388,15 +388,9 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
                                       {"--nprocs", "4", cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const pid_t victim = run.worker(1, std::chrono::milliseconds(0)), stopped = run.worker(3, std::chrono::milliseconds(0));
-  ASSERT_GT(victim, 0) << run.output();
-  ASSERT_GT(stopped, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("re-placed: generation 1 goes on over 3 processes without rank 1")) << run.output();
-  ::kill(stopped, SIGSTOP);
-  const int code = run.wait(180);
-  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
-  ASSERT_EQ(code, 0) << run.output();
+  pid_t stopped = -1;
+  ASSERT_EQ(run.kill_then_stop(1, "re-placed: generation 1 goes on over 3 processes without rank 1", 3, 180, &stopped), 0)
+      << run.output();
   const std::string out = run.output();
   EXPECT_NE(out.find("generation 1 was called off: rank 3's process went down or stopped answering"),
             std::string::npos)

@@ -927,15 +927,8 @@ TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwi
   background_launch run("stop_in_heal", {"--nprocs", "4", long_healing_config("stop_in_heal"), "--save", healed});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const pid_t victim = run.worker(2, std::chrono::milliseconds(0)), stopped = run.worker(3, std::chrono::milliseconds(0));
-  ASSERT_GT(victim, 0) << run.output();
-  ASSERT_GT(stopped, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("started worker rank 2 again")) << run.output();
-  ::kill(stopped, SIGSTOP);
-  const int code = run.wait(120);
-  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
-  ASSERT_EQ(code, 0) << run.output();
+  pid_t stopped = -1;
+  ASSERT_EQ(run.kill_then_stop(2, "started worker rank 2 again", 3, 120, &stopped), 0) << run.output();
   const std::string out = run.output();
   EXPECT_NE(out.find("generation 1 was called off: rank 3's process went down or stopped answering"),
             std::string::npos)

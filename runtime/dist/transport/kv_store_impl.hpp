@@ -4,7 +4,6 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "runtime/dist/transport/abortable_store.hpp"
-
 #include "runtime/dist/transport/kv_store.hpp"
 
 namespace actorpipe {
