@@ -329,6 +329,9 @@ private:
 
 /// The RANK process q of this generation was started with.
 int home_rank(const rank_context& cx, int q);
+/// Rank q of this generation as a user knows it: the RANK its process was
+/// started with ("c" for a coordinator apart, rank_env::apart).
+std::string shown_rank(const rank_context& cx, int q);
 
 /// Whether the run goes on without the processes that are gone rather than
 /// wait for replacements (supervision.replace_timeout_s: 0, or above 0

@@ -78,7 +78,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
   const std::string off = called_off_key(env, g), gate = gate_key(env, g), prefix = env.store_prefix;
   const std::string during = " while generation " + std::to_string(g) + " formed";
   thread_ = std::thread([&sys, s = s_, client = std::move(client), old = std::move(old), joiners = std::move(joiners),
-                         name_of = std::move(name_of), beat_limit, off, gate, prefix, during] {
+                         name_of = std::move(name_of), beat_limit, off, gate, prefix, during, env] {
     caf::scoped_actor me{sys};
     std::map<caf::actor_addr, int> watched;
     for (const auto& [q, dir] : old) {
@@ -120,7 +120,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
           } else if (clock_type::now() - b.since > beat_limit) {
             b.count = -2;
             loss.joiners.push_back(r);
-            add_why("rank " + std::to_string(r) + " (joined) gave no sign of life for " + describe_timeout(beat_limit));
+            add_why("rank " + env.shown_text(r) + " (joined) gave no sign of life for " + describe_timeout(beat_limit));
           }
         }
         if (why.empty()) continue;

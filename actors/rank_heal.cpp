@@ -17,6 +17,10 @@ int home_rank(const rank_context& cx, int q) {
   return cx.members.empty() ? q : cx.members.at(static_cast<size_t>(q));
 }
 
+std::string shown_rank(const rank_context& cx, int q) {
+  return cx.opts.ranks.shown_text(home_rank(cx, q));
+}
+
 bool goes_on_without(const rank_context& cx) {
   const double wait = cx.cfg.supervision.replace_timeout_s;
   return wait == 0 || (wait > 0 && !launcher_present());
@@ -32,7 +36,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
                                      const supervision_log& log) {
   if (!dead.empty()) {
     std::string ranks;
-    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(home_rank(cx, q));
+    for (int q : dead) ranks += (ranks.empty() ? "" : ", ") + shown_rank(cx, q);
     f.text += " (the process of rank " + ranks + " is gone)";
   }
   if (!cx.boundary) return std::nullopt;
@@ -134,10 +138,10 @@ held_steps ask_held(rank_context& cx, const generation_peers& peers) {
 std::string replacement_line(const rank_context& cx, const heal_plan& next, const shrunk& fewer,
                              const std::vector<int>& dead) {
   std::string gone, kept, from;
-  for (int q : dead) gone += (gone.empty() ? "" : ", ") + std::to_string(home_rank(cx, q));
-  for (int q : fewer.kept) kept += (kept.empty() ? "" : " ") + std::to_string(home_rank(cx, q));
+  for (int q : dead) gone += (gone.empty() ? "" : ", ") + shown_rank(cx, q);
+  for (int q : fewer.kept) kept += (kept.empty() ? "" : " ") + shown_rank(cx, q);
   for (const auto& [slot, q] : fewer.from)
-    from += slot_from(cx.places, slot, q >= 0 ? "rank " + std::to_string(home_rank(cx, q)) + "'s memory" : "disk");
+    from += slot_from(cx.places, slot, q >= 0 ? "rank " + shown_rank(cx, q) + "'s memory" : "disk");
   const double wait = cx.cfg.supervision.replace_timeout_s;
   return "re-placed: generation " + std::to_string(next.generation) + " goes on over " +
          std::to_string(fewer.kept.size()) + (fewer.kept.size() == 1 ? " process" : " processes") + " without rank " +
@@ -182,7 +186,7 @@ std::string short_of_room(rank_context& cx, const generation_peers& peers, const
         .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
     if (room >= 0 && want.first > room)
       return "going on over " + std::to_string(fewer.places.world()) + " processes needs at least " +
-             mib(want.first) + " more in rank " + std::to_string(home_rank(cx, q)) + "'s process (" + want.second +
+             mib(want.first) + " more in rank " + shown_rank(cx, q) + "'s process (" + want.second +
              ": weights, gradients and optimizer state), which can take " + mib(room) +
              " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";
   }
@@ -259,7 +263,7 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   } else {
     for (int q : dead)
       if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(next->generation))) {
-        failure.text += "; rank " + std::to_string(q) + "'s process is gone and nothing can start it again (run "
+        failure.text += "; rank " + shown_rank(cx, q) + "'s process is gone and nothing can start it again (run "
                         "under `actorpipe launch` to heal it, or set supervision.replace_timeout_s to go on without it)";
         return std::nullopt;
       }
@@ -285,11 +289,11 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
     cx.places = fewer->places;
   } else {
     for (int q : dead) {
-      how += "; started rank " + std::to_string(q) + " again";
+      how += "; started rank " + shown_rank(cx, q) + " again";
       if (!next->from_disk)
         for (const auto& slot : cx.places.owned(q))
           how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
-                 " from rank " + std::to_string(donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
+                 " from rank " + shown_rank(cx, donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
                  "'s memory";
     }
   }
@@ -341,14 +345,14 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
     ranks.push_back(joiner_rank(cx.world0, cx.joined + j + 1));
     next->replaced.push_back(W + j);
     homes.push_back(ranks.back());
-    joined += (joined.empty() ? "" : ", ") + std::to_string(ranks.back());
+    joined += (joined.empty() ? "" : ", ") + cx.opts.ranks.shown_text(ranks.back());
   }
   for (const auto& [slot, q] : more.from)
-    from += slot_from(cx.places, slot, "rank " + std::to_string(homes.at(static_cast<size_t>(q))) + "'s memory");
+    from += slot_from(cx.places, slot, "rank " + cx.opts.ranks.shown_text(homes.at(static_cast<size_t>(q))) + "'s memory");
   next->members = homes;
   next->donors = more.donors;
   std::string kept;
-  for (int h : homes) kept += (kept.empty() ? "" : " ") + std::to_string(h);
+  for (int h : homes) kept += (kept.empty() ? "" : " ") + cx.opts.ranks.shown_text(h);
   const std::string line = "re-placed: generation " + std::to_string(next->generation) + " takes in rank " + joined +
                            " (joined): stages by process " + describe_placement(cx.places) + " -> " +
                            describe_placement(more.places) + " (ranks " + kept + "), after step " +
@@ -378,7 +382,7 @@ std::optional<heal_plan> repartition(rank_context& cx, const kv_store_ptr& store
       const int to = cx.places.owner(0, n), by = cx.places.owner(0, o);
       if (first > last || to == by) continue;
       from += "; layers " + describe_partition({{first, last}}) + " to stage " + std::to_string(n) + " from rank " +
-              std::to_string(home_rank(cx, by)) + "'s memory";
+              shown_rank(cx, by) + "'s memory";
     }
   const std::string line = "re-placed: generation " + std::to_string(next->generation) +
                            " re-partitions the layers, " + why + ": layers by stage " +
@@ -408,7 +412,7 @@ std::optional<heal_plan> call_off(rank_context& cx, const kv_store_ptr& store, c
   std::string kept;
   for (int q = 0; q < cx.places.world(); ++q) {
     next->members.push_back(home_rank(cx, q));
-    kept += (kept.empty() ? "" : " ") + std::to_string(next->members.back());
+    kept += (kept.empty() ? "" : " ") + shown_rank(cx, q);
   }
   const std::string line = "re-placed: generation " + std::to_string(next->generation) + " goes on as before, " +
                            failure.text + ": stages by process " + describe_placement(cx.places) + " (ranks " + kept +

@@ -22,7 +22,7 @@ public:
             st.env,
             where_of(st.env),
             st.timeout,
-            rank_placement(st.cfg.parallel.dp, st.cfg.pipeline.stages, st.env.world_size),
+            rank_placement::first(st.cfg.parallel.dp, st.cfg.pipeline.stages, st.env.workers(), st.env.apart),
             std::move(st.plan),
             st.host,
             self_,
@@ -186,7 +186,9 @@ private:
     const std::vector<int> was = before_->members;
     return std::make_unique<forming_watch>(
         *rt_.sys, watch_store_, cx_.env, g, std::move(old), std::move(joiners),
-        [was](int q) { return "rank " + std::to_string(was.empty() ? q : was.at(static_cast<size_t>(q))); },
+        [was, env = cx_.opts.ranks](int q) {
+          return "rank " + env.shown_text(was.empty() ? q : was.at(static_cast<size_t>(q)));
+        },
         beat_limit);
   }
 

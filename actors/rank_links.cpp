@@ -126,7 +126,8 @@ void configure(caf::actor_system_config& sc, milliseconds heartbeat_timeout) {
 }
 
 std::string where_of(const rank_env& env) {
-  return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
+  if (env.apart && env.rank == 0) return "the coordinator";
+  return "rank " + std::to_string(env.shown(env.rank)) + "/" + std::to_string(env.workers());
 }
 
 // host:port -> (host, port)

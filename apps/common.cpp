@@ -249,7 +249,8 @@ void print_plan(const config& cfg, const rank_env& ranks) {
   std::printf("\n");
   // Which rank runs each (replica, stage); one process runs them all.
   const load_env env = load_env_for(ranks, static_cast<int>(torch::cuda::device_count()));
-  const rank_placement places(dp, stages, ranks.multi_process() ? ranks.world_size : 1);
+  const rank_placement places = ranks.multi_process() ? rank_placement::first(dp, stages, ranks.workers(), ranks.apart)
+                                                      : rank_placement(dp, stages, 1);
   for (int r = 0; r < stages; ++r) {
     std::printf("  pipeline stage %d, layers", r);
     for (int c = 0; c < plc.chunks; ++c) {

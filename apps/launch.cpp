@@ -28,7 +28,7 @@ static_assert(coordinator_lost_exit == exit_code_for(run_errc::coordinator_lost)
 
 const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
-    "                        CONFIG [train options]\n"
+    "                        [--coordinator rank0|process] CONFIG [train options]\n"
     "       actorpipe launch --join HOST:PORT [--nprocs N] CONFIG [train options]",
     "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
@@ -45,6 +45,11 @@ const command_spec launch_spec = {
     "supervision.max_restarts, rank 0 replaces a dead or cut-off rank of any node\n"
     "by starting it on node 0.\n"
     "\n"
+    "With --coordinator process (one node), the supervisor and the store run in a\n"
+    "process of their own that holds no stage, beside the N workers (RANK 0 .. N-1,\n"
+    "WORLD_SIZE N). Then any worker, RANK 0 included, is healed from its peers'\n"
+    "memory like any other; only the coordinator's death ends the run.\n"
+    "\n"
     "With --join, the N processes join a running job instead (its config must set\n"
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
     "boundary the job's supervisor gives each a stage of a process that holds\n"
@@ -55,7 +60,8 @@ const command_spec launch_spec = {
      {"--node-rank", "I", "this machine's place, 0 .. K-1 (default 0; node 0 runs rank 0)"},
      {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
      {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"},
-     {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"}},
+     {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"},
+     {"--coordinator", "WHERE", "rank0 (default: worker RANK 0 supervises) or process (a process apart, no stage)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
     "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started);\n"
@@ -148,6 +154,16 @@ int cmd_launch(int argc, char** argv) {
     if (o.master_port == 0)
       throw usage_error("--master-port 0 (a free port) works with one node only; with --nnodes " +
                         std::to_string(o.nnodes) + " every node must name the same port");
+  }
+  if (a.has("--coordinator")) {
+    const std::string v = a.options["--coordinator"];
+    if (v != "rank0" && v != "process")
+      throw usage_error("--coordinator expects rank0 or process, got " + quoted_input(v));
+    o.apart = v == "process";
+    if (o.apart && o.nnodes > 1)
+      throw usage_error("--coordinator process runs on one node; with --nnodes " + std::to_string(o.nnodes) +
+                        " use --coordinator rank0");
+    if (o.apart && o.join) throw usage_error("--join takes its coordinator from the running job; drop --coordinator");
   }
   if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");
   const std::string config = argv[cfg_at];

@@ -291,9 +291,10 @@ int cmd_train(int argc, char** argv) {
     // above names it by the variable (device_label), the stage lines after
     // the run by what each rank said it resolved.
     const bool per_rank_gpu = cfg.pipeline.auto_devices && cfg.pipeline.devices.front().rfind("cuda:", 0) == 0;
-    std::printf("processes: %d (%s), %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
-                env.world_size, launcher_name(env.launcher),
-                rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.world_size).actors_per_rank(),
+    std::printf("processes: %d (%s)%s, %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
+                env.workers(), launcher_name(env.launcher),
+                env.apart ? " and a coordinator apart that holds no stage" : "",
+                rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.workers()).actors_per_rank(),
                 per_rank_gpu ? (std::string(", each on its cuda:") + local_rank_variable(env.launcher)).c_str() : "",
                 env.master_addr.c_str(), env.master_port);
   }

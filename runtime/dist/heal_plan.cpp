@@ -123,7 +123,9 @@ shrunk shrink_placement(const rank_placement& places, const std::vector<int>& go
     if (owners[static_cast<size_t>(i)] >= 0) continue;
     const donor d = from_disk ? donor{} : donor_of(places, lost, i / S, i % S);
     int to = d.rank >= 0 ? renumbered[static_cast<size_t>(d.rank)] : -1;
-    if (to < 0) to = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    // A coordinator apart (rank 0 holding no stage) takes none.
+    const auto first = load.begin() + (places.owned(0).empty() && load.size() > 1 ? 1 : 0);
+    if (to < 0) to = static_cast<int>(std::min_element(first, load.end()) - load.begin());
     owners[static_cast<size_t>(i)] = to;
     ++load[static_cast<size_t>(to)];
     out.from[i] = d.rank;
@@ -164,6 +166,7 @@ std::string describe_placement(const rank_placement& places) {
   std::string s;
   for (int q = 0; q < places.world(); ++q) {
     if (q > 0) s += " |";
+    if (places.owned(q).empty()) s += " -";  // a coordinator apart
     for (const auto& slot : places.owned(q))
       s += " " + (places.dp() > 1 ? std::to_string(slot.replica) + "." : std::string()) + std::to_string(slot.stage);
   }

@@ -95,7 +95,7 @@ namespace {
 class node_run {
 public:
   node_run(const launch_options& o, uint16_t port, std::string run_id)
-      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs) {}
+      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)) {}
 
   int run() {
     start();
@@ -122,11 +122,20 @@ private:
     if (o_.on_notice) o_.on_notice("actorpipe launch: " + line);
   }
 
+  // "worker rank R" by the RANK it was started with, or the coordinator
+  // apart (rank 0 inside the run).
+  std::string name(int rank) const {
+    if (o_.apart && rank == 0) return "the coordinator";
+    return "worker rank " + std::to_string(o_.apart ? rank - 1 : rank);
+  }
+  // Who supervises: rank 0's supervisor, or the coordinator apart.
+  std::string boss() const { return o_.apart ? "the coordinator" : "rank 0's supervisor"; }
+
   // This node's workers; a failed start kills the ones already started.
   void start() {
     const int first = o_.node_rank * o_.nprocs;
     try {
-      for (int r = first; r < first + o_.nprocs; ++r) {
+      for (int r = first; r < first + o_.nprocs + (o_.apart ? 1 : 0); ++r) {
         int fd = -1;
         if (r == first && !o_.join) {
           // This node's first worker (rank 0 on node 0) inherits a copy of
@@ -168,7 +177,7 @@ private:
     // expected ending, not a failure.
     const bool by_forwarded = got_signal_ && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal_) ||
                                               (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal_));
-    const std::string who = "worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ")";
+    const std::string who = name(w.rank) + " (pid " + std::to_string(w.pid) + ")";
     const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
                                              : who + " exited with " + std::to_string(WEXITSTATUS(st));
     if (lost_ && !by_forwarded) notice(what);
@@ -184,7 +193,7 @@ private:
       if (o_.node_rank == 0) {
         w.awaiting = true;
         w.replace_by = clock::now() + o_.replace_wait;
-        notice(what + "; rank 0's supervisor replaces it or goes on without it");
+        notice(what + "; " + boss() + " replaces it or goes on without it");
       } else {
         if (failed_code_ < 0) failed_code_ = code;
         notice(what + "; rank 0's supervisor starts it again on node 0");
@@ -222,10 +231,10 @@ private:
     for (auto& r0 : ws_)
       if (r0.rank == 0 && r0.live) {
         end_for_good(r0);
-        line += "; killed rank 0 (pid " + std::to_string(r0.pid) + "), which stopped answering";
+        line += "; killed " + (o_.apart ? std::string("the coordinator") : std::string("rank 0")) + " (pid " + std::to_string(r0.pid) + "), which stopped answering";
       }
     const size_t others = count_live(ws_);
-    notice(line + " (rank 0's process holds the supervisor and the store)" +
+    notice(line + (o_.apart ? " (its process holds the supervisor and the store)" : " (rank 0's process holds the supervisor and the store)") +
            (others ? "; the other " + std::to_string(others) + " worker" + (others > 1 ? "s stop by themselves" : " stops by itself") +
                          ", exit " + std::to_string(coordinator_lost_exit)
                    : std::string()));
@@ -246,7 +255,7 @@ private:
       if (w.awaiting && !stopping_ && clock::now() >= w.replace_by) {
         w.awaiting = false;
         failed_code_ = 1;
-        stop("worker rank " + std::to_string(w.rank) + " was not replaced within " +
+        stop(name(w.rank) + " was not replaced within " +
              std::to_string(o_.replace_wait.count()) + " ms; stopping the others");
       }
   }
@@ -293,7 +302,7 @@ private:
       if (w.live) end_for_good(w);
       w.awaiting = false;
     }
-    notice("rank 0's supervisor goes on without worker rank " + std::to_string(rank));
+    notice(boss() + " goes on without " + name(rank));
   }
 
   void respawn(int rank, int generation) {
@@ -305,8 +314,8 @@ private:
     auto& w = ws_[at];
     if (w.live) {  // stopped, or cut off: it goes for good first
       end_for_good(w);
-      notice("worker rank " + std::to_string(rank) + " (pid " + std::to_string(w.pid) +
-             ") was taken for dead by rank 0; killed it");
+      notice(name(rank) + " (pid " + std::to_string(w.pid) +
+             ") was taken for dead by " + boss() + "; killed it");
     }
     bool forked = false;
     try {
@@ -321,7 +330,7 @@ private:
     }
     w.live = true;
     w.awaiting = false;
-    notice("started worker rank " + std::to_string(rank) + " again" +
+    notice("started " + name(rank) + " again" +
            (remote ? " on this node, in place of node " + std::to_string(node_of(o_, rank)) + "'s" : std::string()) +
            " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +
            (forked ? ", forked from the launcher)" : ")"));

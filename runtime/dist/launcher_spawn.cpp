@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -53,9 +54,11 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
   // A rank of another node started here (node 0 replacing it) takes this
   // node's place in the group and the local slot of its number.
   const bool here = node_of(o, rank) == o.node_rank;
+  // With a coordinator apart (rank 0 here), worker RANK r is rank r + 1.
+  const int shown = o.apart ? std::max(rank - 1, 0) : rank;
   std::map<std::string, std::string> ours = {
-      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank % o.nprocs)},
-      {"ROLE_RANK", std::to_string(rank)},   {"WORLD_SIZE", world},
+      {"RANK", std::to_string(shown)},        {"LOCAL_RANK", std::to_string(shown % o.nprocs)},
+      {"ROLE_RANK", std::to_string(shown)},   {"WORLD_SIZE", world},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nprocs)}, {"ROLE_WORLD_SIZE", world},
       {"GROUP_RANK", std::to_string(here ? o.node_rank : 0)}, {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "0"},
@@ -63,6 +66,7 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       // The worker dies with the launcher (apps/main.cpp), even by SIGKILL.
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
+  if (o.apart) ours["ACTORPIPE_COORDINATOR"] = rank == 0 ? "self" : "apart";
   if (o.join) {
     for (const char* k : {"RANK", "ROLE_RANK"}) ours[k] = "1";
     for (const char* k : {"WORLD_SIZE", "ROLE_WORLD_SIZE"}) ours[k] = "2";
@@ -74,7 +78,7 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TORCHELASTIC_USE_AGENT_STORE" || name == "ACTORPIPE_LAUNCHER_FD" || name == "ACTORPIPE_GENERATION" ||
-        name == "ACTORPIPE_JOIN" || ours.count(name))
+        name == "ACTORPIPE_JOIN" || name == "ACTORPIPE_COORDINATOR" || ours.count(name))
       continue;
     env.push_back(kv);
   }

@@ -13,7 +13,7 @@
 namespace actorpipe::launcher_detail {
 
 /// The node whose launcher starts `rank` first.
-inline int node_of(const launch_options& o, int rank) { return rank / o.nprocs; }
+inline int node_of(const launch_options& o, int rank) { return o.apart ? 0 : rank / o.nprocs; }
 
 /// The inherited environment with RANK, WORLD_SIZE, MASTER_ADDR, ... of
 /// `rank` put in (see run_workers); `control_fd` >= 0 is passed as

@@ -230,12 +230,12 @@ const char* world_size_variable(rank_launcher launcher) {
 
 void check_world_divides(const rank_env& env, int dp, int pp) {
   if (!env.multi_process()) return;
-  if (dp >= 1 && pp >= 1 && (static_cast<long long>(dp) * pp) % env.world_size != 0)
-    throw rank_env_error(std::string(world_size_variable(env.launcher)) + " " + std::to_string(env.world_size) +
+  if (dp >= 1 && pp >= 1 && (static_cast<long long>(dp) * pp) % env.workers() != 0)
+    throw rank_env_error(std::string(world_size_variable(env.launcher)) + " " + std::to_string(env.workers()) +
                              " does not divide parallel.dp " + std::to_string(dp) + " x pipeline stages " +
                              std::to_string(pp),
                          env.rank != 0);
-  check_rank_placement(dp, pp, env.world_size);
+  check_rank_placement(dp, pp, env.workers());
 }
 
 load_env load_env_for(const rank_env& ranks, int cuda_devices) {
@@ -259,10 +259,19 @@ rank_env read_rank_env(const env_lookup& env) {
   if (!rank && world > 1) fail(std::string(vars->rank) + " is not set" + needed_when(vars->size, world));
   const int r = rank ? parse_count(vars->rank, *rank) : 0;
   check_below(vars->rank, r, vars->size, world);
-  if (world == 1) return out;  // one process: nothing else matters
+  const auto role = env("ACTORPIPE_COORDINATOR");
+  if (role && *role != "self" && *role != "apart")
+    fail("ACTORPIPE_COORDINATOR " + quoted_input(*role) + " is not 'self' or 'apart'");
+  if (world == 1 && !role) return out;  // one process: nothing else matters
   out.launcher = vars->kind;
   out.world_size = world;
   out.rank = r;
+  if (role) {
+    // The coordinator apart is rank 0 inside the run, each worker RANK + 1.
+    out.apart = true;
+    out.world_size = world + 1;
+    out.rank = *role == "self" ? 0 : r + 1;
+  }
   const std::string local_size =
       vars->kind == rank_launcher::slurm ? read_slurm_local(env, world, out) : read_local_pair(env, *vars, out);
   if (out.local_world_size > world)

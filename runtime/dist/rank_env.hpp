@@ -23,6 +23,9 @@
 //                 never come: it is refused, naming srun.
 //   none          none of these, or a world size of 1: one process, rank 0.
 //
+// ACTORPIPE_COORDINATOR (set by `actorpipe launch --coordinator process`):
+// "self" in the coordinator, "apart" in each worker; see rank_env::apart.
+//
 // MASTER_PORT defaults to 29500 (torchrun's default) under every launcher.
 // LOCAL_RANK and LOCAL_WORLD_SIZE (OpenMPI's likewise) both unset read as
 // 0 of 1; one without the other is an error. Under any launcher,
@@ -89,6 +92,19 @@ struct rank_env {
   /// "/worker/attempt_<restart_count>", so a restarted attempt never reads
   /// the keys of the one before.
   std::string store_prefix = "/worker/attempt_0";
+  /// `actorpipe launch --coordinator process`: the supervisor and the store
+  /// run in a process of their own that holds no stage (ACTORPIPE_COORDINATOR
+  /// "self" there, "apart" in the workers). Inside the run that process is
+  /// rank 0 and a worker's rank is its RANK + 1; world_size counts it too.
+  /// shown() turns an inside rank back into the RANK a user knows.
+  bool apart = false;
+
+  /// The RANK a user knows for inside rank `r` (the coordinator: -1).
+  int shown(int r) const { return apart ? r - 1 : r; }
+  /// shown(r) as text: "c" for the coordinator apart.
+  std::string shown_text(int r) const { return apart && r == 0 ? std::string("c") : std::to_string(shown(r)); }
+  /// The worker processes (the world less a coordinator apart).
+  int workers() const { return world_size - (apart ? 1 : 0); }
 
   /// More than one process: a store and remote links are needed.
   bool multi_process() const { return world_size > 1; }

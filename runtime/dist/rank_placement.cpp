@@ -23,6 +23,14 @@ rank_placement::rank_placement(int dp, int pp, int world) : dp_(dp), pp_(pp), wo
   for (int i = 0; i < dp * pp; ++i) owners_.push_back(i / actors_per_rank());
 }
 
+rank_placement rank_placement::first(int dp, int pp, int workers, bool apart) {
+  rank_placement p(dp, pp, workers);
+  if (!apart) return p;
+  std::vector<int> owners = p.owners_;
+  for (int& o : owners) ++o;
+  return of_owners(dp, pp, workers + 1, std::move(owners));
+}
+
 rank_placement rank_placement::of_owners(int dp, int pp, int world, std::vector<int> owners) {
   if (dp < 1 || pp < 1 || world < 1 || owners.size() != static_cast<size_t>(dp) * static_cast<size_t>(pp))
     throw std::invalid_argument("rank_placement: " + std::to_string(owners.size()) + " owners for dp " +
@@ -89,6 +97,9 @@ int rank_placement::keeper(int replica, int stage) const {
   check_slot(replica, stage);
   const int mine = owner(replica, stage);
   for (int k = stage - 1; k >= 0; --k)
+    if (owner(replica, k) != mine) return k;
+  if (mine == 0) return -1;
+  for (int k = stage + 1; k < pp_; ++k)
     if (owner(replica, k) != mine) return k;
   return -1;
 }

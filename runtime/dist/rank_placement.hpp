@@ -45,6 +45,11 @@ class rank_placement {
   /// The default: equal consecutive blocks. Checks with check_rank_placement.
   rank_placement(int dp, int pp, int world);
 
+  /// A run's first placement: the default over `workers` ranks; with a
+  /// coordinator `apart`, rank 0 holds no stage and the blocks go to ranks
+  /// 1 .. workers (world workers + 1).
+  static rank_placement first(int dp, int pp, int workers, bool apart);
+
   /// Any placement: `owners[replica * pp + stage]` runs that stage actor.
   /// Throws std::invalid_argument for a size other than dp * pp or an
   /// owner outside 0 .. world - 1.
@@ -81,9 +86,11 @@ class rank_placement {
   /// The stage of the same replica whose process keeps a copy of
   /// (replica, stage)'s boundary state, for healing a process when no
   /// other replica holds the stage (dp = 1): the nearest earlier stage that
-  /// runs in another process. -1 when every earlier stage runs in the same
-  /// one (stage 0's process: rank 0, where the supervisor lives and whose
-  /// death ends the run).
+  /// runs in another process. When every earlier stage runs in the same
+  /// one: on rank 0, -1 (the supervisor lives there, and its death ends
+  /// the run); elsewhere (a coordinator apart holds no stage), the nearest
+  /// later stage in another process, so that stage 0's process can be
+  /// lost too. -1 when the whole replica runs in one process.
   int keeper(int replica, int stage) const;
 
  private:
