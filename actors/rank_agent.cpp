@@ -51,17 +51,19 @@ caf::behavior serving(agent_ptr self);
 // the checkpoints on disk are whole (each written to a temporary name,
 // then renamed).
 run_error coordinator_lost(const std::string& where, const std::string& dir, const std::string& at,
-                           const std::string& why) {
+                           const std::string& why, bool apart) {
   return run_error(run_failure{
       run_errc::coordinator_lost, -1, -1, -1,
-      where + " lost rank 0 (the coordinator: the supervisor and the store) at " + at + " (" + why + "); stopped. " +
+      where + (apart ? " lost the coordinator (its process apart: the supervisor and the store) at "
+                     : " lost rank 0 (the coordinator: the supervisor and the store) at ") +
+          at + " (" + why + "); stopped. " +
           (dir.empty() ? std::string("If the run ended, it starts over (no checkpoint.dir)")
                        : "If the run ended, the same command with --resume " + dir +
                              " goes on from the newest checkpoint")});
 }
 
 run_error coordinator_lost(const rank_context& cx, const std::string& at, const std::string& why) {
-  return coordinator_lost(cx.where, cx.cfg.checkpoint.dir, at, why);
+  return coordinator_lost(cx.where, cx.cfg.checkpoint.dir, at, why, cx.opts.ranks.apart);
 }
 
 // Ends the agent: with an exception for the caller to rethrow, or none.
@@ -299,7 +301,7 @@ std::exception_ptr probed_loss(const rank_env& env, const std::string& where, co
   if (why.empty()) return e;
   return std::make_exception_ptr(coordinator_lost(where, checkpoint_dir,
                                                   env.master_addr + ":" + std::to_string(env.master_port),
-                                                  "its store: " + why + "; " + first));
+                                                  "its store: " + why + "; " + first, env.apart));
 }
 
 struct lost_store_context {

@@ -143,8 +143,9 @@ std::string replacement_line(const rank_context& cx, const heal_plan& next, cons
   for (const auto& [slot, q] : fewer.from)
     from += slot_from(cx.places, slot, q >= 0 ? "rank " + shown_rank(cx, q) + "'s memory" : "disk");
   const double wait = cx.cfg.supervision.replace_timeout_s;
-  return "re-placed: generation " + std::to_string(next.generation) + " goes on over " +
-         std::to_string(fewer.kept.size()) + (fewer.kept.size() == 1 ? " process" : " processes") + " without rank " +
+  const size_t workers = fewer.kept.size() - (cx.opts.ranks.apart ? 1 : 0);  // a coordinator apart holds no stage
+  return "re-placed: generation " + std::to_string(next.generation) + " goes on over " + std::to_string(workers) +
+         (workers == 1 ? " process" : " processes") + " without rank " +
          gone + " (" +
          (wait == 0 ? std::string("supervision.replace_timeout_s 0: no replacement")
                     : std::string("nothing can start a replacement")) +
@@ -185,7 +186,7 @@ std::string short_of_room(rank_context& cx, const generation_peers& peers, const
                      room_atom::value)
         .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
     if (room >= 0 && want.first > room)
-      return "going on over " + std::to_string(fewer.places.world()) + " processes needs at least " +
+      return "going on over " + std::to_string(fewer.places.world() - (cx.opts.ranks.apart ? 1 : 0)) + " processes needs at least " +
              mib(want.first) + " more in rank " + shown_rank(cx, q) + "'s process (" + want.second +
              ": weights, gradients and optimizer state), which can take " + mib(room) +
              " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";

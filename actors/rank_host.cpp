@@ -226,7 +226,7 @@ private:
     const std::string at = env.master_addr + ":" + std::to_string(rt_.store->port());
     poll_ = open_client_store(env.master_addr, rt_.store->port(), cx_.timeout);
     if (cx_.opts.on_notice)
-      cx_.opts.on_notice("rank 0 takes processes that join at " + at + ": actorpipe launch --join " + at +
+      cx_.opts.on_notice(std::string(env.apart ? "the coordinator" : "rank 0") + " takes processes that join at " + at + ": actorpipe launch --join " + at +
                          " --nprocs N CONFIG");
   }
 
