@@ -64,18 +64,16 @@ public:
   std::string output() const { return read_or_empty(out_); }
 
   /// The pid of the worker with RANK=rank once the launcher has run it for
-  /// `after` (-1 if none within 30 s).
+  /// `after` (-1 if none within 30 s). Never the coordinator apart
+  /// (launch --coordinator process), whose RANK is 0 too.
   pid_t worker(int rank, std::chrono::milliseconds after) const {
-    const auto since = std::chrono::steady_clock::now();
-    for (int i = 0; i < 600; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (std::chrono::steady_clock::now() - since < after) continue;
-      for (pid_t p : workers())
-        if (read_or_empty("/proc/" + std::to_string(p) + "/environ").find("RANK=" + std::to_string(rank) + '\0') !=
-            std::string::npos)
-          return p;
-    }
-    return -1;
+    return child_with(nul + "RANK=" + std::to_string(rank) + nul, after, true);
+  }
+
+  /// The pid of the coordinator apart (launch --coordinator process), -1 if
+  /// none within 30 s.
+  pid_t coordinator() const {
+    return child_with(nul + "ACTORPIPE_COORDINATOR=self" + nul, std::chrono::milliseconds(0), false);
   }
 
   /// The launcher's live children (its workers) now.
@@ -132,6 +130,24 @@ public:
   }
 
 private:
+  inline static const std::string nul = std::string(1, '\0');
+
+  // The first child whose environment holds `entry` (NUL on both sides).
+  pid_t child_with(const std::string& entry, std::chrono::milliseconds after, bool workers_only) const {
+    const auto since = std::chrono::steady_clock::now();
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::chrono::steady_clock::now() - since < after) continue;
+      for (pid_t p : workers()) {
+        const std::string env = nul + read_or_empty("/proc/" + std::to_string(p) + "/environ");
+        if (env.find(entry) == std::string::npos) continue;
+        if (workers_only && env.find(nul + "ACTORPIPE_COORDINATOR=self" + nul) != std::string::npos) continue;
+        return p;
+      }
+    }
+    return -1;
+  }
+
   pid_t pid_ = -1;
   std::string out_;
 };

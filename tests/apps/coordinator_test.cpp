@@ -64,8 +64,10 @@ enum class hit { kill, stop };
 
 // The run hit mid-way: every worker stops by itself with exit 5 within the
 // heartbeat timeout and 2 s; then `launch --resume` from the newest
-// checkpoint ends on the clean run's bytes.
-void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp, hit how) {
+// checkpoint ends on the clean run's bytes. `apart`: under launch
+// --coordinator process, the process hit is the coordinator, and every
+// worker (RANK 0 too) is one that stops.
+void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp, hit how, bool apart = false) {
   const fs::path ckpt = test_dir() / (tag + "_ckpt");
   fs::remove_all(ckpt);
   const std::string cfg = config(tag, stages, dp, ckpt);
@@ -77,40 +79,46 @@ void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp
   fs::remove_all(ckpt);  // the clean run's own checkpoints
 
   const int nprocs = stages * dp;
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(),
-                                      {"--nprocs", std::to_string(nprocs), cfg});
+  std::vector<std::string> where = {"--nprocs", std::to_string(nprocs)};
+  if (apart) where.insert(where.end(), {"--coordinator", "process"});
+  std::vector<std::string> args = where;
+  args.push_back(cfg);
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(), args);
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
-  const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0));
-  ASSERT_GT(rank0, 0) << run.output();
+  const pid_t victim = apart ? run.coordinator() : run.worker(0, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
   const auto hit_at = std::chrono::steady_clock::now();
-  ::kill(rank0, how == hit::kill ? SIGKILL : SIGSTOP);
+  ::kill(victim, how == hit::kill ? SIGKILL : SIGSTOP);
   const int code = run.wait(60);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - hit_at).count();
   const std::string out = run.output();
   ASSERT_EQ(code, 5) << out;
-  std::printf("%s: every worker gone %.2f s after the %s of rank 0 (heartbeat_timeout_s %.0f)\n", tag.c_str(), took,
-              how == hit::kill ? "SIGKILL" : "SIGSTOP", heartbeat_s);
+  std::printf("%s: every worker gone %.2f s after the %s of %s (heartbeat_timeout_s %.0f)\n", tag.c_str(), took,
+              how == hit::kill ? "SIGKILL" : "SIGSTOP", apart ? "the coordinator apart" : "rank 0", heartbeat_s);
   EXPECT_LT(took, heartbeat_s + 2) << out;
   // Each worker said why, and stopped by itself with exit 5.
-  for (int r = 1; r < nprocs; ++r) {
+  for (int r = apart ? 0 : 1; r < nprocs; ++r) {
     const std::string who = "rank " + std::to_string(r) + "/" + std::to_string(nprocs);
-    EXPECT_NE(out.find(who + " lost rank 0 (the coordinator: the supervisor and the store)"), std::string::npos)
+    EXPECT_NE(out.find(who + (apart ? " lost the coordinator (its process apart: the supervisor and the store)"
+                                    : " lost rank 0 (the coordinator: the supervisor and the store)")),
+              std::string::npos)
         << who << "\n" << out;
     EXPECT_NE(out.find("worker rank " + std::to_string(r) + " (pid "), std::string::npos) << out;
   }
-  EXPECT_EQ(count(out, ") exited with 5"), static_cast<size_t>(nprocs - 1)) << out;
+  EXPECT_EQ(count(out, ") exited with 5"), static_cast<size_t>(apart ? nprocs : nprocs - 1)) << out;
   EXPECT_NE(out.find("If the run ended, the same command with --resume " + ckpt.string() +
                      " goes on from the newest checkpoint"),
             std::string::npos)
       << out;
+  const std::string name = apart ? "the coordinator" : "worker rank 0";
   if (how == hit::kill) {
-    EXPECT_NE(out.find("worker rank 0 (pid " + std::to_string(rank0) +
-                       ") was killed by SIGKILL: the run lost its coordinator"),
+    EXPECT_NE(out.find(name + " (pid " + std::to_string(victim) + ") was killed by SIGKILL: the run lost its coordinator"),
               std::string::npos)
         << out;
   } else {
-    EXPECT_NE(out.find("killed rank 0 (pid " + std::to_string(rank0) + "), which stopped answering"),
+    EXPECT_NE(out.find(std::string(apart ? "killed the coordinator" : "killed rank 0") + " (pid " +
+                       std::to_string(victim) + "), which stopped answering"),
               std::string::npos)
         << out;
   }
@@ -120,8 +128,10 @@ void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp
 
   // The newest checkpoint loads, and the run goes on from it to the clean
   // run's bytes.
-  auto r = actorpipe({"launch", "--nprocs", std::to_string(nprocs), cfg, "--quiet", "--resume", ckpt.string(),
-                      "--save", resumed});
+  args = {"launch"};
+  args.insert(args.end(), where.begin(), where.end());
+  args.insert(args.end(), {cfg, "--quiet", "--resume", ckpt.string(), "--save", resumed});
+  auto r = actorpipe(args);
   ASSERT_EQ(r.code, 0) << describe(r);
   const std::string all = r.out + r.err;
   const size_t note = all.find("resuming after step ");
@@ -138,6 +148,66 @@ TEST(CoordinatorLost, AKillNineOfRankZeroStopsEveryWorkerWithExit5AndResumeEndsB
 
 TEST(CoordinatorLost, ARankZeroThatStopsAnsweringIsKilledAndEveryWorkerStopsWithExit5) {
   lose_the_coordinator_then_resume("stop_dp2_pp2", 2, 2, hit::stop);
+}
+
+TEST(CoordinatorApart, AKillNineOfTheCoordinatorStopsEveryWorkerWithExit5AndResumeEndsBitwise) {
+  lose_the_coordinator_then_resume("apart_kill_pp3", 3, 1, hit::kill, true);
+}
+
+TEST(CoordinatorApart, ACoordinatorThatStopsAnsweringIsKilledAndEveryWorkerStopsWithExit5) {
+  lose_the_coordinator_then_resume("apart_stop_dp2_pp2", 2, 2, hit::stop, true);
+}
+
+// Under launch --coordinator process no worker's death ends the run: a
+// `kill -9` of the worker with RANK 0 (it holds stage 0) mid-step is
+// healed from a peer's memory -- at dp 1 from its keeper, the process of
+// stage 1; at dp 2 from replica 1's stage 0 -- and the run ends on the
+// clean run's bytes.
+void kill_worker_rank_zero_under_a_coordinator_apart(const std::string& tag, int stages, int dp) {
+  const fs::path ckpt = test_dir() / (tag + "_ckpt");
+  fs::remove_all(ckpt);
+  const std::string cfg = config(tag, stages, dp, ckpt);
+  const std::string clean = (test_dir() / (tag + "_clean.pt")).string(),
+                    healed = (test_dir() / (tag + "_healed.pt")).string();
+  fs::remove(healed);
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  fs::remove_all(ckpt);
+  const int nprocs = stages * dp;
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(),
+      {"--nprocs", std::to_string(nprocs), "--coordinator", "process", cfg, "--save", healed});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
+  const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0));
+  ASSERT_GT(rank0, 0) << run.output();
+  ASSERT_NE(rank0, run.coordinator()) << run.output();
+  ::kill(rank0, SIGKILL);
+  const int code = run.wait(120);
+  const std::string out = run.output();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("worker rank 0 (pid " + std::to_string(rank0) + ") was killed by SIGKILL; the coordinator "
+                     "replaces it"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("started worker rank 0 again"), std::string::npos) << out;
+  const std::string donor = dp > 1 ? std::to_string(stages) : "1";
+  EXPECT_NE(out.find("its stage 0 of replica 0 from rank " + donor + "'s memory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;
+  const size_t heal = out.find("heal: generation 1 runs");
+  if (heal != std::string::npos) std::printf("%s: %s\n", tag.c_str(), out.substr(heal, out.find('\n', heal) - heal).c_str());
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(healed))
+      << "healed after worker RANK 0's kill, the run saved other bytes than the clean one\n"
+      << out;
+}
+
+TEST(CoordinatorApart, AKillNineOfWorkerRankZeroIsHealedFromMemoryBitwiseAtPp3) {
+  kill_worker_rank_zero_under_a_coordinator_apart("apart_rank0_pp3", 3, 1);
+}
+
+TEST(CoordinatorApart, AKillNineOfWorkerRankZeroIsHealedFromMemoryBitwiseAtDp2Pp2) {
+  kill_worker_rank_zero_under_a_coordinator_apart("apart_rank0_dp2_pp2", 2, 2);
 }
 
 // Rank 0 hit while it heals another rank (20 to 40 ms after RANK 2's kill:

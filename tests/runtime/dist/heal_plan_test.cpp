@@ -90,6 +90,67 @@ TEST(ShrinkPlacement, LostStagesGoToTheProcessHoldingTheirCopy) {
   EXPECT_THROW(shrink_placement(rank_placement(1, 2, 2), {0, 1}, false), std::invalid_argument);
 }
 
+// A coordinator apart is rank 0 and holds no stage: a lost stage goes to a
+// worker, never to it, and its text shows "-" for it.
+TEST(ShrinkPlacement, ACoordinatorApartNeverTakesALostStageFromDisk) {
+  // pp 3 on 3 workers apart: "- | 0 | 1 | 2" (ranks 1 2 3). Rank 2 (stage 1)
+  // gone from disk: kept 0 1 3 -> 0 1 2, loads 0 1 1; without the rule the
+  // coordinator (load 0) would win, with it the lowest worker, new rank 1.
+  const auto p = rank_placement::first(1, 3, 3, true);
+  const auto a = shrink_placement(p, {2}, true);
+  EXPECT_EQ(a.kept, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(describe_placement(a.places), "- | 0 1 | 2");
+  EXPECT_TRUE(a.places.owned(0).empty());
+  EXPECT_EQ(a.from, (std::map<int, int>{{1, -1}}));
+  // Rank 1 (stage 0, worker RANK 0) gone from disk: kept 0 2 3, stage 0 to
+  // new rank 1 (loads 1 1: the lowest).
+  const auto b = shrink_placement(p, {1}, true);
+  EXPECT_EQ(b.kept, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(describe_placement(b.places), "- | 0 1 | 2");
+  EXPECT_EQ(b.from, (std::map<int, int>{{0, -1}}));
+  // Two of three gone (ranks 1 and 3): both stages to the one worker left.
+  const auto c = shrink_placement(p, {1, 3}, true);
+  EXPECT_EQ(c.kept, (std::vector<int>{0, 2}));
+  EXPECT_EQ(describe_placement(c.places), "- | 0 1 2");
+  EXPECT_EQ(c.from, (std::map<int, int>{{0, -1}, {2, -1}}));
+  // dp 2 x pp 2 on 2 workers apart ("- | 0.0 0.1 | 1.0 1.1"), rank 2 gone
+  // from disk: replica 1 to the other worker, not to the idle coordinator.
+  const auto d = shrink_placement(rank_placement::first(2, 2, 2, true), {2}, true);
+  EXPECT_EQ(describe_placement(d.places), "- | 0.0 0.1 1.0 1.1");
+  EXPECT_EQ(d.from, (std::map<int, int>{{2, -1}, {3, -1}}));
+}
+
+TEST(ShrinkPlacement, ACoordinatorApartLosingStageZerosWorkerHealsFromTheLaterKeeper) {
+  // pp 3 on 3 workers apart, rank 1 (stage 0) gone from memory: stage 0's
+  // keeper is stage 1 (rank 2), so stage 0 goes there under its own slot.
+  const auto p = rank_placement::first(1, 3, 3, true);
+  const auto a = shrink_placement(p, {1}, false);
+  EXPECT_EQ(a.kept, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(describe_placement(a.places), "- | 0 1 | 2");
+  EXPECT_EQ(a.from, (std::map<int, int>{{0, 2}}));
+  EXPECT_TRUE(a.sources.empty());
+  // Rank 2 (stage 1) gone: kept by stage 0 (rank 1), as without a coordinator.
+  const auto b = shrink_placement(p, {2}, false);
+  EXPECT_EQ(describe_placement(b.places), "- | 0 1 | 2");
+  EXPECT_EQ(b.from, (std::map<int, int>{{1, 1}}));
+}
+
+TEST(HealPlan, ACoordinatorApartsStageZeroIsDonatedByItsLaterKeeper) {
+  const auto p = rank_placement::first(1, 3, 3, true);  // stage s on rank s + 1
+  expect_donor(donor_of(p, replacing({1}), 0, 0), 2, 0);
+  expect_donor(donor_of(p, replacing({2}), 0, 1), 1, 1);
+  // Stage 0's keeper (stage 1, rank 2) went with it: nothing in memory.
+  expect_donor(donor_of(p, replacing({1, 2}), 0, 0), -1, -1);
+}
+
+TEST(DescribePlacement, AProcessWithNoStageShowsADash) {
+  EXPECT_EQ(describe_placement(rank_placement::first(1, 3, 3, true)), "- | 0 | 1 | 2");
+  EXPECT_EQ(describe_placement(rank_placement::first(2, 2, 4, true)), "- | 0.0 | 0.1 | 1.0 | 1.1");
+  EXPECT_EQ(describe_placement(rank_placement::first(1, 3, 3, false)), "0 | 1 | 2");
+  // A stageless process anywhere, not only rank 0.
+  EXPECT_EQ(describe_placement(rank_placement::of_owners(1, 2, 3, {0, 2})), "0 | - | 1");
+}
+
 TEST(GrowPlacement, AJoinerTakesTheHighestSlotOfTheMostCrowdedProcessFromItsOwnMemory) {
   // After pp 4 lost rank 2 (0 | 1 2 | 3): the joiner, rank 3 now, takes
   // stage 2 from rank 1, which holds it under its own slot.

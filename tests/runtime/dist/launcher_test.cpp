@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/dist/launcher.hpp"
+#include "runtime/dist/launcher_spawn.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -223,6 +224,100 @@ TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
   EXPECT_NE(all.find("started worker rank 1 again (pid " + seen["pid"] + ", generation 1, forked from the launcher)"),
             std::string::npos)
       << all;
+}
+
+// worker_env's list ("NAME=value") as a map.
+std::map<std::string, std::string> env_of(const std::vector<std::string>& list) {
+  std::map<std::string, std::string> env;
+  for (const auto& kv : list)
+    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  return env;
+}
+
+// --coordinator process on 3 workers: internal rank 0 is the coordinator
+// (RANK 0, ACTORPIPE_COORDINATOR=self), internal rank k >= 1 is worker
+// RANK k - 1 (LOCAL_RANK (k - 1) % 3, ACTORPIPE_COORDINATOR=apart);
+// WORLD_SIZE stays 3 in all four.
+TEST(Launcher, WithACoordinatorApartRankZeroIsTheCoordinatorAndEachWorkerKeepsItsRank) {
+  launch_options o;
+  o.nprocs = 3;
+  o.apart = true;
+  const auto coordinator = env_of(launcher_detail::worker_env(o, 0, 29400, "run", 7, 0));
+  EXPECT_EQ(coordinator.at("RANK"), "0");
+  EXPECT_EQ(coordinator.at("ROLE_RANK"), "0");
+  EXPECT_EQ(coordinator.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(coordinator.at("WORLD_SIZE"), "3");
+  EXPECT_EQ(coordinator.at("ROLE_WORLD_SIZE"), "3");
+  EXPECT_EQ(coordinator.at("LOCAL_WORLD_SIZE"), "3");
+  EXPECT_EQ(coordinator.at("ACTORPIPE_COORDINATOR"), "self");
+  EXPECT_EQ(coordinator.at("ACTORPIPE_LAUNCHER_FD"), "7");
+  EXPECT_EQ(coordinator.at("MASTER_PORT"), "29400");
+  EXPECT_EQ(coordinator.at("GROUP_RANK"), "0");
+  for (int k = 1; k <= 3; ++k) {
+    const auto env = env_of(launcher_detail::worker_env(o, k, 29400, "run", -1, 0));
+    EXPECT_EQ(env.at("RANK"), std::to_string(k - 1)) << k;
+    EXPECT_EQ(env.at("ROLE_RANK"), std::to_string(k - 1)) << k;
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string((k - 1) % 3)) << k;
+    EXPECT_EQ(env.at("WORLD_SIZE"), "3") << k;
+    EXPECT_EQ(env.at("ROLE_WORLD_SIZE"), "3") << k;
+    EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "3") << k;
+    EXPECT_EQ(env.at("ACTORPIPE_COORDINATOR"), "apart") << k;
+    EXPECT_EQ(env.at("GROUP_RANK"), "0") << k;  // one node: every rank is node 0's
+    EXPECT_EQ(env.count("ACTORPIPE_LAUNCHER_FD"), 0u) << k;
+  }
+  // A replacement (generation 2) of worker RANK 2 keeps its RANK.
+  const auto again = env_of(launcher_detail::worker_env(o, 3, 29400, "run", -1, 2));
+  EXPECT_EQ(again.at("RANK"), "2");
+  EXPECT_EQ(again.at("ACTORPIPE_COORDINATOR"), "apart");
+  EXPECT_EQ(again.at("ACTORPIPE_GENERATION"), "2");
+  EXPECT_EQ(launcher_detail::node_of(o, 3), 0);
+}
+
+TEST(Launcher, WithoutACoordinatorApartNoWorkerSeesTheVariable) {
+  // Set in the launcher's own environment (a launcher started by a worker
+  // apart): never passed on when this run has no coordinator apart.
+  ::setenv("ACTORPIPE_COORDINATOR", "apart", 1);
+  launch_options o;
+  o.nprocs = 2;
+  const auto rank0 = env_of(launcher_detail::worker_env(o, 0, 29400, "run", -1, 0));
+  const auto rank1 = env_of(launcher_detail::worker_env(o, 1, 29400, "run", -1, 0));
+  o.apart = true;
+  const auto coordinator = env_of(launcher_detail::worker_env(o, 0, 29400, "run", -1, 0));
+  ::unsetenv("ACTORPIPE_COORDINATOR");
+  EXPECT_EQ(rank0.count("ACTORPIPE_COORDINATOR"), 0u);
+  EXPECT_EQ(rank1.count("ACTORPIPE_COORDINATOR"), 0u);
+  EXPECT_EQ(rank0.at("RANK"), "0");
+  EXPECT_EQ(rank1.at("RANK"), "1");
+  EXPECT_EQ(rank1.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(coordinator.at("ACTORPIPE_COORDINATOR"), "self");  // ours, not the inherited one
+}
+
+// run_workers with a coordinator apart starts nprocs + 1 processes: the
+// coordinator and the 2 workers, each named by ACTORPIPE_COORDINATOR and
+// RANK; only the coordinator gets the launcher's line.
+TEST(Launcher, WithACoordinatorApartTheLauncherStartsOneMoreProcess) {
+  const fs::path dir = test_dir();
+  const std::string d = dir.string();
+  auto o = sh_workers(2,
+                      "env > " + d + "/env_${ACTORPIPE_COORDINATOR}_$RANK; [ -z \"$ACTORPIPE_LAUNCHER_FD\" ] || touch " +
+                          d + "/fd_${ACTORPIPE_COORDINATOR}_$RANK",
+                      nullptr);
+  o.apart = true;
+  ASSERT_EQ(run_workers(o), 0);
+  auto coordinator = read_env(dir / "env_self_0");
+  EXPECT_EQ(coordinator["RANK"], "0");
+  EXPECT_EQ(coordinator["WORLD_SIZE"], "2");
+  for (int r : {0, 1}) {
+    auto env = read_env(dir / ("env_apart_" + std::to_string(r)));
+    EXPECT_EQ(env["RANK"], std::to_string(r));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(r));
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["MASTER_PORT"], coordinator["MASTER_PORT"]);
+  }
+  EXPECT_TRUE(fs::exists(dir / "fd_self_0"));
+  EXPECT_FALSE(fs::exists(dir / "fd_apart_0"));
+  EXPECT_FALSE(fs::exists(dir / "fd_apart_1"));
+  EXPECT_FALSE(fs::exists(dir / "env_apart_2")) << "only nprocs workers";
 }
 
 // One node of two (torchrun's --nnodes 2 --node-rank 1 --nproc-per-node

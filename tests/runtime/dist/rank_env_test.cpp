@@ -393,6 +393,114 @@ TEST(WorldDivides, AWorldThatDividesOrOneProcessPasses) {
   EXPECT_EQ(divide_error(read_rank_env(torchrun_env), 2, 0).first, "pipeline.stages 0 is not a positive integer");
 }
 
+// ---- a coordinator apart (actorpipe launch --coordinator process) ----------
+
+// What the launcher gives 3 workers and the coordinator: WORLD_SIZE 3 in
+// all four, ACTORPIPE_COORDINATOR "self" in the coordinator (RANK 0) and
+// "apart" in each worker (RANK 0 .. 2).
+const env_map apart_env = {{"RANK", "0"},       {"WORLD_SIZE", "3"},  {"LOCAL_RANK", "0"},
+                           {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"},
+                           {"ACTORPIPE_COORDINATOR", "apart"}};
+
+TEST(RankEnvApart, TheCoordinatorIsRankZeroOfWorldSizePlusOne) {
+  const rank_env e = read_rank_env(with(apart_env, {{"ACTORPIPE_COORDINATOR", "self"}}));
+  EXPECT_TRUE(e.apart);
+  EXPECT_EQ(e.launcher, rank_launcher::torchrun);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 4);  // 3 workers + the coordinator
+  EXPECT_EQ(e.workers(), 3);
+  EXPECT_EQ(e.local_rank, 0);
+  EXPECT_EQ(e.local_world_size, 3);
+  EXPECT_EQ(e.master_addr, "127.0.0.1");
+  EXPECT_EQ(e.master_port, 29400);
+  EXPECT_TRUE(e.multi_process());
+  EXPECT_TRUE(e.hosts_store());  // the store lives in the coordinator
+  EXPECT_EQ(e.shown(0), -1);     // no RANK of its own
+  EXPECT_EQ(e.shown_text(0), "c");
+}
+
+TEST(RankEnvApart, AWorkersRankIsItsRankPlusOne) {
+  for (int r = 0; r < 3; ++r) {
+    const std::string rank = std::to_string(r);
+    const rank_env e = read_rank_env(with(apart_env, {{"RANK", rank}, {"LOCAL_RANK", rank}}));
+    EXPECT_TRUE(e.apart) << r;
+    EXPECT_EQ(e.rank, r + 1) << r;
+    EXPECT_EQ(e.world_size, 4) << r;
+    EXPECT_EQ(e.workers(), 3) << r;
+    EXPECT_EQ(e.local_rank, r) << r;  // the local slot is not shifted
+    EXPECT_EQ(e.shown(e.rank), r) << r;
+    EXPECT_EQ(e.shown_text(e.rank), rank) << r;
+    EXPECT_FALSE(e.hosts_store()) << r;  // worker RANK 0 is rank 1: a client
+  }
+}
+
+TEST(RankEnvApart, WithoutTheVariableNothingIsShifted) {
+  const rank_env e = read_rank_env(without(apart_env, "ACTORPIPE_COORDINATOR"));
+  EXPECT_FALSE(e.apart);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 3);
+  EXPECT_EQ(e.workers(), 3);
+  EXPECT_EQ(e.shown(2), 2);
+  EXPECT_EQ(e.shown_text(0), "0");
+  EXPECT_TRUE(e.hosts_store());
+}
+
+TEST(RankEnvApart, OneWorkerApartIsStillTwoProcesses) {
+  // WORLD_SIZE 1 alone is one process; with a coordinator apart it is two:
+  // the coordinator (rank 0) and the one worker (rank 1).
+  const env_map one = {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                       {"ACTORPIPE_COORDINATOR", "apart"}};
+  const rank_env w = read_rank_env(one);
+  EXPECT_TRUE(w.apart);
+  EXPECT_EQ(w.launcher, rank_launcher::torchrun);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.world_size, 2);
+  EXPECT_EQ(w.workers(), 1);
+  EXPECT_TRUE(w.multi_process());
+  EXPECT_EQ(w.master_addr, "127.0.0.1");
+  EXPECT_EQ(w.master_port, 29500);
+  const rank_env c = read_rank_env(with(one, {{"ACTORPIPE_COORDINATOR", "self"}}));
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_TRUE(c.hosts_store());
+  // Two processes need a master, even though WORLD_SIZE is 1.
+  EXPECT_EQ(error_of(without(one, "MASTER_ADDR")).rfind("MASTER_ADDR is not set", 0), 0u);
+}
+
+TEST(RankEnvApart, AnyOtherValueIsAnErrorNamingTheVariable) {
+  EXPECT_EQ(error_of(with(apart_env, {{"ACTORPIPE_COORDINATOR", "process"}})),
+            "ACTORPIPE_COORDINATOR 'process' is not 'self' or 'apart'");
+  EXPECT_EQ(error_of(with(apart_env, {{"ACTORPIPE_COORDINATOR", ""}})),
+            "ACTORPIPE_COORDINATOR '' is not 'self' or 'apart'");
+  EXPECT_EQ(error_of(with(apart_env, {{"ACTORPIPE_COORDINATOR", "Self"}})),
+            "ACTORPIPE_COORDINATOR 'Self' is not 'self' or 'apart'");
+  // Checked at WORLD_SIZE 1 too, where nothing else is read.
+  EXPECT_EQ(error_of({{"WORLD_SIZE", "1"}, {"ACTORPIPE_COORDINATOR", "yes"}}),
+            "ACTORPIPE_COORDINATOR 'yes' is not 'self' or 'apart'");
+}
+
+TEST(WorldDivides, WithACoordinatorApartTheWorkersMustDivide) {
+  // WORLD_SIZE 3 apart: world 4 inside the run, 3 workers hold the stages.
+  const rank_env coordinator = read_rank_env(with(apart_env, {{"ACTORPIPE_COORDINATOR", "self"}}));
+  const rank_env worker0 = read_rank_env(apart_env);  // inside rank 1
+  for (const rank_env& e : {coordinator, worker0}) {
+    EXPECT_NO_THROW(check_world_divides(e, 1, 3));  // one stage per worker
+    EXPECT_NO_THROW(check_world_divides(e, 2, 3));  // 6 actors, 2 each
+    EXPECT_NO_THROW(check_world_divides(e, 1, 6));
+  }
+  // pp 4 would divide the world of 4 but not the 3 workers: refused, naming
+  // the WORLD_SIZE the user gave.
+  const auto [line, quiet] = divide_error(coordinator, 1, 4);
+  EXPECT_EQ(line, "WORLD_SIZE 3 does not divide parallel.dp 1 x pipeline stages 4");
+  EXPECT_FALSE(quiet);  // the coordinator (rank 0) says it
+  const auto [wline, wquiet] = divide_error(worker0, 1, 4);
+  EXPECT_EQ(wline, "WORLD_SIZE 3 does not divide parallel.dp 1 x pipeline stages 4");
+  EXPECT_TRUE(wquiet);  // worker RANK 0 is rank 1 inside: quiet
+  EXPECT_EQ(divide_error(coordinator, 2, 2).first, "WORLD_SIZE 3 does not divide parallel.dp 2 x pipeline stages 2");
+  // More workers than stage actors: 3 workers, 2 actors.
+  EXPECT_EQ(divide_error(coordinator, 1, 2).first, "WORLD_SIZE 3 does not divide parallel.dp 1 x pipeline stages 2");
+}
+
 // ---- errors ----------------------------------------------------------------
 
 TEST(RankEnvErrors, NumbersAndRanges) {

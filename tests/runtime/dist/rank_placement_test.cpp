@@ -106,6 +106,109 @@ TEST(RankPlacement, TheKeeperIsTheNearestEarlierStageInAnotherProcess) {
   EXPECT_EQ(rank_placement(2, 2, 4).keeper(1, 1), 0);   // replica 1's own stage 0
 }
 
+// A coordinator apart (launch --coordinator process) is rank 0 and holds no
+// stage: first() deals the default blocks over the workers and shifts each
+// owner up by one.
+TEST(RankPlacement, ACoordinatorApartHoldsNoStage) {
+  // dp 1 x pp 3 on 3 workers: owners 0 1 2 shifted to 1 2 3, world 4.
+  const auto p = rank_placement::first(1, 3, 3, true);
+  EXPECT_EQ(p.world(), 4);
+  EXPECT_EQ(p.dp(), 1);
+  EXPECT_EQ(p.pp(), 3);
+  EXPECT_TRUE(p.owned(0).empty());
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(p.owner(0, s), s + 1);
+    EXPECT_EQ(p.owned(s + 1), (slots{{0, s}}));
+    EXPECT_EQ(p.stage_group(s), (std::vector<int>{s + 1}));
+  }
+  EXPECT_EQ(p.neighbours(0, 0).prev, -1);
+  EXPECT_EQ(p.neighbours(0, 0).next, 2);
+  EXPECT_EQ(p.neighbours(0, 2).prev, 2);
+  EXPECT_EQ(p.neighbours(0, 2).next, -1);
+  EXPECT_EQ(p.encode(), "1 3 4 1 2 3");
+}
+
+TEST(RankPlacement, ACoordinatorApartWithTwoReplicasShiftsEveryOwner) {
+  // dp 2 x pp 2 on 4 workers: owners 0 1 2 3 -> 1 2 3 4, world 5.
+  const auto four = rank_placement::first(2, 2, 4, true);
+  EXPECT_EQ(four.world(), 5);
+  EXPECT_TRUE(four.owned(0).empty());
+  EXPECT_EQ(four.owned(1), (slots{{0, 0}}));
+  EXPECT_EQ(four.owned(2), (slots{{0, 1}}));
+  EXPECT_EQ(four.owned(3), (slots{{1, 0}}));
+  EXPECT_EQ(four.owned(4), (slots{{1, 1}}));
+  EXPECT_EQ(four.stage_group(0), (std::vector<int>{1, 3}));
+  EXPECT_EQ(four.stage_group(1), (std::vector<int>{2, 4}));
+  EXPECT_EQ(four.neighbours(1, 1).prev, 3);
+  // dp 2 x pp 2 on 2 workers: a replica per worker, owners 0 0 1 1 -> 1 1 2 2.
+  const auto two = rank_placement::first(2, 2, 2, true);
+  EXPECT_EQ(two.encode(), "2 2 3 1 1 2 2");
+  EXPECT_TRUE(two.owned(0).empty());
+  EXPECT_EQ(two.owned(1), (slots{{0, 0}, {0, 1}}));
+  EXPECT_EQ(two.owned(2), (slots{{1, 0}, {1, 1}}));
+  EXPECT_EQ(two.stage_group(0), (std::vector<int>{1, 2}));
+}
+
+TEST(RankPlacement, WithoutACoordinatorApartFirstIsTheDefault) {
+  const auto p = rank_placement::first(2, 2, 4, false);
+  EXPECT_EQ(p.encode(), rank_placement(2, 2, 4).encode());
+  EXPECT_EQ(p.encode(), "2 2 4 0 1 2 3");
+  // The workers must still divide the actors, apart or not.
+  EXPECT_THROW(rank_placement::first(1, 4, 3, true), rank_env_error);
+  EXPECT_THROW(rank_placement::first(1, 4, 3, false), rank_env_error);
+}
+
+// Off rank 0, stage 0 has no earlier stage to keep its copy: the nearest
+// later stage in another process keeps it, so that worker RANK 0 can be
+// healed from memory too.
+TEST(RankPlacement, ApartStageZerosKeeperIsTheNearestLaterStageInAnotherProcess) {
+  // pp 3 on 3 workers apart: stage s on rank s + 1.
+  const auto one_each = rank_placement::first(1, 3, 3, true);
+  EXPECT_EQ(one_each.keeper(0, 0), 1);  // no earlier stage: stage 1 (rank 2)
+  EXPECT_EQ(one_each.keeper(0, 1), 0);  // earlier, as before
+  EXPECT_EQ(one_each.keeper(0, 2), 1);
+  // pp 4 on 2 workers apart: rank 1 holds stages 0-1, rank 2 stages 2-3.
+  // Stages 0 and 1 have no earlier stage elsewhere: stage 2 keeps both.
+  const auto two_each = rank_placement::first(1, 4, 2, true);
+  EXPECT_EQ(two_each.keeper(0, 0), 2);
+  EXPECT_EQ(two_each.keeper(0, 1), 2);
+  EXPECT_EQ(two_each.keeper(0, 2), 1);
+  EXPECT_EQ(two_each.keeper(0, 3), 1);
+  // pp 2 on 2 workers apart: each keeps the other's copy.
+  const auto pair = rank_placement::first(1, 2, 2, true);
+  EXPECT_EQ(pair.keeper(0, 0), 1);
+  EXPECT_EQ(pair.keeper(0, 1), 0);
+  // The whole replica on one worker (pp 3 on 1 worker apart): none.
+  const auto alone = rank_placement::first(1, 3, 1, true);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(alone.keeper(0, s), -1) << s;
+}
+
+TEST(RankPlacement, StageZeroOnRankZeroStillHasNoKeeper) {
+  // The default placement: stage 0 on rank 0, where the supervisor lives.
+  EXPECT_EQ(rank_placement(1, 3, 3).keeper(0, 0), -1);
+  EXPECT_EQ(rank_placement::first(1, 3, 3, false).keeper(0, 0), -1);
+  const rank_placement two_each(1, 4, 2);  // rank 0: stages 0-1
+  EXPECT_EQ(two_each.keeper(0, 0), -1);
+  EXPECT_EQ(two_each.keeper(0, 1), -1);
+  // Any placement with the first stages on rank 0: none, even though a
+  // later stage runs elsewhere.
+  const auto p = rank_placement::of_owners(1, 3, 2, {0, 0, 1});
+  EXPECT_EQ(p.keeper(0, 0), -1);
+  EXPECT_EQ(p.keeper(0, 1), -1);
+  EXPECT_EQ(p.keeper(0, 2), 1);
+}
+
+// The later keeper is not only for a coordinator apart: in the default
+// placement replica 1's stage 0 is off rank 0 too (dp 2 x pp 2 on 4: rank 2),
+// so its keeper is stage 1 (rank 3). Only dp 1 uses keepers (donor_of, the
+// copies channel), where stage 0 without a coordinator is on rank 0.
+TEST(RankPlacement, AReplicasStageZeroOffRankZeroIsKeptByALaterStage) {
+  const rank_placement p(2, 2, 4);
+  EXPECT_EQ(p.keeper(0, 0), -1);  // rank 0
+  EXPECT_EQ(p.keeper(1, 0), 1);   // rank 2, kept by stage 1 on rank 3
+  EXPECT_EQ(p.keeper(1, 1), 0);
+}
+
 TEST(RankPlacement, WorldMustDivideActors) {
   const std::string line = "WORLD_SIZE 3 does not divide parallel.dp 2 x pipeline stages 4";
   try {
@@ -157,15 +260,29 @@ TEST(RankPlacement, EveryShapeDealsEqualConsecutiveBlocks) {
             const auto n = p.neighbours(r, s);
             EXPECT_EQ(n.prev, s > 0 ? p.owner(r, s - 1) : -1);
             EXPECT_EQ(n.next, s + 1 < pp ? p.owner(r, s + 1) : -1);
-            // The keeper is earlier, in another process, and every stage
-            // between them shares this one's; none only where all earlier do.
+            // The keeper is the nearest earlier stage in another process;
+            // where all earlier ones share this one's process and that is
+            // not rank 0 (replica 1 and up), the nearest later one in
+            // another process. Every stage between them shares this one's;
+            // none where there is neither, or all earlier share rank 0.
             const int k = p.keeper(r, s);
+            const int mine = p.owner(r, s);
+            bool earlier_elsewhere = false;
+            for (int e = 0; e < s; ++e) earlier_elsewhere = earlier_elsewhere || p.owner(r, e) != mine;
             if (k < 0) {
-              for (int e = 0; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+              EXPECT_FALSE(earlier_elsewhere);
+              if (mine != 0) {
+                for (int e = s + 1; e < pp; ++e) EXPECT_EQ(p.owner(r, e), mine);
+              }
+            } else if (k < s) {
+              EXPECT_NE(p.owner(r, k), mine);
+              for (int e = k + 1; e < s; ++e) EXPECT_EQ(p.owner(r, e), mine);
             } else {
-              EXPECT_LT(k, s);
-              EXPECT_NE(p.owner(r, k), p.owner(r, s));
-              for (int e = k + 1; e < s; ++e) EXPECT_EQ(p.owner(r, e), p.owner(r, s));
+              EXPECT_GT(k, s);
+              EXPECT_FALSE(earlier_elsewhere);
+              EXPECT_NE(mine, 0);
+              EXPECT_NE(p.owner(r, k), mine);
+              for (int e = s + 1; e < k; ++e) EXPECT_EQ(p.owner(r, e), mine);
             }
           }
         }
