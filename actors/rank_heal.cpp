@@ -256,6 +256,10 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
       std::any_of(dead.begin(), dead.end(), [&](int q) { return home_rank(cx, q) >= cx.world0; });
   std::optional<shrunk> fewer;
   if (!dead.empty() && (goes_on_without(cx) || joiner_gone)) {
+    if (cx.places.owned(0).empty() && dead.size() + 1 >= static_cast<size_t>(cx.places.world())) {
+      failure.text += "; no worker is left to go on with (the coordinator apart holds no stage)";
+      return std::nullopt;
+    }
     fewer = shrink_placement(cx.places, dead, next->from_disk);
     if (const std::string why = short_of_room(cx, peers, *fewer, cfg); !why.empty()) {
       failure.text += "; " + why;

@@ -110,6 +110,8 @@ shrunk shrink_placement(const rank_placement& places, const std::vector<int>& go
       out.kept.push_back(q);
     }
   if (out.kept.empty()) throw std::invalid_argument("shrink_placement: no process is left");
+  if (out.kept == std::vector<int>{0} && places.owned(0).empty())
+    throw std::invalid_argument("shrink_placement: no worker is left (the coordinator apart holds no stage)");
   const int S = places.pp();
   std::vector<int> owners(static_cast<size_t>(places.dp() * S), -1);
   std::vector<int> load(out.kept.size(), 0);

@@ -76,6 +76,8 @@ struct shrunk {
   std::map<int, int> sources;   ///< as heal_plan::sources
   std::map<int, int> from;      ///< lost slot index -> the old rank whose memory it starts from (-1: disk)
 };
+/// Throws too when only a rank 0 that holds no stage (a coordinator apart)
+/// is left.
 shrunk shrink_placement(const rank_placement& places, const std::vector<int>& gone, bool from_disk);
 
 /// The next generation's placement when `joining` processes join (grow):

@@ -126,7 +126,9 @@ std::string read_slurm_local(const env_lookup& env, int world, rank_env& out) {
 }
 
 void read_master(const env_lookup& env, const launcher_vars& vars, rank_env& out) {
-  const std::string when = needed_when(vars.size, out.world_size);
+  const std::string when = env("ACTORPIPE_COORDINATOR") && out.world_size == 1
+                               ? std::string(" (needed when ACTORPIPE_COORDINATOR is set: a coordinator runs apart)")
+                               : needed_when(vars.size, out.world_size);
   if (auto addr = env("MASTER_ADDR")) {
     check_host("MASTER_ADDR", *addr);
     out.master_addr = *addr;
@@ -266,18 +268,18 @@ rank_env read_rank_env(const env_lookup& env) {
   out.launcher = vars->kind;
   out.world_size = world;
   out.rank = r;
-  if (role) {
-    // The coordinator apart is rank 0 inside the run, each worker RANK + 1.
-    out.apart = true;
-    out.world_size = world + 1;
-    out.rank = *role == "self" ? 0 : r + 1;
-  }
   const std::string local_size =
       vars->kind == rank_launcher::slurm ? read_slurm_local(env, world, out) : read_local_pair(env, *vars, out);
   if (out.local_world_size > world)
     fail(local_size + " " + std::to_string(out.local_world_size) + " is larger than " + vars->size + " " +
          std::to_string(world));
   read_master(env, *vars, out);
+  if (role) {
+    // The coordinator apart is rank 0 inside the run, each worker RANK + 1.
+    out.apart = true;
+    out.world_size = world + 1;
+    out.rank = *role == "self" ? 0 : r + 1;
+  }
   return out;
 }
 

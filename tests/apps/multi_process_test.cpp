@@ -570,10 +570,12 @@ struct healing_case {
 
 class HealAKilledProcess : public ::testing::TestWithParam<healing_case> {};
 
-// A kill_process fault at a seeded stage (of any rank but 0), step and op:
-// rank 0's supervisor has launch start that rank again, every rank rolls back to the last step
-// boundary (the replacement gets its stage from another replica's memory;
-// with no replica, from its keeper's: the process of the stage before,
+// A kill_process fault at a seeded stage (of any worker: under launch
+// --coordinator process the supervisor and the store run apart, so RANK 0
+// is drawn too), step and op: the coordinator has launch start that rank
+// again, every rank rolls back to the last step boundary (the replacement
+// gets its stage from another replica's memory; with no replica, from its
+// keeper's: the process of the stage before -- for stage 0, of stage 1 --
 // which holds a copy sent after every step), re-runs the
 // step, and the run ends on the clean run's bytes after one restart. One
 // seed kills a stage right after its last backward, while its replica
@@ -588,8 +590,8 @@ TEST_P(HealAKilledProcess, TenSeedsEndBitwiseOnTheCleanRunAfterOneRestart) {
   std::string first_trace;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     const uint64_t draw = derive_seed(seed, {static_cast<uint64_t>(c.stages), static_cast<uint64_t>(c.dp)});
-    // Any rank but 0, whose process holds the supervisor (and the store).
-    const int rank = 1 + static_cast<int>(draw % static_cast<uint64_t>(c.stages * c.dp - 1));
+    // Any worker, RANK 0 included: none holds the supervisor or the store.
+    const int rank = static_cast<int>(draw % static_cast<uint64_t>(c.stages * c.dp));
     const int stage = rank % c.stages, replica = rank / c.stages;
     const int step = static_cast<int>((draw >> 16) % 6);
     const int mb = static_cast<int>((draw >> 24) % 4);
@@ -600,8 +602,8 @@ TEST_P(HealAKilledProcess, TenSeedsEndBitwiseOnTheCleanRunAfterOneRestart) {
     const std::string what = "seed " + std::to_string(seed) + ": " + fault;
     const std::string healed = (test_dir() / (tag + "_healed.pt")).string();
     fs::remove(healed);
-    auto r = actorpipe({"launch", "--nprocs", std::to_string(nprocs), healing_config(tag, c.stages, c.dp, fault),
-                        "--quiet", "--save", healed},
+    auto r = actorpipe({"launch", "--nprocs", std::to_string(nprocs), "--coordinator", "process",
+                        healing_config(tag, c.stages, c.dp, fault), "--quiet", "--save", healed},
                        120);
     ASSERT_EQ(r.code, 0) << what << describe(r);
     EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << what << describe(r);
@@ -609,16 +611,17 @@ TEST_P(HealAKilledProcess, TenSeedsEndBitwiseOnTheCleanRunAfterOneRestart) {
     EXPECT_NE(r.err.find("started worker rank " + std::to_string(replica * c.stages + stage) + " again"),
               std::string::npos)
         << what << describe(r);
-    // From memory, never from disk: at dp 1 from the keeper, rank - 1.
-    const int donor = c.dp > 1 ? (rank + c.stages) % (c.stages * c.dp) : rank - 1;
+    // From memory, never from disk: at dp 1 from the keeper, rank - 1
+    // (stage 0's: rank 1).
+    const int donor = c.dp > 1 ? (rank + c.stages) % (c.stages * c.dp) : rank == 0 ? 1 : rank - 1;
     EXPECT_NE(r.err.find("from rank " + std::to_string(donor) + "'s memory"), std::string::npos) << what << describe(r);
     EXPECT_EQ(r.err.find("every stage from the"), std::string::npos) << what << describe(r);
     // The same fault seed and config: the same trace line across processes.
     if (seed == 1) {
       first_trace = lines_with(r.out, "trace: ");
       fs::remove_all(test_dir() / (tag + "_ckpt"));
-      auto again = actorpipe({"launch", "--nprocs", std::to_string(nprocs), healing_config(tag, c.stages, c.dp, fault),
-                              "--quiet"},
+      auto again = actorpipe({"launch", "--nprocs", std::to_string(nprocs), "--coordinator", "process",
+                              healing_config(tag, c.stages, c.dp, fault), "--quiet"},
                              120);
       ASSERT_EQ(again.code, 0) << describe(again);
       EXPECT_FALSE(first_trace.empty()) << r.out;

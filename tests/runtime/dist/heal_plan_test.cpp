@@ -118,6 +118,9 @@ TEST(ShrinkPlacement, ACoordinatorApartNeverTakesALostStageFromDisk) {
   const auto d = shrink_placement(rank_placement::first(2, 2, 2, true), {2}, true);
   EXPECT_EQ(describe_placement(d.places), "- | 0.0 0.1 1.0 1.1");
   EXPECT_EQ(d.from, (std::map<int, int>{{2, -1}, {3, -1}}));
+  // Every worker gone: the coordinator apart is no place for a stage.
+  EXPECT_THROW(shrink_placement(rank_placement::first(1, 2, 2, true), {1, 2}, true), std::invalid_argument);
+  EXPECT_THROW(shrink_placement(rank_placement::first(1, 2, 1, true), {1}, false), std::invalid_argument);
 }
 
 TEST(ShrinkPlacement, ACoordinatorApartLosingStageZerosWorkerHealsFromTheLaterKeeper) {
