@@ -222,7 +222,7 @@ private:
   void open_for_joiners_once() {
     const auto& env = cx_.env;
     if (!supervised() || !rt_.store || cx_.cfg.supervision.replace_timeout_s < 0) return;
-    open_for_joiners(*rt_.store, env.store_prefix, cx_.opts.config_digest, cx_.world0);
+    open_for_joiners(*rt_.store, env.store_prefix, cx_.opts.config_digest, cx_.world0, env.apart);
     const std::string at = env.master_addr + ":" + std::to_string(rt_.store->port());
     poll_ = open_client_store(env.master_addr, rt_.store->port(), cx_.timeout);
     if (cx_.opts.on_notice)

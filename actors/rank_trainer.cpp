@@ -118,7 +118,8 @@ joining join_if_asked(rank_runtime& rt, const config& cfg, train_options& opts) 
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
   rt.store = open_client_store(env.master_addr, static_cast<uint16_t>(env.master_port), timeout);
   const join_ticket t = join_running(*rt.store, env.store_prefix, opts.config_digest, at, opts.on_notice);
-  env.world_size = cfg.parallel.dp * cfg.pipeline.stages;
+  env.apart = t.apart;
+  env.world_size = cfg.parallel.dp * cfg.pipeline.stages + (t.apart ? 1 : 0);
   env.rank = 1;
   return {t.rank, t.generation};
 }

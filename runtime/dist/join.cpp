@@ -16,8 +16,9 @@ std::string key(const std::string& prefix, const std::string& what) { return pre
 }  // namespace
 
 void open_for_joiners(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
-                      int world_size) {
+                      int world_size, bool apart) {
   store.set(key(store_prefix, "world"), std::to_string(world_size));
+  store.set(key(store_prefix, "apart"), apart ? "1" : "0");
   store.set(key(store_prefix, "digest"), config_digest);  // last: a joiner that sees it sees the world too
 }
 
@@ -56,8 +57,10 @@ join_ticket join_running(const kv_store& store, const std::string& store_prefix,
                                     quoted_input(theirs, "'", 16) + "): a process joins with the same config");
   const int world = std::stoi(store.get(key(store_prefix, "world")));
   join_ticket t;
+  t.apart = store.has(key(store_prefix, "apart")) && store.get(key(store_prefix, "apart")) == "1";
   t.rank = joiner_rank(world, static_cast<int>(store.add(key(store_prefix, "tickets"), 1)));
-  if (waiting) waiting("joining the run at " + at + " as RANK " + std::to_string(t.rank) + "; waiting for a step boundary");
+  const std::string rank = "RANK " + std::to_string(t.rank - (t.apart ? 1 : 0));
+  if (waiting) waiting("joining the run at " + at + " as " + rank + "; waiting for a step boundary");
   const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
   poll_backoff wait(std::chrono::milliseconds(20));
   try {
@@ -66,12 +69,12 @@ join_ticket join_running(const kv_store& store, const std::string& store_prefix,
       wait.pause();
     }
   } catch (const std::exception& e) {
-    throw rendezvous_error("RANK " + std::to_string(t.rank) + " lost the running job's store at " + at +
+    throw rendezvous_error(rank + " lost the running job's store at " + at +
                            " while waiting to join: " + e.what());
   }
   const std::string answer = store.get(placed);
   if (answer.rfind("no ", 0) == 0)
-    throw rendezvous_error("RANK " + std::to_string(t.rank) + " was not taken in: " + answer.substr(3));
+    throw rendezvous_error(rank + " was not taken in: " + answer.substr(3));
   t.generation = static_cast<uint32_t>(std::stoul(answer));
   return t;
 }

@@ -25,7 +25,7 @@ namespace actorpipe {
 
 /// Rank 0: the run takes joiners from now on.
 void open_for_joiners(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
-                      int world_size);
+                      int world_size, bool apart = false);
 
 /// Rank 0: how many processes have asked to join so far.
 int joiners_so_far(const kv_store& store, const std::string& store_prefix);
@@ -46,6 +46,9 @@ void beat(const kv_store& store, const std::string& store_prefix, int rank);
 struct join_ticket {
   int rank = -1;
   uint32_t generation = 0;
+  /// The run's coordinator runs apart (rank_env::apart): `rank` is the
+  /// process's place inside the run, one above the RANK a user sees.
+  bool apart = false;
 };
 
 /// A joining process: checks its config digest against rank 0's (throws
