@@ -295,12 +295,13 @@ std::string join_address(const std::string& out) {
 // from the memory of the process that held it (`grown`, `from`). The run
 // ends on the bytes of the fault-free run in one process.
 void shrink_then_join(int stages, int dp, int victim, const std::string& shrunk, const std::string& grown,
-                      const std::string& from) {
+                      const std::string& from, bool apart = false) {
   const std::string clean = clean_run(stages, dp, 60);
   const std::string saved = (test_dir() / "elastic.pt").string();
   const std::string cfg = write_config("elastic", config(stages, dp, 60, 8, kShrink));
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", std::to_string(stages * dp), cfg, "--save", saved});
+  std::vector<std::string> args = {"--nprocs", std::to_string(stages * dp), cfg, "--save", saved};
+  if (apart) args.insert(args.begin(), {"--coordinator", "process"});
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(), args);
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const std::string at = join_address(run.output());
@@ -327,6 +328,15 @@ void shrink_then_join(int stages, int dp, int victim, const std::string& shrunk,
 TEST(Grow, AJoinAfterAShrinkGoesBackToFourProcessesBitwise) {
   shrink_then_join(4, 1, 2, "0 | 1 | 2 | 3 -> 0 | 1 2 | 3 (ranks 0 1 3)",
                    "0 | 1 2 | 3 -> 0 | 1 | 3 | 2 (ranks 0 1 3 4)", "stage 2");
+}
+
+// Under launch --coordinator process, the worker with RANK 0 (stage 0) is
+// lost like any other: stage 0 goes on in the process of stage 1, its
+// keeper, and the joiner then takes stage 1 from there. "-" is the
+// coordinator, which holds no stage; "c" its rank.
+TEST(Grow, UnderACoordinatorApartWorkerRankZeroIsLostAndAJoinerTakesItsPlaceBitwise) {
+  shrink_then_join(4, 1, 0, "- | 0 | 1 | 2 | 3 -> - | 0 1 | 2 | 3 (ranks c 1 2 3)",
+                   "- | 0 1 | 2 | 3 -> - | 0 | 2 | 3 | 1 (ranks c 1 2 3 4)", "stage 1", true);
 }
 
 // dp 2 x pp 2: the joiner takes replica 1's stage 1 back from the process
