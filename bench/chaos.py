@@ -5,9 +5,11 @@ good at seeded moments, goes on over the ones left each time
 fault-free run in one process.
 
     python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--throttles 0] [--nprocs 4] [--steps 60]
+                           [--coordinator rank0|process]
 
 Events are drawn from the seed: which worker (any RANK but 0, which holds
-the supervisor), at which step, and how it is lost:
+the supervisor; with --coordinator process, any RANK: the supervisor and
+the store run in a process apart), at which step, and how it is lost:
 
   kill   `kill -9` of the worker
   stop   SIGSTOP of the worker: a hung or cut-off host, seen after the
@@ -74,14 +76,14 @@ def worker_pid(launcher, rank):
             env = open(f"/proc/{k}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if f"RANK={rank}".encode() in env:
+        if f"RANK={rank}".encode() in env and b"ACTORPIPE_COORDINATOR=self" not in env:
             return int(k)
     return -1
 
 
-def draw(seed, n, nprocs, steps, joins=0, throttles=0):
+def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1):
     rng = random.Random(seed)
-    ranks = rng.sample(range(1, nprocs), n)
+    ranks = rng.sample(range(first, nprocs), n)
     at = sorted(rng.sample(range(5, steps - 10, 5), n))
     losses = [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
     # Joins and throttles from draws of their own, so that a seed's losses
@@ -90,7 +92,7 @@ def draw(seed, n, nprocs, steps, joins=0, throttles=0):
     joined = [(at[i] + later.choice((2, 3, 4)), -1, "join") for i in range(joins)]
     slow = random.Random(seed * 1000 + 11)
     lost = {q for _, q, _ in losses}
-    spared = [q for q in range(1, nprocs) if q not in lost] or list(range(1, nprocs))
+    spared = [q for q in range(first, nprocs) if q not in lost] or list(range(first, nprocs))
     throttled = [(slow.choice(range(3, 8)), slow.choice(spared), "throttle") for _ in range(throttles)]
     return sorted(losses + joined + throttled)
 
@@ -142,6 +144,8 @@ def main():
     ap.add_argument("--throttles", type=int, default=0, help="workers held to a twentieth of a core (root)")
     ap.add_argument("--nprocs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--coordinator", choices=("rank0", "process"), default="rank0",
+                    help="process: the supervisor runs apart (launch --coordinator process), RANK 0 is drawn too")
     a = ap.parse_args()
     if not 2 <= a.nprocs <= 8 or not 1 <= a.events < a.nprocs or a.steps < 5 * a.events + 20:
         sys.exit("chaos: --nprocs wants 2..8, --events 1..nprocs-1, --steps at least 5 x events + 20")
@@ -150,7 +154,7 @@ def main():
     exe = os.path.join(a.build, "actorpipe")
     if not 0 <= a.throttles <= 2:
         sys.exit("chaos: --throttles wants 0..2")
-    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles)
+    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles, 0 if a.coordinator == "process" else 1)
     throttle = Throttle(1 / 20) if a.throttles else None
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
@@ -167,7 +171,8 @@ def main():
         print(f"seed {a.seed}: {a.events} events on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
               ", ".join(f"{k} at step {s}" if k == "join" else f"{k} rank {q} at step {s}" for s, q, k in events))
         t0 = time.monotonic()
-        p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), chaos_cfg, "--save", saved],
+        p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), "--coordinator", a.coordinator, chaos_cfg,
+                              "--save", saved],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         lines, pending, fired, joiners = [], list(events), [], []
         watchdog = threading.Timer(300, p.kill)
