@@ -2,8 +2,9 @@
 """Recovery time: healing one killed process from a peer's memory, against
 restarting every rank from the newest checkpoint (TorchElastic's model).
 
-    python3 bench/heal_bench.py [--build build] [--rounds 3] [--part all|recovery|cost]
+    python3 bench/heal_bench.py [--build build] [--rounds 3] [--part all|recovery|cost|coordinator]
                                 [--copy-every 1,8] [--dp 2,1] [--steps 24] [--skip 3]
+                                [--coordinator rank0|process]
 
 The seed MLP (configs/seed_mlp.yaml) at dp 2 x pp 2 under
 `actorpipe launch --nprocs 4`, 8 steps, a checkpoint after every step. A
@@ -39,6 +40,13 @@ steady state: the first steps after a kept boundary also fault in the
 buffers that the stepped-aside updates write (two or three sets of a
 stage's state, once).
 
+With --coordinator process every launch runs the supervisor and the store
+in a process apart (`launch --coordinator process`), and the fault kills
+rank 0 (replica 0, stage 0), which then heals like any other worker. The
+part `coordinator` prices that process: fault-free runs at dp 2 x pp 2
+(and dp 1 x pp 2), --coordinator rank0 against process, alternating; the
+median step time and the ratio.
+
 Python 3 standard library only.
 """
 import json
@@ -56,6 +64,9 @@ STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
 HEAL = re.compile(r"(\d+) ms to decide, (\d+) ms to the rendezvous.*?, (\d+) ms for the channel and groups, (\d+) ms")
 
 
+COORDINATOR = ["--coordinator", "rank0"]
+
+
 def config(dir_, restarts, fault=True, dp=2, copy_every=1):
     text = open(os.path.join(ROOT, "configs/seed_mlp.yaml")).read()
     text = re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  steps: \d+", r"\1  steps: 8", text)
@@ -66,7 +77,8 @@ def config(dir_, restarts, fault=True, dp=2, copy_every=1):
              f"supervision: {{max_restarts: {restarts}, heartbeat_timeout_s: 2, copy_every: {copy_every}}}\n"
              f"checkpoint: {{every: 1, dir: {dir_}/ckpt}}\n")
     if fault:
-        text += "faults:\n  inject:\n    - {kind: kill_process, replica: 1, stage: 1, step: 4, after_op: B3}\n"
+        victim = "replica: 0, stage: 0" if COORDINATOR[1] == "process" else "replica: 1, stage: 1"
+        text += "faults:\n  inject:\n    - {kind: kill_process, " + victim + ", step: 4, after_op: B3}\n"
     path = os.path.join(dir_, f"heal_{restarts}_{int(fault)}_dp{dp}_k{copy_every}.yaml")
     open(path, "w").write(text)
     return path
@@ -86,7 +98,7 @@ def first(lines, pred):
 
 
 def heal_round(exe, cfg):
-    _, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    _, code, lines = stamped([exe, "launch", "--nprocs", "4", *COORDINATOR, cfg])
     if code != 0:
         sys.exit("heal run failed:\n" + "\n".join(l for _, l in lines))
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
@@ -99,14 +111,14 @@ def heal_round(exe, cfg):
 
 
 def restart_round(exe, cfg, resumed_cfg, dir_):
-    t0, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    t0, code, lines = stamped([exe, "launch", "--nprocs", "4", *COORDINATOR, cfg])
     if code == 0:
         sys.exit("the restart model's first run did not fail")
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
     t_end = lines[-1][0] if lines else t_kill
     stopped = time.monotonic() - t0  # the launcher returned: every worker is gone
     # The fault has fired: the restarted workers run without it.
-    t1, code, lines2 = stamped([exe, "launch", "--nprocs", "4", resumed_cfg, "--resume", os.path.join(dir_, "ckpt")])
+    t1, code, lines2 = stamped([exe, "launch", "--nprocs", "4", *COORDINATOR, resumed_cfg, "--resume", os.path.join(dir_, "ckpt")])
     if code != 0:
         sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
     t_step, l_step = first(lines2, lambda l: STEP.match(l) and STEP.match(l).group(1) == "5")
@@ -117,13 +129,14 @@ def restart_round(exe, cfg, resumed_cfg, dir_):
     return stop_ms + start_ms, [stop_ms, start_ms]
 
 
-def overhead_round(exe, dir_, restarts, dp, copy_every=1, steps=24, skip=3):
+def overhead_round(exe, dir_, restarts, dp, copy_every=1, steps=24, skip=3, coordinator=None):
     cfg = config(dir_, restarts, fault=False, dp=dp, copy_every=copy_every)
     text = open(cfg).read().replace("steps: 8", f"steps: {steps}")
     text = re.sub(r"checkpoint: .*\n", "", text)
     open(cfg, "w").write(text)
     out = os.path.join(dir_, "results.json")
-    r = subprocess.run([exe, "launch", "--nprocs", str(2 * dp), cfg, "--quiet", "--results", out],
+    where = ["--coordinator", coordinator] if coordinator else COORDINATOR
+    r = subprocess.run([exe, "launch", "--nprocs", str(2 * dp), *where, cfg, "--quiet", "--results", out],
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(r.stdout + r.stderr)
@@ -136,8 +149,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--part", choices=("all", "recovery", "cost"), default="all",
-                    help="recovery time, the cost to a run with no faults, or both")
+    ap.add_argument("--part", choices=("all", "recovery", "cost", "coordinator"), default="all",
+                    help="recovery time, the cost to a run with no faults, or both; or a coordinator apart's cost")
+    ap.add_argument("--coordinator", choices=("rank0", "process"), default="rank0",
+                    help="process: launch --coordinator process, and the fault kills rank 0 (stage 0)")
     ap.add_argument("--copy-every", default="1,8",
                     help="the supervision.copy_every values of the cost runs, comma-separated")
     ap.add_argument("--dp", default="2,1", help="the meshes of the cost runs: dp values (pp 2), comma-separated")
@@ -145,6 +160,10 @@ def main():
     ap.add_argument("--skip", type=int, default=3, help="the first steps of each cost run left out of the median")
     a = ap.parse_args()
     exe = os.path.join(a.build, "actorpipe")
+    COORDINATOR[1] = a.coordinator
+    if a.part == "coordinator":
+        coordinator_cost(exe, a.rounds, [int(x) for x in a.dp.split(",") if x.strip()], a.steps, a.skip)
+        return
     if a.part in ("all", "recovery"):
         recovery(exe, a.rounds)
     if a.part in ("all", "cost"):
@@ -212,6 +231,24 @@ def cost(exe, rounds, ks, dps=(2, 1), n_steps=24, skip=3):
         for k in ks:
             on = med(steps[(dp, 2, k)])
             print(f"| {what[dp](k)} | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+
+def coordinator_cost(exe, rounds, dps, n_steps, skip):
+    """Fault-free step time with max_restarts 2, rank 0 coordinating against
+    a coordinator apart, alternating."""
+    med = statistics.median
+    with tempfile.TemporaryDirectory() as d:
+        steps = {(dp, c): [] for dp in dps for c in ("rank0", "process")}
+        for r in range(rounds):
+            for dp, c in steps:
+                got = overhead_round(exe, d, 2, dp, 1, n_steps, skip, c)
+                steps[(dp, c)] += got
+                print(f"round {r + 1} dp {dp} --coordinator {c}: {med(got):.1f} ms", file=sys.stderr)
+    print("\n| mesh | --coordinator rank0 | process | process / rank0 |")
+    print("| --- | --- | --- | --- |")
+    for dp in dps:
+        off, on = med(steps[(dp, "rank0")]), med(steps[(dp, "process")])
+        print(f"| dp {dp} x pp 2 on {2 * dp} workers | {off:.1f} ms | {on:.1f} ms | {on / off:.3f} |")
+
 
 if __name__ == "__main__":
     main()

@@ -274,7 +274,13 @@ TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
       // its colon copied along; and a port that is not one.
       {{"launch", "--join", "127.0.0.1:47939:", cfg},
        "actorpipe: --join expects HOST:PORT (the address rank 0 prints), got '127.0.0.1:47939:'"},
-      {{"launch", "--join", "127.0.0.1:4x", cfg}, "actorpipe: --join's PORT expects a port number 0..65535, got '4x'"}};
+      {{"launch", "--join", "127.0.0.1:4x", cfg}, "actorpipe: --join's PORT expects a port number 0..65535, got '4x'"},
+      {{"launch", "--nprocs", "2", "--coordinator", "apart", cfg},
+       "actorpipe: --coordinator expects rank0 or process, got 'apart'"},
+      {{"launch", "--nprocs", "2", "--nnodes", "2", "--coordinator", "process", cfg},
+       "actorpipe: --coordinator process runs on one node; with --nnodes 2 use --coordinator rank0"},
+      {{"launch", "--join", "127.0.0.1:4000", "--coordinator", "process", cfg},
+       "actorpipe: --join takes its coordinator from the running job; drop --coordinator"}};
   for (const auto& [args, line] : cases) {
     auto r = actorpipe(args);
     EXPECT_EQ(r.code, 2) << line << "\n" << describe(r);
