@@ -186,10 +186,34 @@ caf::behavior joining(agent_ptr self) {
         self->become(serving(self));
         return;
       }
-      if (g > 0 && !s.rank0 && s.cx->home >= 0 && s.rt->store && s.rt->store->tripped())
-        e = std::make_exception_ptr(rendezvous_error(
-            s.cx->where + ": RANK " + std::to_string(s.cx->home) + " was to join generation " + std::to_string(g) +
-            ", which rank 0 called off (a process was lost while it formed); it stops: join again"));
+      // A process that joined for it waits to be taken in again (rank 0
+      // does so at a later boundary when no joiner was lost).
+      if (g > 0 && !s.rank0 && s.cx->home >= 0) {
+        std::optional<uint32_t> again;
+        try {
+          coordinator_watch watch(*s.cx);
+          if (called_off(*s.rt, *s.cx, g)) {
+            put_back(*s.cx, before);
+            const rank_env& env = s.cx->opts.ranks;
+            join_ticket t;
+            t.rank = s.cx->home;
+            t.apart = env.apart;
+            if (s.cx->opts.on_notice)
+              s.cx->opts.on_notice("RANK " + env.shown_text(s.cx->home) + ": generation " + std::to_string(g) +
+                                   " was called off while it formed (a process was lost); waiting to be taken in again");
+            again = wait_placed_again(*s.rt->store, env.store_prefix, t, g,
+                                      env.master_addr + ":" + std::to_string(env.master_port));
+            // Its plan names this process's place, as at its first join.
+            s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, *again)));
+          }
+        } catch (...) {
+          e = std::current_exception();
+        }
+        if (again) {
+          self->send(self, join_atom::value);
+          return;
+        }
+      }
       end(self, loss_of(*s.rt, *s.cx, e));
       return;
     }

@@ -258,6 +258,7 @@ struct context_before {
   rank_placement places;
   std::vector<std::pair<int, int>> parts, moved_from;
   bool fresh;
+  int joined;  // rank 0: the joiners taken in before (put_back leaves cx.joined be)
 };
 context_before before_forming(const rank_context& cx);
 void put_back(rank_context& cx, const context_before& before);

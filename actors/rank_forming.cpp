@@ -31,7 +31,7 @@
 namespace actorpipe::rank_detail {
 
 context_before before_forming(const rank_context& cx) {
-  return {cx.env, cx.where, cx.members, cx.places, cx.plan.parts, cx.moved_from, cx.fresh};
+  return {cx.env, cx.where, cx.members, cx.places, cx.plan.parts, cx.moved_from, cx.fresh, cx.joined};
 }
 
 void put_back(rank_context& cx, const context_before& before) {

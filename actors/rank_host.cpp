@@ -198,7 +198,10 @@ private:
   // with a run_error when it cannot.
   void replan(const forming_loss& loss, supervision_log& log) {
     const heal_plan aborted = next_;
-    const int joined = cx_.joined;  // the lost joiners' tickets stay used
+    // The lost joiners' tickets stay used. Joiners that all live, in a
+    // generation called off for an old member's loss, are taken in again
+    // at a later boundary: they wait for it (rank_agent.cpp).
+    const int joined = loss.joiners.empty() && !loss.old.empty() ? before_->joined : cx_.joined;
     put_back(cx_, *before_);
     cx_.joined = joined;
     cx_.failed_at = clock_type::now();

@@ -13,6 +13,27 @@ namespace {
 
 std::string key(const std::string& prefix, const std::string& what) { return prefix + "/actorpipe/join/" + what; }
 
+// Until rank 0 places RANK t.rank in a generation other than
+// `not_in` (0: any):
+// that generation (beats meanwhile).
+uint32_t wait_placed(const kv_store& store, const std::string& store_prefix, const join_ticket& t, uint32_t not_in,
+                     const std::string& at, const std::string& rank) {
+  const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
+  const std::string stale = std::to_string(not_in);
+  poll_backoff wait(std::chrono::milliseconds(20));
+  try {
+    while (!store.has(placed) || (not_in > 0 && store.get(placed) == stale)) {
+      beat(store, store_prefix, t.rank);
+      wait.pause();
+    }
+  } catch (const std::exception& e) {
+    throw rendezvous_error(rank + " lost the running job's store at " + at + " while waiting to join: " + e.what());
+  }
+  const std::string answer = store.get(placed);
+  if (answer.rfind("no ", 0) == 0) throw rendezvous_error(rank + " was not taken in: " + answer.substr(3));
+  return static_cast<uint32_t>(std::stoul(answer));
+}
+
 }  // namespace
 
 void open_for_joiners(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
@@ -61,22 +82,13 @@ join_ticket join_running(const kv_store& store, const std::string& store_prefix,
   t.rank = joiner_rank(world, static_cast<int>(store.add(key(store_prefix, "tickets"), 1)));
   const std::string rank = "RANK " + std::to_string(t.rank - (t.apart ? 1 : 0));
   if (waiting) waiting("joining the run at " + at + " as " + rank + "; waiting for a step boundary");
-  const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
-  poll_backoff wait(std::chrono::milliseconds(20));
-  try {
-    while (!store.has(placed)) {
-      beat(store, store_prefix, t.rank);
-      wait.pause();
-    }
-  } catch (const std::exception& e) {
-    throw rendezvous_error(rank + " lost the running job's store at " + at +
-                           " while waiting to join: " + e.what());
-  }
-  const std::string answer = store.get(placed);
-  if (answer.rfind("no ", 0) == 0)
-    throw rendezvous_error(rank + " was not taken in: " + answer.substr(3));
-  t.generation = static_cast<uint32_t>(std::stoul(answer));
+  t.generation = wait_placed(store, store_prefix, t, 0, at, rank);
   return t;
+}
+
+uint32_t wait_placed_again(const kv_store& store, const std::string& store_prefix, const join_ticket& t,
+                           uint32_t called_off, const std::string& at) {
+  return wait_placed(store, store_prefix, t, called_off, at, "RANK " + std::to_string(t.rank - (t.apart ? 1 : 0)));
 }
 
 }  // namespace actorpipe

@@ -59,4 +59,10 @@ struct join_ticket {
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
                          const std::string& at, const std::function<void(const std::string&)>& waiting);
 
+/// A joiner whose generation `called_off` rank 0 called off for another
+/// process's loss: waits (beating) until rank 0 places it again, and
+/// returns the generation it joins then. Throws as join_running does.
+uint32_t wait_placed_again(const kv_store& store, const std::string& store_prefix, const join_ticket& t,
+                           uint32_t called_off, const std::string& at);
+
 }  // namespace actorpipe

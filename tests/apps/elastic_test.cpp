@@ -453,6 +453,50 @@ TEST(Grow, AJoinerKilledWhileItIsTakenInIsLeftOutAndTheRunGoesOnBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// A joiner whose generation is called off for another process's loss: RANK
+// 3 is stopped while the generation that takes the joiner in forms. Rank 0
+// calls it off (the heartbeat timeout) and goes on without RANK 3; the
+// joiner, alive, waits and is taken in at a later boundary, and the run
+// ends bitwise. Before, the joiner stopped with exit 1 ("join again").
+TEST(Grow, AJoinerWhoseGenerationIsCalledOffForAnothersLossIsTakenInLaterBitwise) {
+  const std::string clean = clean_run(4, 1, 80);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(4, 1, 80, 8, kShrink));
+  testing_util::forming_held hold(2000);
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "4", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  ASSERT_FALSE(at.empty()) << run.output();
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+  const pid_t stopped = run.worker(3, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ASSERT_GT(stopped, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
+  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
+  ASSERT_TRUE(joiner.started());
+  const bool taken = run.wait_for_output(" takes in rank 4 (joined)");
+  if (taken) ::kill(stopped, SIGSTOP);
+  const int code = run.wait(180);
+  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
+  ASSERT_TRUE(taken) << run.output();
+  ASSERT_EQ(code, 0) << run.output();
+  EXPECT_EQ(joiner.wait(60), 0) << joiner.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("generation 2 was called off: rank 3's process went down or stopped answering"), std::string::npos)
+      << out;
+  const std::string take = " takes in rank 4 (joined)";
+  EXPECT_NE(out.find(take, out.find(take) + 1), std::string::npos) << "taken in once only\n" << out;
+  EXPECT_NE(joiner.output().find("RANK 4: generation 2 was called off while it formed (a process was lost); waiting "
+                                 "to be taken in again"),
+            std::string::npos)
+      << joiner.output();
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
 // What is refused, each in one line: a process with another config (exit
 // 2, at once); a process the run has no stage for (it waits, and is told
 // why once the run ends: exit 1; the run itself ends bitwise); a run whose
