@@ -45,10 +45,11 @@ const command_spec launch_spec = {
     "supervision.max_restarts, rank 0 replaces a dead or cut-off rank of any node\n"
     "by starting it on node 0.\n"
     "\n"
-    "With --coordinator process (one node), the supervisor and the store run in a\n"
-    "process of their own that holds no stage, beside the N workers (RANK 0 .. N-1,\n"
-    "WORLD_SIZE N). Then any worker, RANK 0 included, is healed from its peers'\n"
-    "memory like any other; only the coordinator's death ends the run.\n"
+    "With --coordinator process (on every node), the supervisor and the store run\n"
+    "in a process of their own on node 0 that holds no stage, beside the workers\n"
+    "(RANK 0 .. K*N-1, WORLD_SIZE K*N). Then any worker, RANK 0 included, is healed\n"
+    "from its peers' memory like any other; only the coordinator's death (or node\n"
+    "0's launcher's) ends the run.\n"
     "\n"
     "With --join, the N processes join a running job instead (its config must set\n"
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
@@ -160,9 +161,6 @@ int cmd_launch(int argc, char** argv) {
     if (v != "rank0" && v != "process")
       throw usage_error("--coordinator expects rank0 or process, got " + quoted_input(v));
     o.apart = v == "process";
-    if (o.apart && o.nnodes > 1)
-      throw usage_error("--coordinator process runs on one node; with --nnodes " + std::to_string(o.nnodes) +
-                        " use --coordinator rank0");
     if (o.apart && o.join) throw usage_error("--join takes its coordinator from the running job; drop --coordinator");
   }
   if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");

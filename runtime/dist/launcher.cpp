@@ -133,9 +133,11 @@ private:
 
   // This node's workers; a failed start kills the ones already started.
   void start() {
-    const int first = o_.node_rank * o_.nprocs;
+    // With a coordinator apart node 0 starts it (rank 0) first, and worker
+    // RANK r is rank r + 1.
+    const int first = o_.node_rank * o_.nprocs + (o_.apart && o_.node_rank > 0 ? 1 : 0);
     try {
-      for (int r = first; r < first + o_.nprocs + (o_.apart ? 1 : 0); ++r) {
+      for (int r = first; r < first + o_.nprocs + (o_.apart && o_.node_rank == 0 ? 1 : 0); ++r) {
         int fd = -1;
         if (r == first && !o_.join) {
           // This node's first worker (rank 0 on node 0) inherits a copy of
@@ -196,7 +198,7 @@ private:
         notice(what + "; " + boss() + " replaces it or goes on without it");
       } else {
         if (failed_code_ < 0) failed_code_ = code;
-        notice(what + "; rank 0's supervisor starts it again on node 0");
+        notice(what + "; " + boss() + " starts it again on node 0");
       }
       return;
     }
@@ -315,7 +317,7 @@ private:
     if (w.live) {  // stopped, or cut off: it goes for good first
       end_for_good(w);
       notice(name(rank) + " (pid " + std::to_string(w.pid) +
-             ") was taken for dead by " + boss() + "; killed it");
+             ") was taken for dead by " + (o_.apart ? "the coordinator" : "rank 0") + "; killed it");
     }
     bool forked = false;
     try {

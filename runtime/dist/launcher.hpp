@@ -43,10 +43,11 @@ struct launch_options {
   /// master_port (ACTORPIPE_JOIN=1; RANK 1 of WORLD_SIZE 2 stands in until
   /// its rank 0 gives each its place: runtime/dist/join.hpp).
   bool join = false;
-  /// --coordinator process (one node): a coordinator process that holds no
-  /// stage runs the supervisor and the store, apart from the nprocs
-  /// workers (ACTORPIPE_COORDINATOR: "self" there, "apart" in the workers,
-  /// which keep RANK 0 .. nprocs - 1 and WORLD_SIZE nprocs). Inside the run,
+  /// --coordinator process: a coordinator process that holds no stage runs
+  /// the supervisor and the store on node 0, apart from the workers
+  /// (ACTORPIPE_COORDINATOR: "self" there, "apart" in the workers, which
+  /// keep RANK 0 .. nnodes * nprocs - 1 and WORLD_SIZE nnodes * nprocs;
+  /// every node's launcher is given it). Inside the run,
   /// and in rank 0's lines to this launcher, it is rank 0 and worker RANK r
   /// is rank r + 1 (runtime/dist/rank_env.hpp). A worker's death, RANK 0's
   /// included, is then healed like any other; the coordinator's ends the run

@@ -13,7 +13,11 @@
 namespace actorpipe::launcher_detail {
 
 /// The node whose launcher starts `rank` first.
-inline int node_of(const launch_options& o, int rank) { return o.apart ? 0 : rank / o.nprocs; }
+// With a coordinator apart, `rank` is the run's: 0 the coordinator (node
+// 0), worker RANK r is r + 1.
+inline int node_of(const launch_options& o, int rank) {
+  return o.apart ? (rank == 0 ? 0 : (rank - 1) / o.nprocs) : rank / o.nprocs;
+}
 
 /// The inherited environment with RANK, WORLD_SIZE, MASTER_ADDR, ... of
 /// `rank` put in (see run_workers); `control_fd` >= 0 is passed as

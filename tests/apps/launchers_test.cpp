@@ -319,6 +319,20 @@ TEST(TwoHosts, LaunchOnEachHostSavesTheOneProcessBytes) {
   expect_two_hosts_save_the_one_process_bytes(node, "processes: 4 (torchrun/env), 1 stage actor(s) each");
 }
 
+// The same with a coordinator apart (--coordinator process on both): node
+// 0 starts it beside its 2 workers; it holds no stage.
+TEST(TwoHosts, LaunchOnEachHostWithACoordinatorApartSavesTheOneProcessBytes) {
+  auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
+    std::vector<std::string> args = {ACTORPIPE_BIN, "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                     "--nprocs", "2", "--master-addr", master, "--master-port", port,
+                                     "--coordinator", "process", digits_config, "--steps", "4", "--quiet"};
+    if (!save.empty()) args.insert(args.end(), {"--save", save});
+    return args;
+  };
+  expect_two_hosts_save_the_one_process_bytes(
+      node, "processes: 4 (torchrun/env) and a coordinator apart that holds no stage, 1 stage actor(s) each");
+}
+
 // Debian's torchrun on each host, 2 ranks each, its static rendezvous at
 // node 0's address (its agent hosts the store:
 // TORCHELASTIC_USE_AGENT_STORE).

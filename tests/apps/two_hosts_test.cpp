@@ -386,7 +386,7 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
 // with both stages, stage 1 from that same copy. Either way the run ends
 // bitwise on one process's. Host B's rank, cut off, stops by itself, and
 // its launcher with it, naming rank 0.
-void cut_for_good_under_launch(bool go_on) {
+void cut_for_good_under_launch(bool go_on, bool apart = false) {
   const fs::path dir = testing_util::test_dir("actorpipe_two_hosts");
   two_namespaces ns("ap", 'v', "10.231");
   SKIP_OR_FAIL_ON_SETUP(ns);
@@ -398,9 +398,11 @@ void cut_for_good_under_launch(bool go_on) {
   const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
   const fs::path dir_one = dir / "one";
   auto node = [&](int k) {
-    return std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
-                                    "--nprocs",      "1",          "--master-addr", ns.net + ".1",
-                                    "--master-port", std::to_string(port)};
+    auto args = std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
+                                         "--nprocs",      "1",          "--master-addr", ns.net + ".1",
+                                         "--master-port", std::to_string(port)};
+    if (apart) args.insert(args.end(), {"--coordinator", "process"});
+    return args;
   };
   rank_group group;
   auto args_a = node(0), args_b = node(1);
@@ -423,7 +425,9 @@ void cut_for_good_under_launch(bool go_on) {
   if (go_on) {
     EXPECT_NE(a.err().find("re-placed: generation 1 goes on over 1 process without rank 1"), std::string::npos)
         << a.report("node 0");
-    EXPECT_NE(a.err().find("stages by process 0 | 1 -> 0 1 (ranks 0), after step"), std::string::npos)
+    EXPECT_NE(a.err().find(apart ? "stages by process - | 0 | 1 -> - | 0 1 (ranks c 0), after step"
+                                 : "stages by process 0 | 1 -> 0 1 (ranks 0), after step"),
+              std::string::npos)
         << a.report("node 0");
     EXPECT_EQ(a.err().find("started worker rank"), std::string::npos) << a.report("node 0");
   } else {
@@ -432,8 +436,11 @@ void cut_for_good_under_launch(bool go_on) {
   }
   EXPECT_NE(a.out().find("restarts: 1,"), std::string::npos) << a.report("node 0");
   EXPECT_NE(a.err().find("healed from memory"), std::string::npos) << a.report("node 0");
-  EXPECT_NE(b.err().find("rank 1/2 lost rank 0"), std::string::npos) << b.report("node 1");
-  EXPECT_NE(b.err().find("rank 0's supervisor starts it again on node 0"), std::string::npos) << b.report("node 1");
+  EXPECT_NE(b.err().find(apart ? "rank 1/2 lost the coordinator" : "rank 1/2 lost rank 0"), std::string::npos)
+      << b.report("node 1");
+  EXPECT_NE(b.err().find(apart ? "the coordinator starts it again on node 0" : "rank 0's supervisor starts it again on node 0"),
+            std::string::npos)
+      << b.report("node 1");
   const double b_after = std::chrono::duration<double>(b.started - cut).count() + b.wall_s;
   EXPECT_LT(b_after, 20.0) << "node 1 ran on as a second brain\n" << b.report("node 1");
 
@@ -442,15 +449,19 @@ void cut_for_good_under_launch(bool go_on) {
   ASSERT_FALSE(healed.empty()) << a.report("node 0");
   ASSERT_FALSE(one_process.empty());
   EXPECT_TRUE(healed == one_process) << "node 0's file differs from the one-process run's";
-  std::printf("[ two hosts ] link down for good under launch%s: node 1 stopped %.2f s after the cut (exit %d); node 0 "
+  std::printf("[ two hosts ] link down for good under launch%s%s: node 1 stopped %.2f s after the cut (exit %d); node 0 "
               "ended %.2f s after it, bitwise\n  node 0: %s  node 1: %s",
-              go_on ? ", replace_timeout_s 0" : "", b_after, b.code,
+              go_on ? ", replace_timeout_s 0" : "", apart ? ", a coordinator apart" : "", b_after, b.code,
               std::chrono::duration<double>(a.started - cut).count() + a.wall_s, a.err().c_str(), b.err().c_str());
 }
 
 TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) { cut_for_good_under_launch(false); }
 
 TEST(TwoHosts, ALinkDownForGoodWithoutReplacementsGoesOnAloneOnRankZerosSide) { cut_for_good_under_launch(true); }
+
+// The same with a coordinator apart on host A (--coordinator process on
+// both launchers): host A's worker, RANK 0, takes stage 1 too.
+TEST(TwoHosts, ALinkDownForGoodUnderACoordinatorApartGoesOnOnItsSide) { cut_for_good_under_launch(true, true); }
 
 // A host that becomes free joins a running job: host A runs dp 2 x pp 2
 // on 2 processes (each holding two slots), host B runs `launch --join`

@@ -273,6 +273,35 @@ TEST(Launcher, WithACoordinatorApartRankZeroIsTheCoordinatorAndEachWorkerKeepsIt
   EXPECT_EQ(launcher_detail::node_of(o, 3), 0);
 }
 
+TEST(Launcher, WithACoordinatorApartOnTwoNodesEachWorkerIsOnItsRanksNode) {
+  // 2 nodes of 2 workers: the coordinator is rank 0 on node 0; worker RANK
+  // r is rank r + 1 on node r / 2.
+  launch_options o;
+  o.nprocs = 2;
+  o.nnodes = 2;
+  o.apart = true;
+  EXPECT_EQ(launcher_detail::node_of(o, 0), 0);
+  EXPECT_EQ(launcher_detail::node_of(o, 1), 0);
+  EXPECT_EQ(launcher_detail::node_of(o, 2), 0);
+  EXPECT_EQ(launcher_detail::node_of(o, 3), 1);
+  EXPECT_EQ(launcher_detail::node_of(o, 4), 1);
+  o.node_rank = 1;
+  for (int k = 3; k <= 4; ++k) {
+    const auto env = env_of(launcher_detail::worker_env(o, k, 29400, "run", -1, 0));
+    EXPECT_EQ(env.at("RANK"), std::to_string(k - 1)) << k;
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string((k - 1) % 2)) << k;
+    EXPECT_EQ(env.at("WORLD_SIZE"), "4") << k;
+    EXPECT_EQ(env.at("GROUP_RANK"), "1") << k;
+    EXPECT_EQ(env.at("ACTORPIPE_COORDINATOR"), "apart") << k;
+  }
+  // Node 0 starting node 1's RANK 3 again: its local slot, node 0's group.
+  o.node_rank = 0;
+  const auto again = env_of(launcher_detail::worker_env(o, 4, 29400, "run", -1, 1));
+  EXPECT_EQ(again.at("RANK"), "3");
+  EXPECT_EQ(again.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(again.at("GROUP_RANK"), "0");
+}
+
 TEST(Launcher, WithoutACoordinatorApartNoWorkerSeesTheVariable) {
   // Set in the launcher's own environment (a launcher started by a worker
   // apart): never passed on when this run has no coordinator apart.
