@@ -41,7 +41,7 @@ child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 
 // stage's ops take milliseconds (a throttled process shows in its busy
 // time), with dropout (seeded per layer: a layer that moved and drew its
 // masks otherwise would show in the weights) and clipping (one global norm).
-std::string config(int steps, const std::string& extra) {
+std::string config(int steps, const std::string& extra, int batch = 192) {
   return "model:\n"
          "  layers:\n"
          "    - {type: linear, in: 32, out: 512}\n"
@@ -64,7 +64,7 @@ std::string config(int steps, const std::string& extra) {
          "  test_fraction: 0.25\n"
          "train:\n"
          "  steps: " + std::to_string(steps) + "\n"
-         "  batch_size: 192\n"
+         "  batch_size: " + std::to_string(batch) + "\n"
          "  optimizer: {type: adam, lr: 0.001}\n"
          "  clip_grad_norm: 1.0\n"
          "  seed: 11\n"
@@ -81,9 +81,9 @@ std::string write_config(const std::string& name, const std::string& text) {
 }
 
 // The same run in one process, without rebalance or faults, saved.
-std::string clean_run(int steps) {
+std::string clean_run(int steps, int batch = 192) {
   const std::string saved = (test_dir() / "clean.pt").string();
-  auto r = actorpipe({"train", write_config("clean", config(steps, "")), "--quiet", "--save", saved});
+  auto r = actorpipe({"train", write_config("clean", config(steps, "", batch)), "--quiet", "--save", saved});
   EXPECT_EQ(r.code, 0) << describe(r);
   const std::string bytes = read_or_empty(saved);
   EXPECT_FALSE(bytes.empty());
@@ -226,11 +226,16 @@ TEST(Rebalance, AProcessThrottledToAThirdOfACoreGivesUpLayersWithinTwoWindowsBit
   slow.set("cpu.cfs_period_us", "10000").set("cpu.cfs_quota_us", "3333");
   if (!slow.ok()) GTEST_SKIP() << "the cgroup v1 cpu controller is not writable here";
   const int steps = 30;
-  const std::string clean = clean_run(steps);
+  // A batch that keeps each stage busy for about half of every step even
+  // at full speed: a third of a core is then a straggler whenever the
+  // throttle lands (at 192 rows a stage needed about 35 % of a core, close
+  // to the quota, and a re-partition now and then waited for 5 windows).
+  const int batch = 576;
+  const std::string clean = clean_run(steps, batch);
   const std::string saved = (test_dir() / "rebalanced.pt").string();
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", write_config("throttled", config(steps, kRebalance)), "--save", saved});
+      {"--nprocs", "3", write_config("throttled", config(steps, kRebalance, batch)), "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     2/")) << run.output();
   const pid_t pid = run.worker(1, std::chrono::milliseconds(0));
