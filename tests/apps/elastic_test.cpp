@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -416,41 +417,58 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// pp 4 over 4 with every rank but 0 held 2 s before each rendezvous: RANK 2
+// killed after step 3; once generation 1 runs, a process joins, and the
+// scene ends when rank 0 takes it in (generation 2, forming).
+struct join_after_a_kill {
+  explicit join_after_a_kill(int steps)
+      : clean(clean_run(4, 1, steps)),
+        saved((test_dir() / "elastic.pt").string()),
+        cfg(write_config("elastic", config(4, 1, steps, 8, kShrink))),
+        hold(2000),
+        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(), {"--nprocs", "4", cfg, "--save", saved}) {}
+
+  // The kill and the join; empty when they went as planned, else why not.
+  std::string play() {
+    if (!run.started() || !run.wait_for_output("step     3/")) return "no step 3\n" + run.output();
+    const std::string at = join_address(run.output());
+    const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+    if (at.empty() || victim <= 0) return "no join address or RANK 2\n" + run.output();
+    ::kill(victim, SIGKILL);
+    if (!run.wait_for_output("heal: generation 1 runs from after step")) return "no heal\n" + run.output();
+    joiner = std::make_unique<testing_util::background_launch>(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
+                                                                std::vector<std::string>{"--join", at, cfg});
+    if (!joiner->started() || !run.wait_for_output(" takes in rank 4 (joined)")) return "not taken in\n" + run.output();
+    return "";
+  }
+
+  const std::string clean, saved, cfg;
+  testing_util::forming_held hold;
+  testing_util::background_launch run;
+  std::unique_ptr<testing_util::background_launch> joiner;
+};
+
 // A joiner killed while the generation that takes it in forms: rank 0
 // sees its alive/<RANK> count stand still, calls the generation off, and
 // the others go on as they were, bitwise. Before, they waited in the
 // Gloo connect until its timeout and the run ended with exit 1.
 TEST(Grow, AJoinerKilledWhileItIsTakenInIsLeftOutAndTheRunGoesOnBitwise) {
-  const std::string clean = clean_run(4, 1, 60);
-  const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config("elastic", config(4, 1, 60, 8, kShrink));
-  testing_util::forming_held hold(2000);
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", "4", cfg, "--save", saved});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const std::string at = join_address(run.output());
-  ASSERT_FALSE(at.empty()) << run.output();
-  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
-  ASSERT_GT(victim, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
-  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
-  ASSERT_TRUE(joiner.started());
-  ASSERT_TRUE(run.wait_for_output(" takes in rank 4 (joined)")) << run.output();
-  const auto pids = joiner.workers();  // its launcher's only worker
-  ASSERT_EQ(pids.size(), 1u) << joiner.output();
+  join_after_a_kill scene(60);
+  const std::string played = scene.play();
+  ASSERT_EQ(played, "");
+  const auto pids = scene.joiner->workers();  // its launcher's only worker
+  ASSERT_EQ(pids.size(), 1u) << scene.joiner->output();
   ::kill(pids.front(), SIGKILL);
-  ASSERT_EQ(run.wait(180), 0) << run.output();
-  EXPECT_NE(joiner.wait(60), 0) << joiner.output();
-  const std::string out = run.output();
+  ASSERT_EQ(scene.run.wait(180), 0) << scene.run.output();
+  EXPECT_NE(scene.joiner->wait(60), 0) << scene.joiner->output();
+  const std::string out = scene.run.output();
   EXPECT_NE(out.find("re-placed: generation 3 goes on as before, generation 2 was called off: rank 4 (joined) gave "
                      "no sign of life for 3 s while generation 2 formed: stages by process 0 | 1 2 | 3 (ranks 0 1 3), "
                      "after step "),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;  // the joiner's loss is no restart
-  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+  EXPECT_TRUE(read_or_empty(scene.saved) == scene.clean) << out;
 }
 
 // A joiner whose generation is called off for another process's loss: RANK
@@ -459,42 +477,27 @@ TEST(Grow, AJoinerKilledWhileItIsTakenInIsLeftOutAndTheRunGoesOnBitwise) {
 // joiner, alive, waits and is taken in at a later boundary, and the run
 // ends bitwise. Before, the joiner stopped with exit 1 ("join again").
 TEST(Grow, AJoinerWhoseGenerationIsCalledOffForAnothersLossIsTakenInLaterBitwise) {
-  const std::string clean = clean_run(4, 1, 80);
-  const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config("elastic", config(4, 1, 80, 8, kShrink));
-  testing_util::forming_held hold(2000);
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", "4", cfg, "--save", saved});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const std::string at = join_address(run.output());
-  ASSERT_FALSE(at.empty()) << run.output();
-  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
-  const pid_t stopped = run.worker(3, std::chrono::milliseconds(0));
-  ASSERT_GT(victim, 0) << run.output();
-  ASSERT_GT(stopped, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
-  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
-  ASSERT_TRUE(joiner.started());
-  const bool taken = run.wait_for_output(" takes in rank 4 (joined)");
-  if (taken) ::kill(stopped, SIGSTOP);
-  const int code = run.wait(180);
+  join_after_a_kill scene(80);
+  const pid_t stopped = scene.run.worker(3, std::chrono::milliseconds(0));
+  ASSERT_GT(stopped, 0) << scene.run.output();
+  const std::string played = scene.play();
+  if (played.empty()) ::kill(stopped, SIGSTOP);
+  const int code = played.empty() ? scene.run.wait(180) : -2;
   ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
-  ASSERT_TRUE(taken) << run.output();
-  ASSERT_EQ(code, 0) << run.output();
-  EXPECT_EQ(joiner.wait(60), 0) << joiner.output();
-  const std::string out = run.output();
+  ASSERT_EQ(played, "");
+  ASSERT_EQ(code, 0) << scene.run.output();
+  EXPECT_EQ(scene.joiner->wait(60), 0) << scene.joiner->output();
+  const std::string out = scene.run.output();
   EXPECT_NE(out.find("generation 2 was called off: rank 3's process went down or stopped answering"), std::string::npos)
       << out;
   const std::string take = " takes in rank 4 (joined)";
   EXPECT_NE(out.find(take, out.find(take) + 1), std::string::npos) << "taken in once only\n" << out;
-  EXPECT_NE(joiner.output().find("RANK 4: generation 2 was called off while it formed (a process was lost); waiting "
-                                 "to be taken in again"),
+  EXPECT_NE(scene.joiner->output().find("RANK 4: generation 2 was called off while it formed (a process was lost); "
+                                        "waiting to be taken in again"),
             std::string::npos)
-      << joiner.output();
+      << scene.joiner->output();
   EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
-  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+  EXPECT_TRUE(read_or_empty(scene.saved) == scene.clean) << out;
 }
 
 // What is refused, each in one line: a process with another config (exit
