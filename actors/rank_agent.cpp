@@ -284,7 +284,9 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
     o.port = *published;
     st.helper = std::make_unique<caf::scoped_actor>(sys);
     st.cx.reset(new rank_context{o.cfg, o.opts, o.env, where_of(o.env), o.timeout,
-                                 rank_placement::first(o.cfg.parallel.dp, o.cfg.pipeline.stages, o.env.workers(), o.env.apart), o.plan,
+                                 rank_placement::first(o.cfg.parallel.dp, o.cfg.pipeline.stages, o.env.workers(),
+                                                       o.env.apart),
+                                 o.plan,
                                  o.host, *st.helper, o.dir, o.port, find_resume(o.opts, nullptr), o.boundary});
     st.hp.generation = o.home >= 0 ? o.generation : start_generation();
     if (o.home >= 0) {  // joined a running job: its plan names this process's place

@@ -186,7 +186,8 @@ std::string short_of_room(rank_context& cx, const generation_peers& peers, const
                      room_atom::value)
         .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
     if (room >= 0 && want.first > room)
-      return "going on over " + std::to_string(fewer.places.world() - (cx.opts.ranks.apart ? 1 : 0)) + " processes needs at least " +
+      return "going on over " + std::to_string(fewer.places.world() - (cx.opts.ranks.apart ? 1 : 0)) +
+             " processes needs at least " +
              mib(want.first) + " more in rank " + shown_rank(cx, q) + "'s process (" + want.second +
              ": weights, gradients and optimizer state), which can take " + mib(room) +
              " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";
@@ -353,7 +354,8 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
     joined += (joined.empty() ? "" : ", ") + cx.opts.ranks.shown_text(ranks.back());
   }
   for (const auto& [slot, q] : more.from)
-    from += slot_from(cx.places, slot, "rank " + cx.opts.ranks.shown_text(homes.at(static_cast<size_t>(q))) + "'s memory");
+    from += slot_from(cx.places, slot,
+                      "rank " + cx.opts.ranks.shown_text(homes.at(static_cast<size_t>(q))) + "'s memory");
   next->members = homes;
   next->donors = more.donors;
   std::string kept;

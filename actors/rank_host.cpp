@@ -229,8 +229,8 @@ private:
     const std::string at = env.master_addr + ":" + std::to_string(rt_.store->port());
     poll_ = open_client_store(env.master_addr, rt_.store->port(), cx_.timeout);
     if (cx_.opts.on_notice)
-      cx_.opts.on_notice(std::string(env.apart ? "the coordinator" : "rank 0") + " takes processes that join at " + at + ": actorpipe launch --join " + at +
-                         " --nprocs N CONFIG");
+      cx_.opts.on_notice(std::string(env.apart ? "the coordinator" : "rank 0") + " takes processes that join at " + at +
+                         ": actorpipe launch --join " + at + " --nprocs N CONFIG");
   }
 
   // pipeline.rebalance: rank 0 measures every stage's busy time (the

@@ -233,10 +233,13 @@ private:
     for (auto& r0 : ws_)
       if (r0.rank == 0 && r0.live) {
         end_for_good(r0);
-        line += "; killed " + (o_.apart ? std::string("the coordinator") : std::string("rank 0")) + " (pid " + std::to_string(r0.pid) + "), which stopped answering";
+        line += "; killed " + std::string(o_.apart ? "the coordinator" : "rank 0") + " (pid " + std::to_string(r0.pid) +
+                "), which stopped answering";
       }
     const size_t others = count_live(ws_);
-    notice(line + (o_.apart ? " (its process holds the supervisor and the store)" : " (rank 0's process holds the supervisor and the store)") +
+    notice(line +
+           (o_.apart ? " (its process holds the supervisor and the store)"
+                     : " (rank 0's process holds the supervisor and the store)") +
            (others ? "; the other " + std::to_string(others) + " worker" + (others > 1 ? "s stop by themselves" : " stops by itself") +
                          ", exit " + std::to_string(coordinator_lost_exit)
                    : std::string()));
