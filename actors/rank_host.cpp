@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/supervision.hpp"
+#include "runtime/dist/coord/run_record.hpp"
 #include "runtime/dist/join.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/rebalancer.hpp"
@@ -29,7 +30,8 @@ public:
             st.dir,
             st.port,
             find_resume(st.opts, nullptr),
-            std::move(st.boundary)} {
+            std::move(st.boundary)},
+        record_(std::move(st.record)) {
     next_.generation = start_generation();
     cx_.world0 = st.env.world_size;
   }
@@ -62,12 +64,21 @@ public:
     }
     const heal_plan& hp = gen_.hp;
     if (hp.generation > 0) say_healed(hp);
+    if (record_) {
+      std::string members;
+      for (int q = 0; q < cx_.places.world(); ++q) members += (members.empty() ? "" : " ") + shown_rank(cx_, q);
+      record_->generation(hp.generation, members, describe_placement(cx_.places), describe_partition(cx_.plan.parts),
+                          hp.generation > 0 ? hp.resume_after : gen_.rp.ckpt.step);
+    }
     if (!poll_) open_for_joiners_once();
     // Which processes go down is seen on their directories.
     for (int q = 1; q < cx_.env.world_size; ++q) self_->monitor(gen_.peers.dirs[static_cast<size_t>(q)]);
     dead_.clear();
     cx_.decided.store(-2);
-    opts.on_decided = [this](int64_t step) { cx_.decided.store(step); };
+    opts.on_decided = [this](int64_t step) {
+      cx_.decided.store(step);
+      if (record_) record_->decided(step);
+    };
     // At a flush only: an async schedule has no step boundary to stop at.
     const bool joins = poll_ && cx_.plan.pol->flushes(), balances = balancing();
     // What each split measured holds for one placement only.
@@ -154,6 +165,7 @@ public:
 
   void finish(int code) override {
     demonitor();
+    if (record_) record_->finish(code);
     if (poll_)  // the joiners not taken in hear why
       for (int t = cx_.joined + 1, n = joiners_so_far(*poll_, cx_.env.store_prefix); t <= n; ++t)
         place_joiner(*poll_, cx_.env.store_prefix, joiner_rank(cx_.world0, t), 0,
@@ -285,6 +297,7 @@ private:
   std::optional<rebalancer> watch_;
   std::string measured_on_;  // the placement watch_ measured (rank_placement::encode)
   std::optional<rebalance_move> rebalance_;
+  std::shared_ptr<run_record> record_;  // launch --coordinator etcd://: the run's durable record
 };
 
 }  // namespace

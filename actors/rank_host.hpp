@@ -11,6 +11,10 @@
 #include "actors/generation_host.hpp"
 #include "actors/rank_context.hpp"
 
+namespace actorpipe {
+class run_record;
+}
+
 namespace actorpipe::rank_detail {
 
 /// What rank 0's host is made of (run_rank's set-up).
@@ -28,6 +32,9 @@ struct rank_start {
   /// and the generation it joins (the store is open already). -1: none.
   int home = -1;
   uint32_t generation = 0;
+  /// Rank 0 under `launch --coordinator etcd://...`: the run's durable
+  /// record (runtime/dist/coord/run_record.hpp); null: none.
+  std::shared_ptr<run_record> record = nullptr;
 };
 
 /// Built on the supervisor's own thread (it makes a scoped actor there).

@@ -4,7 +4,10 @@
 #include <caf/io/all.hpp>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <thread>
@@ -14,6 +17,8 @@
 #include "actors/rank_host.hpp"
 #include "actors/supervisor_actor.hpp"
 #include "messages/atoms.hpp"
+#include "messages/errors.hpp"
+#include "runtime/dist/coord/run_record.hpp"
 #include "runtime/dist/join.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 
@@ -124,6 +129,30 @@ joining join_if_asked(rank_runtime& rt, const config& cfg, train_options& opts) 
   return {t.rank, t.generation};
 }
 
+// Rank 0 under `launch --coordinator etcd://...` (ACTORPIPE_ETCD, with
+// ACTORPIPE_RUN_ID): the run taken in etcd, its record written from now
+// on. A coordinator that loses its lease stops commanding: it says so and
+// ends (exit 5; every worker sees the coordinator gone).
+std::shared_ptr<run_record> take_run_record(const config& cfg, const rank_env& env, const std::string& host) {
+  const char* url = std::getenv("ACTORPIPE_ETCD");
+  if (!url || !*url) return nullptr;
+  const char* run = std::getenv("ACTORPIPE_RUN_ID");
+  const std::string holder = host + ":" + std::to_string(env.master_port) + " pid " + std::to_string(::getpid());
+  const int64_t ttl = std::max<int64_t>(1, static_cast<int64_t>(cfg.supervision.heartbeat_timeout_s + 0.5));
+  try {
+    return std::make_shared<run_record>(url, run && *run ? run : "actorpipe", holder, ttl, [url](const std::string& why) {
+      std::fprintf(stderr,
+                   "actorpipe: error: the coordinator lost its lease in etcd at %s (%s): it stops commanding; every "
+                   "worker stops by itself (exit 5)\n",
+                   url, why.c_str());
+      std::fflush(stderr);
+      std::_Exit(exit_code_for(run_errc::coordinator_lost));
+    });
+  } catch (const std::exception& e) {
+    throw config_error(std::string("--coordinator etcd://: ") + e.what());
+  }
+}
+
 train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& given) {
   train_options opts = given;
   const joining joined = join_if_asked(rt, cfg, opts);
@@ -164,6 +193,7 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   auto published = sys.middleman().publish(start.dir, 0, nullptr, true);
   if (!published) throw rendezvous_error(where_of(env) + ": cannot publish its stages: " + sys.render(published.error()));
   start.port = *published;
+  start.record = take_run_record(cfg, env, host);
   return supervise(sys, [&rt, &start] { return make_rank_host(rt, start); }, opts);
 }
 

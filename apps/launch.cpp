@@ -2,6 +2,7 @@
 // torchrun's environment (its standalone mode), run by runtime/dist/launcher.
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 
 #include "apps/common.hpp"
 #include "messages/errors.hpp"
+#include "runtime/dist/coord/etcd_client.hpp"
+#include "runtime/dist/coord/run_record.hpp"
 #include "runtime/dist/launcher.hpp"
 #include "runtime/dist/rank_env.hpp"  // default_master_port
 #include "runtime/util/text.hpp"
@@ -28,7 +31,8 @@ static_assert(coordinator_lost_exit == exit_code_for(run_errc::coordinator_lost)
 
 const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
-    "                        [--coordinator rank0|process] CONFIG [train options]\n"
+    "                        [--coordinator rank0|process|etcd://HOST:PORT[,...] [--run-id ID]]\n"
+    "                        CONFIG [train options]\n"
     "       actorpipe launch --join HOST:PORT [--nprocs N] CONFIG [train options]",
     "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
@@ -49,7 +53,11 @@ const command_spec launch_spec = {
     "in a process of their own on node 0 that holds no stage, beside the workers\n"
     "(RANK 0 .. K*N-1, WORLD_SIZE K*N). Then any worker, RANK 0 included, is healed\n"
     "from its peers' memory like any other; only the coordinator's death (or node\n"
-    "0's launcher's) ends the run.\n"
+    "0's launcher's) ends the run. With --coordinator etcd://HOST:PORT[,...] the\n"
+    "coordinator runs apart too, and keeps the run's record in that etcd cluster\n"
+    "(generation, members, placement, the last decided step) under a lease on the\n"
+    "name --run-id: a second live run of that name is refused, and a coordinator\n"
+    "that loses its lease stops. A standby that takes over is not built yet.\n"
     "\n"
     "With --join, the N processes join a running job instead (its config must set\n"
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
@@ -62,7 +70,9 @@ const command_spec launch_spec = {
      {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
      {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"},
      {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"},
-     {"--coordinator", "WHERE", "rank0 (default: worker RANK 0 supervises) or process (a process apart, no stage)"}},
+     {"--coordinator", "WHERE", "rank0 (default: worker RANK 0 supervises), process (a process apart, no stage), or "
+                                "etcd://HOST:PORT[,...] (apart, its record in etcd)"},
+     {"--run-id", "ID", "the run's name in etcd (default: the config file's name without .yaml)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
     "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started);\n"
@@ -112,6 +122,34 @@ void join_options(const args& a, launch_options& o) {
   o.join = true;
 }
 
+// --coordinator etcd://...: before any process starts, the cluster
+// answers and no live run holds the name (the coordinator then takes it,
+// and is refused the same way if another took it in between).
+void check_etcd(launch_options& o, std::string run, const std::string& config) {
+  if (run.empty()) {
+    run = std::filesystem::path(config).stem().string();
+    if (run.empty()) run = "actorpipe";
+  }
+  for (char c : run)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      throw usage_error("--run-id expects letters, digits, '-', '_' and '.', got " + quoted_input(run));
+  o.run_id = run;
+  std::vector<etcd_endpoint> members;
+  try {
+    members = parse_etcd_url(o.etcd);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--coordinator: ") + e.what());
+  }
+  try {
+    etcd_client c(members);
+    if (auto holder = c.get(run_key(run, "coordinator")))
+      throw usage_error("run '" + run + "' is held by a live coordinator (" + *holder + ") in etcd at " +
+                        o.etcd.substr(7) + ": give this run another --run-id, or wait until that one ends");
+  } catch (const etcd_error& e) {
+    throw usage_error(std::string("--coordinator: ") + e.what());
+  }
+}
+
 std::string self_exe() {
   std::vector<char> buf(PATH_MAX + 1);
   const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
@@ -158,17 +196,21 @@ int cmd_launch(int argc, char** argv) {
   }
   if (a.has("--coordinator")) {
     const std::string v = a.options["--coordinator"];
-    if (v != "rank0" && v != "process")
-      throw usage_error("--coordinator expects rank0 or process, got " + quoted_input(v));
-    o.apart = v == "process";
+    const bool etcd = v.rfind("etcd://", 0) == 0;
+    if (v != "rank0" && v != "process" && !etcd)
+      throw usage_error("--coordinator expects rank0, process or etcd://HOST:PORT[,...], got " + quoted_input(v));
+    o.apart = v == "process" || etcd;
+    if (etcd) o.etcd = v;
     if (o.apart && o.join) throw usage_error("--join takes its coordinator from the running job; drop --coordinator");
   }
+  if (a.has("--run-id") && o.etcd.empty()) throw usage_error("--run-id names a run in etcd: give --coordinator etcd://...");
   if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");
   const std::string config = argv[cfg_at];
   // Before any worker starts: N copies of the same error help nobody.
   std::error_code ec;
   if (!std::filesystem::exists(config, ec)) throw usage_error(config + ": no such file");
   if (std::filesystem::is_directory(config, ec)) throw usage_error(config + ": is a directory, not a config");
+  if (!o.etcd.empty()) check_etcd(o, a.has("--run-id") ? a.options["--run-id"] : "", config);
   o.exe = self_exe();
   o.worker_args = {"train"};
   for (int i = cfg_at; i < argc; ++i) o.worker_args.emplace_back(argv[i]);

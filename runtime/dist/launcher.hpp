@@ -53,6 +53,11 @@ struct launch_options {
   /// included, is then healed like any other; the coordinator's ends the run
   /// as rank 0's does.
   bool apart = false;
+  /// --coordinator etcd://...: the coordinator apart keeps the run's record
+  /// there (ACTORPIPE_ETCD) under the name `run_id` (ACTORPIPE_RUN_ID);
+  /// runtime/dist/coord/run_record.hpp. Empty: none.
+  std::string etcd;
+  std::string run_id;
 };
 
 /// Starts `nprocs` workers, each in its own process group with stdin,

@@ -67,6 +67,10 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
   if (o.apart) ours["ACTORPIPE_COORDINATOR"] = rank == 0 ? "self" : "apart";
+  if (o.apart && rank == 0 && !o.etcd.empty()) {
+    ours["ACTORPIPE_ETCD"] = o.etcd;
+    ours["ACTORPIPE_RUN_ID"] = o.run_id;
+  }
   if (o.join) {
     for (const char* k : {"RANK", "ROLE_RANK"}) ours[k] = "1";
     for (const char* k : {"WORLD_SIZE", "ROLE_WORLD_SIZE"}) ours[k] = "2";
@@ -78,7 +82,8 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
     if (name == "TORCHELASTIC_USE_AGENT_STORE" || name == "ACTORPIPE_LAUNCHER_FD" || name == "ACTORPIPE_GENERATION" ||
-        name == "ACTORPIPE_JOIN" || name == "ACTORPIPE_COORDINATOR" || ours.count(name))
+        name == "ACTORPIPE_JOIN" || name == "ACTORPIPE_COORDINATOR" || name == "ACTORPIPE_ETCD" ||
+        name == "ACTORPIPE_RUN_ID" || ours.count(name))
       continue;
     env.push_back(kv);
   }

@@ -1,0 +1,124 @@
+#include "runtime/dist/coord/run_record.hpp"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace actorpipe {
+
+namespace {
+using clock_type = std::chrono::steady_clock;
+using json = nlohmann::json;
+}  // namespace
+
+std::string run_key(const std::string& run, const std::string& what) { return "/actorpipe/runs/" + run + "/" + what; }
+
+run_record::run_record(const std::string& url, const std::string& run, const std::string& holder, int64_t ttl_s,
+                       std::function<void(const std::string&)> lost)
+    : client_(parse_etcd_url(url)), run_(run), holder_(holder), ttl_s_(ttl_s < 1 ? 1 : ttl_s), lost_(std::move(lost)) {
+  lease_ = client_.grant(ttl_s_);
+  std::string other;
+  if (!client_.create(run_key(run_, "coordinator"), holder_, lease_, &other)) {
+    try {
+      client_.revoke(lease_);
+    } catch (const etcd_error&) {
+    }
+    throw run_taken("run '" + run_ + "' is held by a live coordinator (" + other + ") in etcd at " + url +
+                    ": give this run another --run-id, or wait until that one ends");
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+run_record::~run_record() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void run_record::generation(uint32_t number, const std::string& members, const std::string& placement,
+                            const std::string& parts, int64_t resumed_after) {
+  json g = {{"generation", number}, {"members", members}, {"placement", placement}, {"parts", parts},
+            {"resumed_after", resumed_after}};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_ = g.dump();
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
+void run_record::decided(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (step <= decided_) return;
+    decided_ = step;
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
+void run_record::finish(int code) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    exit_code_ = code;
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
+void run_record::loop() {
+  const auto renew_every = std::chrono::milliseconds(ttl_s_ * 1000 / 3);
+  auto renewed = clock_type::now();
+  auto next_renew = renewed + renew_every;
+  bool said = false;
+  for (;;) {
+    std::string text;
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_until(lock, next_renew, [this] { return stop_ || dirty_; });
+      stopping = stop_;
+      if (dirty_) {
+        json r = generation_.empty() ? json::object() : json::parse(generation_);
+        r["run"] = run_;
+        r["coordinator"] = holder_;
+        r["decided"] = decided_;
+        r["finished"] = finished_;
+        if (finished_) r["exit_code"] = exit_code_;
+        text = r.dump();
+        dirty_ = false;
+      }
+    }
+    try {
+      if (!text.empty()) {
+        client_.put(run_key(run_, "record"), text);
+        ++writes_;
+      }
+      if (stopping) {
+        client_.revoke(lease_);
+        return;
+      }
+      if (clock_type::now() >= next_renew) {
+        if (client_.keep_alive(lease_) <= 0) throw etcd_error("its lease " + std::to_string(lease_) + " expired");
+        renewed = clock_type::now();
+        next_renew = renewed + renew_every;
+      }
+    } catch (const std::exception& e) {
+      if (stopping) return;
+      if (!text.empty()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        dirty_ = true;  // written on the next try
+      }
+      next_renew = clock_type::now() + std::chrono::milliseconds(200);
+      if (!said && clock_type::now() - renewed > std::chrono::seconds(ttl_s_)) {
+        said = true;
+        if (lost_) lost_(e.what());
+      }
+    }
+  }
+}
+
+}  // namespace actorpipe

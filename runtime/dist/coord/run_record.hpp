@@ -1,0 +1,79 @@
+#pragma once
+// A run's durable record in etcd (`launch --coordinator etcd://...`): the
+// coordinator holds the run's name under a lease, and writes what a
+// standby would need to take over -- the generation, its members and
+// placement, the step it resumed after and the last decided step -- when
+// one of them changes, from a thread of its own (a step never waits on
+// etcd). Keys, under /actorpipe/runs/<run>/:
+//   coordinator  who holds the run ("HOST:PORT pid N"), with the lease: it
+//                goes when the coordinator's lease expires or is revoked
+//   record       the record, JSON, without a lease: it outlives the
+//                coordinator ("finished": true once the run ended)
+// The lease is renewed every third of its TTL. When it cannot be renewed
+// for a whole TTL (etcd lost, or this coordinator cut off) the coordinator
+// must stop commanding: `lost` is called once, with why.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/dist/coord/etcd_client.hpp"
+
+namespace actorpipe {
+
+/// The key of `what` for run `run`.
+std::string run_key(const std::string& run, const std::string& what);
+
+class run_record {
+public:
+  /// Takes run `run` in etcd at `url` for `holder`, under a lease of
+  /// `ttl_s` seconds. Throws etcd_error when etcd does not serve it, and
+  /// run_taken when a live coordinator holds the run already.
+  run_record(const std::string& url, const std::string& run, const std::string& holder, int64_t ttl_s,
+             std::function<void(const std::string&)> lost);
+  /// Marks the record finished (finish() not called: as it was), revokes
+  /// the lease, and stops the thread.
+  ~run_record();
+  run_record(const run_record&) = delete;
+  run_record& operator=(const run_record&) = delete;
+
+  struct run_taken : etcd_error {
+    using etcd_error::etcd_error;
+  };
+
+  /// A generation formed: its number, members (the RANKs users see),
+  /// placement and partition (as the run prints them), and the step it
+  /// resumed after.
+  void generation(uint32_t number, const std::string& members, const std::string& placement, const std::string& parts,
+                  int64_t resumed_after);
+  /// The driver decided `step` (every live stage will hold it).
+  void decided(int64_t step);
+  /// The run ended with `code`.
+  void finish(int code);
+
+  /// How many times the record was written (the first included).
+  int64_t writes() const { return writes_.load(); }
+
+private:
+  void loop();
+
+  etcd_client client_;
+  std::string run_, holder_;
+  int64_t ttl_s_;
+  int64_t lease_ = 0;
+  std::function<void(const std::string&)> lost_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false, dirty_ = false, finished_ = false;
+  std::string generation_;  // the generation's fields, JSON members without braces
+  int64_t decided_ = -1;
+  int exit_code_ = -1;
+  std::atomic<int64_t> writes_{0};
+  std::thread thread_;
+};
+
+}  // namespace actorpipe

@@ -1,0 +1,159 @@
+// `launch --coordinator etcd://...` against a real 3-member etcd cluster on
+// loopback (tests/runtime/dist/coord/etcd_cluster.hpp): the coordinator
+// runs apart, takes the run's name under a lease, and keeps its record
+// (generation, members, placement, the last decided step) there. One
+// member killed mid-run goes unnoticed and the run ends bitwise; a second
+// live run of the same name, an address where nothing listens and a
+// cluster without a majority are refused in one line with exit 2; a
+// coordinator cut off from etcd mid-run stops by itself (exit 5).
+// Real processes on ports the kernel gave out; every process is killed in
+// every failure path.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/dist/coord/etcd_client.hpp"
+#include "runtime/dist/coord/run_record.hpp"
+#include "runtime/dist/transport/net_address.hpp"
+#include "tests/apps/background_launch.hpp"
+#include "tests/apps/child_process.hpp"
+#include "tests/apps/deep_mlp.hpp"
+#include "tests/runtime/dist/coord/etcd_cluster.hpp"
+#include "tests/test_util.hpp"
+
+namespace actorpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::describe;
+using testing_util::etcd_cluster;
+using clock_type = std::chrono::steady_clock;
+
+#define REQUIRE_ETCD()                                    \
+  if (::access(testing_util::etcd_binary(), X_OK) != 0) \
+  GTEST_SKIP() << "etcd-server is not installed (scripts/setup.sh installs it): test skipped"
+
+fs::path test_dir() { return testing_util::dir_per_test("actorpipe_etcd_coordinator_test"); }
+
+testing_util::child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 120) {
+  testing_util::child_limits limits;
+  limits.timeout_s = timeout_s;
+  return testing_util::run_child(ACTORPIPE_BIN, args, limits);
+}
+
+// pp 3, `steps` steps of at least 4 ms an op (about 50 ms a step), healing
+// on (heartbeat 2 s: the coordinator's lease is 2 s too).
+std::string config(const std::string& name, int steps = 40) {
+  return testing_util::write(test_dir() / (name + ".yaml"),
+                             testing_util::deep_mlp_model_and_data() + "train:\n  steps: " + std::to_string(steps) +
+                                 "\n  batch_size: 48\n  optimizer: {type: adam, lr: 0.01}\n"
+                                 "  clip_grad_norm: 1.0\n  seed: 7\n"
+                                 "pipeline:\n  stages: 3\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n"
+                                 "  intra_op_threads: 1\n  pace_ms: 4\n"
+                                 "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n");
+}
+
+TEST(EtcdRecord, ARunKeepsItsRecordThereAndEndsBitwiseThoughAMemberIsKilled) {
+  REQUIRE_ETCD();
+  etcd_cluster cluster(test_dir() / "cluster");
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = config("recorded");
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", "recorded", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  etcd_client c(cluster.endpoints());
+  const auto holder = c.get(run_key("recorded", "coordinator"));
+  ASSERT_TRUE(holder.has_value()) << run.output();
+  EXPECT_NE(holder->find(" pid " + std::to_string(run.coordinator())), std::string::npos) << *holder;
+  cluster.kill(0);  // the member the coordinator asks first
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_EQ(out.find("lost its lease"), std::string::npos) << "the run noticed the member's loss\n" << out;
+  EXPECT_EQ(out.find("error"), std::string::npos) << "the run noticed the member's loss\n" << out;
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
+  // The record outlives the run, finished; the name is free again.
+  const auto text = c.get(run_key("recorded", "record"));
+  ASSERT_TRUE(text.has_value());
+  const auto record = nlohmann::json::parse(*text);
+  std::printf("record: %s\n", text->c_str());
+  EXPECT_EQ(record.at("decided").get<int64_t>(), 39) << *text;
+  EXPECT_TRUE(record.at("finished").get<bool>()) << *text;
+  EXPECT_EQ(record.at("exit_code").get<int>(), 0) << *text;
+  EXPECT_EQ(record.at("generation").get<int>(), 0) << *text;
+  EXPECT_EQ(record.at("placement").get<std::string>(), "- | 0 | 1 | 2") << *text;
+  EXPECT_EQ(record.at("members").get<std::string>(), "c 0 1 2") << *text;
+  EXPECT_EQ(c.get(run_key("recorded", "coordinator")), std::nullopt);
+}
+
+TEST(EtcdRecord, ARunNameHeldNothingListeningAndNoMajorityAreOneLineWithExit2) {
+  REQUIRE_ETCD();
+  const std::string cfg = config("refused");
+  // Nothing listens there.
+  const std::string nowhere = "127.0.0.1:" + std::to_string(free_port("127.0.0.1"));
+  auto r = actorpipe({"launch", "--nprocs", "3", "--coordinator", "etcd://" + nowhere, cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(r.err, "actorpipe: --coordinator: no etcd member answered at " + nowhere + " (" + nowhere +
+                       ": Connection refused)\n")
+      << describe(r);
+  etcd_cluster cluster(test_dir() / "cluster");
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  // A live coordinator holds the name (a lease kept alive by this test).
+  etcd_client c(cluster.endpoints());
+  const int64_t lease = c.grant(30);
+  ASSERT_TRUE(c.create(run_key("refused", "coordinator"), "10.0.0.9:29500 pid 77", lease));
+  r = actorpipe({"launch", "--nprocs", "3", "--coordinator", cluster.url(), cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(r.err, "actorpipe: run 'refused' is held by a live coordinator (10.0.0.9:29500 pid 77) in etcd at " +
+                       cluster.url().substr(7) + ": give this run another --run-id, or wait until that one ends\n")
+      << describe(r);
+  c.revoke(lease);
+  // Two of three members gone: no majority.
+  cluster.kill(1);
+  cluster.kill(2);
+  const auto t0 = clock_type::now();
+  r = actorpipe({"launch", "--nprocs", "3", "--coordinator", cluster.url(), cfg});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << describe(r);
+  EXPECT_NE(r.err.find("(no majority of its members?)"), std::string::npos) << describe(r);
+  EXPECT_LT(std::chrono::duration<double>(clock_type::now() - t0).count(), 15.0) << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(EtcdRecord, ACoordinatorCutOffFromEtcdStopsByItself) {
+  REQUIRE_ETCD();
+  etcd_cluster cluster(test_dir() / "cluster");
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = config("cut", 400);  // about 20 s: it ends only if it goes on alone
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "3", "--coordinator", cluster.url(), cfg});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  cluster.kill(1);
+  cluster.kill(2);
+  const auto cut = clock_type::now();
+  EXPECT_EQ(run.wait(60), 5) << run.output();
+  const double took = std::chrono::duration<double>(clock_type::now() - cut).count();
+  const std::string out = run.output();
+  std::printf("the cut-off coordinator stopped and the run ended %.2f s after etcd lost its majority\n", took);
+  EXPECT_NE(out.find("actorpipe: error: the coordinator lost its lease in etcd at "), std::string::npos) << out;
+  EXPECT_NE(out.find("): it stops commanding; every worker stops by itself (exit 5)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step   400/400"), std::string::npos) << "the run went on without its lease\n" << out;
+  // The lease (2 s), the client's timeout (3 s), and stopping the workers.
+  EXPECT_LT(took, 2 + 3 + 5.0) << out;
+}
+
+}  // namespace
+}  // namespace actorpipe
