@@ -276,7 +276,13 @@ TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
        "actorpipe: --join expects HOST:PORT (the address rank 0 prints), got '127.0.0.1:47939:'"},
       {{"launch", "--join", "127.0.0.1:4x", cfg}, "actorpipe: --join's PORT expects a port number 0..65535, got '4x'"},
       {{"launch", "--nprocs", "2", "--coordinator", "apart", cfg},
-       "actorpipe: --coordinator expects rank0 or process, got 'apart'"},
+       "actorpipe: --coordinator expects rank0, process or etcd://HOST:PORT[,...], got 'apart'"},
+      {{"launch", "--nprocs", "2", "--coordinator", "etcd://10.0.0.1", cfg},
+       "actorpipe: --coordinator: '10.0.0.1' in 'etcd://10.0.0.1' is not HOST:PORT"},
+      {{"launch", "--nprocs", "2", "--coordinator", "etcd://127.0.0.1:1", "--run-id", "a/b", cfg},
+       "actorpipe: --run-id expects letters, digits, '-', '_' and '.', got 'a/b'"},
+      {{"launch", "--nprocs", "2", "--run-id", "x", cfg},
+       "actorpipe: --run-id names a run in etcd: give --coordinator etcd://..."},
       {{"launch", "--join", "127.0.0.1:4000", "--coordinator", "process", cfg},
        "actorpipe: --join takes its coordinator from the running job; drop --coordinator"}};
   for (const auto& [args, line] : cases) {

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The cost of keeping a run's record in etcd to a run without faults:
+`launch --coordinator etcd://...` against `launch --coordinator process`
+(the same coordinator apart, without etcd), rounds alternating.
+
+    python3 bench/etcd_cost.py [--build build] [--rounds 5] [--steps 40] [--skip 3]
+
+Starts a 3-member etcd cluster (Debian's etcd-server) on loopback ports
+the kernel gave out, in a temporary directory, and stops it at the end.
+The run: the seed MLP (configs/seed_mlp.yaml) at dp 1 x pp 2 under
+`launch --nprocs 2`, supervision on (max_restarts 2), no checkpoints. The
+coordinator writes the record once a generation forms and then after every
+decided step (one HTTP request a step, from a thread of its own), and
+renews its lease every third of heartbeat_timeout_s. Prints the median
+step time of each (from --results, the first --skip steps of each round
+left out) and the ratio.
+
+Python 3 standard library only.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(d):
+    ports = [(free_port(), free_port()) for _ in range(3)]
+    initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
+    procs = []
+    for i, (c, p) in enumerate(ports):
+        procs.append(subprocess.Popen(
+            ["etcd", "--name", f"m{i}", "--data-dir", os.path.join(d, f"m{i}"),
+             "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+             "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
+             "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
+             "--logger", "zap", "--log-outputs", os.path.join(d, f"m{i}.log")]))
+    url = "etcd://" + ",".join(f"127.0.0.1:{c}" for c, _ in ports)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{ports[0][0]}/v3/kv/put",
+                                                          data=b'{"key":"eA==","value":"eA=="}'), timeout=1)
+            return procs, url
+        except OSError:
+            time.sleep(0.2)
+    for p in procs:
+        p.kill()
+    sys.exit("etcd_cost: the cluster did not start")
+
+
+def config(d, steps):
+    text = open(os.path.join(ROOT, "configs/seed_mlp.yaml")).read()
+    text = re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  steps: \d+", rf"\1  steps: {steps}", text)
+    text = re.sub(r"(?ms)^(pipeline|supervision|checkpoint|parallel|faults):.*?(?=^\S|\Z)", "", text)
+    text += ("pipeline: {stages: 2, schedule: 1f1b, microbatches: 4, devices: auto, intra_op_threads: 1}\n"
+             "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n")
+    path = os.path.join(d, "etcd_cost.yaml")
+    open(path, "w").write(text)
+    return path
+
+
+def round_steps(exe, cfg, coordinator, d, skip, run_id):
+    out = os.path.join(d, "results.json")
+    args = [exe, "launch", "--nprocs", "2", "--coordinator", coordinator]
+    if coordinator.startswith("etcd://"):
+        args += ["--run-id", run_id]
+    r = subprocess.run(args + [cfg, "--quiet", "--results", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(r.stdout + r.stderr)
+    runs = json.load(open(out))
+    run = runs[0] if isinstance(runs, list) else runs.get("runs", [runs])[0]
+    return [s["step_s"] * 1e3 for s in run["steps"][skip:]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip", type=int, default=3)
+    a = ap.parse_args()
+    if not shutil.which("etcd"):
+        sys.exit("etcd_cost: etcd is not installed (scripts/setup.sh installs etcd-server)")
+    if a.rounds < 1 or a.steps < 2 or not 0 <= a.skip < a.steps:
+        sys.exit("etcd_cost: --rounds at least 1, --steps at least 2, --skip below --steps")
+    exe = os.path.join(a.build, "actorpipe")
+    med = statistics.median
+    with tempfile.TemporaryDirectory() as d:
+        procs, url = start_cluster(d)
+        try:
+            cfg = config(d, a.steps)
+            steps = {"process": [], url: []}
+            for r in range(a.rounds):
+                for c in steps:
+                    got = round_steps(exe, cfg, c, d, a.skip, f"bench-{os.getpid()}-{r}")
+                    steps[c] += got
+                    print(f"round {r + 1} {'etcd' if c == url else c}: {med(got):.1f} ms", file=sys.stderr)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    off, on = med(steps["process"]), med(steps[url])
+    print("| run (dp 1 x pp 2, seed MLP, 2 workers and a coordinator apart) | median step |")
+    print("| --- | --- |")
+    print(f"| `--coordinator process` | {off:.1f} ms |")
+    print(f"| `--coordinator etcd://` (3 members on loopback) | {on:.1f} ms |")
+    print(f"\netcd / without: {on / off:.3f}")
+
+
+if __name__ == "__main__":
+    main()
