@@ -9,9 +9,9 @@ Starts a 3-member etcd cluster (Debian's etcd-server) on loopback ports
 the kernel gave out, in a temporary directory, and stops it at the end.
 The run: the seed MLP (configs/seed_mlp.yaml) at dp 1 x pp 2 under
 `launch --nprocs 2`, supervision on (max_restarts 2), no checkpoints. The
-coordinator writes the record once a generation forms and then after every
-decided step (one HTTP request a step, from a thread of its own), and
-renews its lease every third of heartbeat_timeout_s. Prints the median
+coordinator writes the record once a generation forms and then the newest
+decided step at most every 0.5 s (from a thread of its own), and renews
+its lease every third of heartbeat_timeout_s. Prints the median
 step time of each (from --results, the first --skip steps of each round
 left out) and the ratio.
 

@@ -13,8 +13,13 @@ using json = nlohmann::json;
 std::string run_key(const std::string& run, const std::string& what) { return "/actorpipe/runs/" + run + "/" + what; }
 
 run_record::run_record(const std::string& url, const std::string& run, const std::string& holder, int64_t ttl_s,
-                       std::function<void(const std::string&)> lost)
-    : client_(parse_etcd_url(url)), run_(run), holder_(holder), ttl_s_(ttl_s < 1 ? 1 : ttl_s), lost_(std::move(lost)) {
+                       std::function<void(const std::string&)> lost, std::chrono::milliseconds decided_every)
+    : client_(parse_etcd_url(url)),
+      run_(run),
+      holder_(holder),
+      ttl_s_(ttl_s < 1 ? 1 : ttl_s),
+      lost_(std::move(lost)),
+      decided_every_(decided_every) {
   lease_ = client_.grant(ttl_s_);
   std::string other;
   if (!client_.create(run_key(run_, "coordinator"), holder_, lease_, &other)) {
@@ -44,7 +49,7 @@ void run_record::generation(uint32_t number, const std::string& members, const s
   {
     std::lock_guard<std::mutex> lock(mutex_);
     generation_ = g.dump();
-    dirty_ = true;
+    dirty_ = urgent_ = true;
   }
   wake_.notify_all();
 }
@@ -64,7 +69,7 @@ void run_record::finish(int code) {
     std::lock_guard<std::mutex> lock(mutex_);
     finished_ = true;
     exit_code_ = code;
-    dirty_ = true;
+    dirty_ = urgent_ = true;
   }
   wake_.notify_all();
 }
@@ -74,14 +79,21 @@ void run_record::loop() {
   auto renewed = clock_type::now();
   auto next_renew = renewed + renew_every;
   bool said = false;
+  auto next_write = clock_type::now();
   for (;;) {
     std::string text;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait_until(lock, next_renew, [this] { return stop_ || dirty_; });
+      // A decided step waits for next_write; a generation or the end not.
+      const auto ready = [this, &next_write] {
+        return stop_ || urgent_ || (dirty_ && clock_type::now() >= next_write);
+      };
+      wake_.wait_until(lock, dirty_ ? std::min(next_renew, next_write) : next_renew, ready);
       stopping = stop_;
-      if (dirty_) {
+      if (ready() && dirty_) {
+        next_write = clock_type::now() + decided_every_;
+        urgent_ = false;
         json r = generation_.empty() ? json::object() : json::parse(generation_);
         r["run"] = run_;
         r["coordinator"] = holder_;

@@ -4,7 +4,10 @@
 // standby would need to take over -- the generation, its members and
 // placement, the step it resumed after and the last decided step -- when
 // one of them changes, from a thread of its own (a step never waits on
-// etcd). Keys, under /actorpipe/runs/<run>/:
+// etcd): a new generation and the end at once, a newer decided step at
+// most every `decided_every` (a standby asks the stages which boundary
+// they hold anyway; the record's step only says how far the run got).
+// Keys, under /actorpipe/runs/<run>/:
 //   coordinator  who holds the run ("HOST:PORT pid N"), with the lease: it
 //                goes when the coordinator's lease expires or is revoked
 //   record       the record, JSON, without a lease: it outlives the
@@ -13,6 +16,7 @@
 // for a whole TTL (etcd lost, or this coordinator cut off) the coordinator
 // must stop commanding: `lost` is called once, with why.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,7 +38,8 @@ public:
   /// `ttl_s` seconds. Throws etcd_error when etcd does not serve it, and
   /// run_taken when a live coordinator holds the run already.
   run_record(const std::string& url, const std::string& run, const std::string& holder, int64_t ttl_s,
-             std::function<void(const std::string&)> lost);
+             std::function<void(const std::string&)> lost,
+             std::chrono::milliseconds decided_every = std::chrono::milliseconds(500));
   /// Marks the record finished (finish() not called: as it was), revokes
   /// the lease, and stops the thread.
   ~run_record();
@@ -68,7 +73,8 @@ private:
   std::function<void(const std::string&)> lost_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stop_ = false, dirty_ = false, finished_ = false;
+  bool stop_ = false, dirty_ = false, urgent_ = false, finished_ = false;
+  std::chrono::milliseconds decided_every_;
   std::string generation_;  // the generation's fields, JSON members without braces
   int64_t decided_ = -1;
   int exit_code_ = -1;
