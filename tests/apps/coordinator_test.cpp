@@ -45,18 +45,10 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// 40 steps of at least 4 ms an op (about 2 s of training), healing on,
-// a checkpoint every 4 steps in `ckpt`.
+// The deep MLP's healing run (tests/apps/deep_mlp.hpp), its checkpoints in `ckpt`.
 std::string config(const std::string& tag, int stages, int dp, const fs::path& ckpt) {
-  std::string text = testing_util::deep_mlp_model_and_data() +
-                     "train:\n  steps: 40\n  batch_size: 48\n  optimizer: {type: adam, lr: 0.01}\n"
-                     "  clip_grad_norm: 1.0\n  seed: 7\n";
-  if (dp > 1) text += "parallel: {dp: " + std::to_string(dp) + ", allreduce: gloo}\n";
-  text += "pipeline:\n  stages: " + std::to_string(stages) +
-          "\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n  intra_op_threads: 1\n  pace_ms: 4\n"
-          "supervision: {max_restarts: 2, heartbeat_timeout_s: " + std::to_string(static_cast<int>(heartbeat_s)) +
-          "}\ncheckpoint: {every: 4, dir: " + ckpt.string() + "}\n";
-  return testing_util::write(test_dir() / (tag + ".yaml"), text);
+  return testing_util::write(test_dir() / (tag + ".yaml"),
+                             testing_util::deep_mlp_healing_config(stages, dp, static_cast<int>(heartbeat_s), ckpt.string()));
 }
 
 // How rank 0's process is hit.
@@ -156,58 +148,6 @@ TEST(CoordinatorApart, AKillNineOfTheCoordinatorStopsEveryWorkerWithExit5AndResu
 
 TEST(CoordinatorApart, ACoordinatorThatStopsAnsweringIsKilledAndEveryWorkerStopsWithExit5) {
   lose_the_coordinator_then_resume("apart_stop_dp2_pp2", 2, 2, hit::stop, true);
-}
-
-// Under launch --coordinator process no worker's death ends the run: a
-// `kill -9` of the worker with RANK 0 (it holds stage 0) mid-step is
-// healed from a peer's memory -- at dp 1 from its keeper, the process of
-// stage 1; at dp 2 from replica 1's stage 0 -- and the run ends on the
-// clean run's bytes.
-void kill_worker_rank_zero_under_a_coordinator_apart(const std::string& tag, int stages, int dp) {
-  const fs::path ckpt = test_dir() / (tag + "_ckpt");
-  fs::remove_all(ckpt);
-  const std::string cfg = config(tag, stages, dp, ckpt);
-  const std::string clean = (test_dir() / (tag + "_clean.pt")).string(),
-                    healed = (test_dir() / (tag + "_healed.pt")).string();
-  fs::remove(healed);
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
-  fs::remove_all(ckpt);
-  const int nprocs = stages * dp;
-  testing_util::background_launch run(
-      ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(),
-      {"--nprocs", std::to_string(nprocs), "--coordinator", "process", cfg, "--save", healed});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
-  const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0));
-  ASSERT_GT(rank0, 0) << run.output();
-  ASSERT_NE(rank0, run.coordinator()) << run.output();
-  ::kill(rank0, SIGKILL);
-  const int code = run.wait(120);
-  const std::string out = run.output();
-  ASSERT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("worker rank 0 (pid " + std::to_string(rank0) + ") was killed by SIGKILL; the coordinator "
-                     "replaces it"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("started worker rank 0 again"), std::string::npos) << out;
-  const std::string donor = dp > 1 ? std::to_string(stages) : "1";
-  EXPECT_NE(out.find("its stage 0 of replica 0 from rank " + donor + "'s memory"), std::string::npos) << out;
-  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;
-  EXPECT_NE(out.find("restarts: 1,"), std::string::npos) << out;
-  const size_t heal = out.find("heal: generation 1 runs");
-  if (heal != std::string::npos) std::printf("%s: %s\n", tag.c_str(), out.substr(heal, out.find('\n', heal) - heal).c_str());
-  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(healed))
-      << "healed after worker RANK 0's kill, the run saved other bytes than the clean one\n"
-      << out;
-}
-
-TEST(CoordinatorApart, AKillNineOfWorkerRankZeroIsHealedFromMemoryBitwiseAtPp3) {
-  kill_worker_rank_zero_under_a_coordinator_apart("apart_rank0_pp3", 3, 1);
-}
-
-TEST(CoordinatorApart, AKillNineOfWorkerRankZeroIsHealedFromMemoryBitwiseAtDp2Pp2) {
-  kill_worker_rank_zero_under_a_coordinator_apart("apart_rank0_dp2_pp2", 2, 2);
 }
 
 // Rank 0 hit while it heals another rank (20 to 40 ms after RANK 2's kill:
