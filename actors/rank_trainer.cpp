@@ -3,9 +3,9 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>

@@ -143,8 +143,7 @@ void check_etcd(launch_options& o, std::string run, const std::string& config) {
   try {
     etcd_client c(members);
     if (auto holder = c.get(run_key(run, "coordinator")))
-      throw usage_error("run '" + run + "' is held by a live coordinator (" + *holder + ") in etcd at " +
-                        o.etcd.substr(7) + ": give this run another --run-id, or wait until that one ends");
+      throw usage_error(run_held_line(run, *holder, o.etcd.substr(7)));
   } catch (const etcd_error& e) {
     throw usage_error(std::string("--coordinator: ") + e.what());
   }

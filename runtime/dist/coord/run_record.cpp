@@ -12,6 +12,11 @@ using json = nlohmann::json;
 
 std::string run_key(const std::string& run, const std::string& what) { return "/actorpipe/runs/" + run + "/" + what; }
 
+std::string run_held_line(const std::string& run, const std::string& holder, const std::string& members) {
+  return "run '" + run + "' is held by a live coordinator (" + holder + ") in etcd at " + members +
+         ": give this run another --run-id, or wait until that one ends";
+}
+
 run_record::run_record(const std::string& url, const std::string& run, const std::string& holder, int64_t ttl_s,
                        std::function<void(const std::string&)> lost, std::chrono::milliseconds decided_every)
     : client_(parse_etcd_url(url)),
@@ -27,8 +32,7 @@ run_record::run_record(const std::string& url, const std::string& run, const std
       client_.revoke(lease_);
     } catch (const etcd_error&) {
     }
-    throw run_taken("run '" + run_ + "' is held by a live coordinator (" + other + ") in etcd at " + url +
-                    ": give this run another --run-id, or wait until that one ends");
+    throw run_taken(run_held_line(run_, other, url.rfind("etcd://", 0) == 0 ? url.substr(7) : url));
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -107,7 +111,6 @@ void run_record::loop() {
     try {
       if (!text.empty()) {
         client_.put(run_key(run_, "record"), text);
-        ++writes_;
       }
       if (stopping) {
         client_.revoke(lease_);

@@ -15,7 +15,6 @@
 // The lease is renewed every third of its TTL. When it cannot be renewed
 // for a whole TTL (etcd lost, or this coordinator cut off) the coordinator
 // must stop commanding: `lost` is called once, with why.
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -31,6 +30,11 @@ namespace actorpipe {
 
 /// The key of `what` for run `run`.
 std::string run_key(const std::string& run, const std::string& what);
+
+/// The line that refuses run `run`, held by `holder` in etcd at `members`
+/// ("HOST:PORT,..."): the launcher's before it starts anything, the
+/// coordinator's when another took the name in between.
+std::string run_held_line(const std::string& run, const std::string& holder, const std::string& members);
 
 class run_record {
 public:
@@ -60,9 +64,6 @@ public:
   /// The run ended with `code`.
   void finish(int code);
 
-  /// How many times the record was written (the first included).
-  int64_t writes() const { return writes_.load(); }
-
 private:
   void loop();
 
@@ -78,7 +79,6 @@ private:
   std::string generation_;  // the generation's fields, JSON members without braces
   int64_t decided_ = -1;
   int exit_code_ = -1;
-  std::atomic<int64_t> writes_{0};
   std::thread thread_;
 };
 
