@@ -17,6 +17,7 @@
 #include "messages/errors.hpp"
 #include "runtime/dist/join.hpp"
 #include "runtime/dist/transport/rendezvous.hpp"
+#include "runtime/util/text.hpp"
 
 namespace actorpipe::rank_detail {
 
@@ -38,12 +39,25 @@ struct agent_state {
   std::string prefix;                     // the store prefix of the last generation that formed
   std::shared_ptr<std::exception_ptr> thrown;
   caf::response_promise promise;
+  // launch --coordinator etcd://: a standby takes over when the
+  // coordinator is lost, and this rank waits for it (orphaned) rather
+  // than stop; `epoch` counts the takeovers it accepted.
+  bool standby = false;
+  bool orphaned = false;
+  uint32_t epoch = 0;
   static inline const char* name = "rank_agent";
 };
 
 using agent_ptr = caf::stateful_actor<agent_state>*;
 
 caf::behavior serving(agent_ptr self);
+
+// How long an orphaned rank waits for a standby to take over: the old
+// coordinator's lease (about supervision.heartbeat_timeout_s), a new
+// coordinator's start, and its connect to every rank.
+double takeover_wait_s(const rank_context& cx) {
+  return 2 * cx.cfg.supervision.heartbeat_timeout_s + cx.cfg.supervision.connect_timeout_s;
+}
 
 // Rank 0's process (the supervisor and the store) went down, or stopped
 // answering for supervision.heartbeat_timeout_s: nothing can command this
@@ -225,15 +239,75 @@ caf::behavior joining(agent_ptr self) {
   }};
 }
 
+// launch --coordinator etcd://: the coordinator is gone; this rank's
+// stages go, its boundary memory stays, and it waits for the standby that
+// wins the election (takeover_atom) -- up to takeover_wait_s, then it stops
+// as without etcd (exit 5).
+void orphan(agent_ptr self, const std::string& why) {
+  auto& s = self->state;
+  self->demonitor(s.rank0);
+  s.gen.reset();
+  s.orphaned = true;
+  const double wait = takeover_wait_s(*s.cx);
+  if (s.cx->opts.on_notice)
+    s.cx->opts.on_notice(s.cx->where + " lost the coordinator at " + s.rank0_at + " (" + why +
+                         "); its stages stopped, its boundary memory kept; waiting up to " + fmt("%.0f", wait) +
+                         " s for a standby to take the run over");
+  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(wait * 1000)), takeover_atom::value,
+                     s.epoch);
+}
+
 // Between two generations too (one called off): rank 0's next plan or its
 // stop comes here.
 caf::behavior serving(agent_ptr self) {
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
     if (!s.rank0 || dm.source != s.rank0.address()) return;
+    if (s.standby) {
+      orphan(self, self->system().render(dm.reason));
+      return;
+    }
     end(self, std::make_exception_ptr(coordinator_lost(*s.cx, s.rank0_at, self->system().render(dm.reason))));
   });
   return {
+      // A coordinator that won the election in etcd takes the run over:
+      // this rank's stages go (it keeps its boundary memory), its store
+      // is the new coordinator's, and only that coordinator commands it
+      // from now on. An epoch not above the last one accepted is fenced
+      // off: an older coordinator's.
+      [=](takeover_atom, uint32_t epoch, std::string host, int32_t port,
+          caf::actor dir) -> caf::result<uint32_t> {
+        auto& s = self->state;
+        if (!s.standby || epoch <= s.epoch) return caf::sec::request_receiver_down;
+        const auto t0 = clock_type::now();
+        try {
+          s.rt->store = open_client_store(host, static_cast<uint16_t>(port), s.cx->timeout);
+        } catch (const std::exception&) {
+          return caf::sec::cannot_connect_to_node;
+        }
+        if (s.rank0) self->demonitor(s.rank0);
+        s.gen.reset();  // this generation's stages go
+        s.epoch = epoch;
+        s.orphaned = false;
+        s.cx->env.master_addr = host;
+        s.cx->env.master_port = port;
+        exit_5_on_a_lost_store(s.cx->env, s.cx->where, s.cx->cfg.checkpoint.dir);
+        s.rank0 = std::move(dir);
+        s.rank0_at = host + ":" + std::to_string(port);
+        self->monitor(s.rank0);
+        if (s.cx->opts.on_notice)
+          s.cx->opts.on_notice(s.cx->where + ": taken over by the coordinator at " + s.rank0_at + " (takeover " +
+                               std::to_string(epoch) + ", its store reached in " +
+                               fmt("%.0f", ms_between(t0, clock_type::now())) + " ms)");
+        return epoch;
+      },
+      // No coordinator took over in time.
+      [=](takeover_atom, uint32_t epoch) {
+        auto& s = self->state;
+        if (!s.orphaned || epoch != s.epoch) return;
+        end(self, std::make_exception_ptr(coordinator_lost(
+                      *s.cx, s.rank0_at, "no standby took over within " + fmt("%.0f", takeover_wait_s(*s.cx)) + " s")));
+      },
       [=](heal_atom, uint32_t g) {
         auto& s = self->state;
         self->demonitor(s.rank0);
@@ -283,6 +357,8 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
     }
     o.port = *published;
     st.helper = std::make_unique<caf::scoped_actor>(sys);
+    const char* etcd = std::getenv("ACTORPIPE_ETCD");
+    st.standby = etcd && *etcd && o.env.apart;
     st.cx.reset(new rank_context{o.cfg, o.opts, o.env, where_of(o.env), o.timeout,
                                  rank_placement::first(o.cfg.parallel.dp, o.cfg.pipeline.stages, o.env.workers(),
                                                        o.env.apart),

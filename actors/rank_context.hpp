@@ -111,6 +111,9 @@ struct rank_context {
   // Rank 0: a called-off generation's re-partition had begun to rewrite
   // some process's boundary memory, so the next plan starts from disk.
   bool spoiled = false;
+  // Rank 0 taking the run over (rank_takeover.cpp): the heal rolls to the
+  // newest boundary every slot holds, whatever its log says.
+  bool taking_over = false;
 };
 
 // -- rank_links.cpp ----------------------------------------------------------------
@@ -387,5 +390,34 @@ std::optional<heal_plan> call_off(rank_context& cx, const kv_store_ptr& store, c
 /// (those not in `dead`; 5 s at most).
 void stop_ranks(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
                 const generation_peers& peers, const std::vector<int>& dead, int code);
+
+// -- rank_takeover.cpp ----------------------------------------------------------------------
+
+/// What a generation leaves in the run's record in etcd for a standby to
+/// take over from (launch --coordinator etcd://): its plan, placement,
+/// members, joiners, every rank's directory endpoint, this coordinator's
+/// takeover number and the trace's time zero. JSON text.
+std::string takeover_state(const rank_context& cx, const heal_plan& hp, const std::vector<std::string>& endpoints,
+                           uint32_t epoch, clock_type::time_point origin);
+
+/// A coordinator that takes a run over: the record as the one before left
+/// it, this takeover's number, and when each part of it happened (the
+/// coordinator before lost, its lease expired, the election won, the new
+/// store listening; wall clock, as the launcher saw the first two).
+struct takeover_start {
+  std::string record;
+  uint32_t epoch = 0;
+  std::chrono::system_clock::time_point lost, expired, elected, stored;
+};
+
+/// Rank 0 taking the run over: connects to every rank of the record's
+/// generation, tells each the new store (fenced by the epoch), asks what
+/// each holds and heals from the newest boundary every slot holds, as
+/// after a failure (the ranks that do not answer are gone). The next plan,
+/// written to the store, every rank told; nullopt: `failure` says why not.
+/// `asked` is when the ranks had answered.
+std::optional<heal_plan> take_over(rank_context& cx, const kv_store_ptr& store, const takeover_start& t,
+                                   run_failure& failure, supervision_log& log,
+                                   std::chrono::system_clock::time_point& asked);
 
 }  // namespace actorpipe::rank_detail

@@ -59,7 +59,7 @@ std::optional<heal_plan> decide_heal(rank_context& cx, uint32_t g, run_failure& 
   // goes back to the newest checkpoint.
   const copy_rule copies{live ? 1 : cx.cfg.supervision.copy_every, g > 0 ? now.resume_after : cx.rp0.ckpt.step};
   const int64_t hoped = copies.newest_lasting(hp.resume_after);
-  if (dead.empty() && !live) {
+  if (dead.empty() && !live && !cx.taking_over) {
     hp.resume_after = hoped;
   } else {
     auto common = newest_common_boundary(cx.places, hp, hp.resume_after, held, copies);
@@ -126,6 +126,7 @@ std::string slot_from(const rank_placement& places, int slot, const std::string&
 held_steps ask_held(rank_context& cx, const generation_peers& peers) {
   return [&cx, &peers](int q, int slot) {
     std::vector<int64_t> steps;
+    if (q != 0 && !peers.dirs[static_cast<size_t>(q)]) return steps;  // a rank a takeover did not reach
     cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
                      held_atom::value, int32_t{slot})
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});

@@ -31,9 +31,11 @@ public:
             st.port,
             find_resume(st.opts, nullptr),
             std::move(st.boundary)},
-        record_(std::move(st.record)) {
+        record_(std::move(st.record)),
+        takeover_(std::move(st.takeover)) {
     next_.generation = start_generation();
     cx_.world0 = st.env.world_size;
+    if (takeover_) epoch_ = takeover_->epoch;
   }
 
   bool supervised() const override { return cx_.boundary != nullptr; }
@@ -43,6 +45,7 @@ public:
   generation start(caf::actor_system& sys, uint32_t number, supervision_log& log) override {
     (void)number;  // the heal plan numbers the generations
     train_options opts = cx_.opts;
+    if (takeover_ && !took_over_) take_over_now(log);
     // A process lost while the generation forms calls it off, and the
     // next plan goes on over what is left (actors/rank_forming.cpp).
     for (;;) {
@@ -63,12 +66,17 @@ public:
       }
     }
     const heal_plan& hp = gen_.hp;
-    if (hp.generation > 0) say_healed(hp);
+    if (took_at_)
+      say_taken_over(hp);
+    else if (hp.generation > 0)
+      say_healed(hp);
+    took_at_.reset();
     if (record_) {
       std::string members;
       for (int q = 0; q < cx_.places.world(); ++q) members += (members.empty() ? "" : " ") + shown_rank(cx_, q);
       record_->generation(hp.generation, members, describe_placement(cx_.places), describe_partition(cx_.plan.parts),
-                          hp.generation > 0 ? hp.resume_after : gen_.rp.ckpt.step);
+                          hp.generation > 0 ? hp.resume_after : gen_.rp.ckpt.step,
+                          takeover_state(cx_, hp, gen_.links.met.endpoints, epoch_, gen_.links.origin));
     }
     if (!poll_) open_for_joiners_once();
     // Which processes go down is seen on their directories.
@@ -174,6 +182,48 @@ public:
   }
 
 private:
+  // Takes the run over from the coordinator before (its record in etcd):
+  // the plan of the first generation here. Gives up with a run_error.
+  void take_over_now(supervision_log& log) {
+    run_failure f;
+    std::chrono::system_clock::time_point asked;
+    cx_.taking_over = true;
+    std::optional<heal_plan> next = take_over(cx_, rt_.store, *takeover_, f, log, asked);
+    cx_.taking_over = false;
+    if (!next) {
+      if (record_) record_->finish(exit_code_for(f.code));
+      throw_run_error(std::move(f));
+    }
+    next_ = *next;
+    took_at_ = asked;
+    took_over_ = true;
+  }
+
+  // The takeover's timings, once its generation is ready to run: from the
+  // coordinator's loss (as its launcher saw it) to here.
+  void say_taken_over(const heal_plan& hp) const {
+    if (!cx_.opts.on_notice) return;
+    using sys_clock = std::chrono::system_clock;
+    const auto ms = [](sys_clock::time_point a, sys_clock::time_point b) {
+      return fmt("%.0f", std::chrono::duration<double, std::milli>(b - a).count());
+    };
+    const auto& t = *takeover_;
+    const auto now = sys_clock::now();
+    // The rendezvous and the groups on this process's steady clock, put on
+    // the wall clock from now.
+    const auto wall = [&](clock_type::time_point p) {
+      return now - std::chrono::duration_cast<sys_clock::duration>(clock_type::now() - p);
+    };
+    const auto& l = gen_.links;
+    cx_.opts.on_notice("takeover " + std::to_string(t.epoch) + ": generation " + std::to_string(hp.generation) +
+                       " runs from after step " + std::to_string(hp.resume_after) + ", " + ms(t.lost, now) +
+                       " ms after the coordinator was lost: " + ms(t.lost, t.expired) + " ms to its lease's expiry, " +
+                       ms(t.expired, t.elected) + " ms for the election (the new coordinator's start), " +
+                       ms(t.elected, t.stored) + " ms for the new store, " + ms(t.stored, *took_at_) +
+                       " ms to reach the workers and ask what they hold, " + ms(*took_at_, wall(l.met_at)) +
+                       " ms to the rendezvous, " + ms(wall(l.met_at), now) + " ms for the channel, groups and stages");
+  }
+
   // While generation next_ forms after one that ran (gen_): its processes
   // from that one (a loss is healed as any other: over the survivors, or
   // started again by the launcher), and those that joined for it; not a
@@ -298,6 +348,10 @@ private:
   std::string measured_on_;  // the placement watch_ measured (rank_placement::encode)
   std::optional<rebalance_move> rebalance_;
   std::shared_ptr<run_record> record_;  // launch --coordinator etcd://: the run's durable record
+  std::optional<takeover_start> takeover_;  // this coordinator takes the run over
+  std::optional<std::chrono::system_clock::time_point> took_at_;  // until its first generation formed
+  bool took_over_ = false;
+  uint32_t epoch_ = 0;  // the takeovers so far
 };
 
 }  // namespace

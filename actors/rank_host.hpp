@@ -35,6 +35,9 @@ struct rank_start {
   /// Rank 0 under `launch --coordinator etcd://...`: the run's durable
   /// record (runtime/dist/coord/run_record.hpp); null: none.
   std::shared_ptr<run_record> record = nullptr;
+  /// A coordinator that takes the run over (launch --coordinator etcd://,
+  /// actors/rank_takeover.cpp); none: this run's first.
+  std::optional<takeover_start> takeover = std::nullopt;
 };
 
 /// Built on the supervisor's own thread (it makes a scoped actor there).

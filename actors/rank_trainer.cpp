@@ -19,6 +19,9 @@
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 #include "runtime/dist/coord/run_record.hpp"
+#include "runtime/dist/launcher.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
+#include <nlohmann/json.hpp>
 #include "runtime/dist/join.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 
@@ -133,7 +136,10 @@ joining join_if_asked(rank_runtime& rt, const config& cfg, train_options& opts) 
 // ACTORPIPE_RUN_ID): the run taken in etcd, its record written from now
 // on. A coordinator that loses its lease stops commanding: it says so and
 // ends (exit 5; every worker sees the coordinator gone).
-std::shared_ptr<run_record> take_run_record(const config& cfg, const rank_env& env, const std::string& host) {
+// A standby's coordinator (ACTORPIPE_TAKEOVER) that another standby beat
+// to the run stands down.
+std::shared_ptr<run_record> take_run_record(const config& cfg, const rank_env& env, const std::string& host,
+                                            bool standby) {
   const char* url = std::getenv("ACTORPIPE_ETCD");
   if (!url || !*url) return nullptr;
   const char* run = std::getenv("ACTORPIPE_RUN_ID");
@@ -148,9 +154,46 @@ std::shared_ptr<run_record> take_run_record(const config& cfg, const rank_env& e
       std::fflush(stderr);
       std::_Exit(exit_code_for(run_errc::coordinator_lost));
     });
+  } catch (const run_record::run_taken& e) {
+    if (!standby) throw config_error(std::string("--coordinator etcd://: ") + e.what());
+    std::fprintf(stderr, "actorpipe: a standby lost the election in etcd: %s; it stands down\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(standby_lost_exit);
   } catch (const std::exception& e) {
     throw config_error(std::string("--coordinator etcd://: ") + e.what());
   }
+}
+
+std::chrono::system_clock::time_point wall_from_env(const char* name) {
+  const char* v = std::getenv(name);
+  const auto now = std::chrono::system_clock::now();
+  if (!v || !*v) return now;
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(std::atoll(v))));
+}
+
+// ACTORPIPE_TAKEOVER (a standby's launcher started this coordinator once
+// the one before was lost and its lease expired): the election won, the
+// record as the one before left it, and a fresh store of this process's
+// own on MASTER_PORT for the generations from here.
+takeover_start take_over_the_run(rank_runtime& rt, const rank_env& env, milliseconds timeout) {
+  takeover_start t;
+  t.lost = wall_from_env("ACTORPIPE_LOST_AT_NS");
+  t.expired = wall_from_env("ACTORPIPE_EXPIRED_AT_NS");
+  t.elected = std::chrono::system_clock::now();
+  const char* url = std::getenv("ACTORPIPE_ETCD");
+  const char* run = std::getenv("ACTORPIPE_RUN_ID");
+  etcd_client c(parse_etcd_url(url));
+  t.record = c.get(run_key(run && *run ? run : "actorpipe", "record")).value_or("{}");
+  try {
+    const auto r = nlohmann::json::parse(t.record);
+    t.epoch = nlohmann::json::parse(r.at("takeover").get<std::string>()).at("epoch").get<uint32_t>() + 1;
+  } catch (const std::exception&) {
+    t.epoch = 1;  // take_over says what is missing
+  }
+  rt.store = host_store(static_cast<uint16_t>(env.master_port), timeout);
+  t.stored = std::chrono::system_clock::now();
+  return t;
 }
 
 train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_options& given) {
@@ -193,7 +236,10 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   auto published = sys.middleman().publish(start.dir, 0, nullptr, true);
   if (!published) throw rendezvous_error(where_of(env) + ": cannot publish its stages: " + sys.render(published.error()));
   start.port = *published;
-  start.record = take_run_record(cfg, env, host);
+  const char* takeover = std::getenv("ACTORPIPE_TAKEOVER");
+  const bool standby = takeover && *takeover;
+  start.record = take_run_record(cfg, env, host, standby);
+  if (standby) start.takeover = take_over_the_run(rt, env, timeout);
   return supervise(sys, [&rt, &start] { return make_rank_host(rt, start); }, opts);
 }
 

@@ -64,5 +64,11 @@ using arriving_atom = caf::atom_constant<caf::atom("arriving")>;
 /// Re-placing: rank 0 -> a rank's directory: the bytes its process can
 /// still take (runtime/util/host_memory).
 using room_atom = caf::atom_constant<caf::atom("room")>;
+/// A takeover (launch --coordinator etcd://): the coordinator that won the
+/// election -> every worker's directory: (epoch, the new store's host and
+/// port, its directory) the run is this coordinator's from now on, answered
+/// with the epoch; a worker -> itself: (epoch) no coordinator took over in
+/// time.
+using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 
 }  // namespace actorpipe

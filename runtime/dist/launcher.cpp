@@ -19,6 +19,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "runtime/dist/coord/etcd_client.hpp"
+#include "runtime/dist/coord/run_record.hpp"
 #include "runtime/dist/launcher_pipes.hpp"
 #include "runtime/dist/launcher_spawn.hpp"
 #include "runtime/dist/transport/net_address.hpp"
@@ -95,12 +99,16 @@ namespace {
 class node_run {
 public:
   node_run(const launch_options& o, uint16_t port, std::string run_id)
-      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)) {}
+      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)) {
+    if (!o_.etcd.empty() && o_.apart && o_.node_rank == 0 && !o_.join)
+      etcd_ = std::make_unique<etcd_client>(parse_etcd_url(o_.etcd));
+  }
 
   int run() {
     start();
     while (count_live(ws_) > 0) {
       reap();
+      campaign();
       expire_replacements();
       for (const auto& line : control_.lines()) obey(line);
       if (count_live(ws_) == 0) break;
@@ -112,6 +120,7 @@ public:
     if (const size_t left = remove_segments_of(run_id_))
       notice("removed " + std::to_string(left) + " shared-memory boundary cop" + (left == 1 ? "y" : "ies") +
              " that killed workers left in " + shm_dir());
+    if (standby_) return coordinator_lost_exit;  // nothing took over before every worker was gone
     if (failed_code_ >= 0) return failed_code_;
     if (got_signal_) return 128 + got_signal_;
     return 0;
@@ -148,7 +157,7 @@ private:
         const pid_t pid = spawn_worker(o_, worker_env(o_, r, port_, run_id_, fd, 0));
         if (fd >= 0) {
           ::close(fd);
-          control_.close_write();
+          if (!etcd_) control_.close_write();  // kept for a coordinator that takes over
         }
         ws_.push_back({r, pid});
       }
@@ -185,6 +194,7 @@ private:
     if (lost_ && !by_forwarded) notice(what);
     if (ok || by_forwarded || stopping_) return;
     const int code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
+    if (w.rank == 0 && stands_by(what, code)) return;
     if (!got_signal_ && !o_.join && coordinator_gone(w, st, code)) {
       lose_coordinator(w, what);
       return;
@@ -206,6 +216,86 @@ private:
     const size_t others = count_live(ws_);
     stop(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
                         : std::string()));
+  }
+
+  // launch --coordinator etcd:// (node 0): the coordinator apart is gone
+  // before the run finished (its record in etcd says so). This launcher
+  // stands by: once the coordinator's lease expires it starts a new one,
+  // which takes the run over if it wins the election (campaign). The
+  // workers wait for it. Where etcd does not answer, the loss is as
+  // without etcd.
+  bool stands_by(const std::string& what, int code) {
+    if (!etcd_ || got_signal_ || stopping_) return false;
+    if (code == standby_lost_exit) {  // another standby won
+      notice(what + ": another standby took the run over");
+      return true;
+    }
+    try {
+      const auto text = etcd_->get(run_key(o_.run_id, "record"));
+      if (text && nlohmann::json::parse(*text).value("finished", false)) return false;
+      lost_holder_ = etcd_->get(run_key(o_.run_id, "coordinator")).value_or("");
+    } catch (const std::exception& e) {
+      notice(what + "; etcd at " + o_.etcd.substr(7) + " does not answer (" + e.what() + "): no standby can take over");
+      return false;
+    }
+    standby_ = true;
+    lost_at_ = std::chrono::system_clock::now();
+    standby_until_ = clock::now() + std::chrono::seconds(60);
+    notice(what + ": the run lost its coordinator; the standby here takes the run over once its lease in etcd "
+                  "expires (the workers wait, their boundaries in memory)");
+    return true;
+  }
+
+  // While standing by: once the lost coordinator's name is free in etcd
+  // (its lease expired), start a coordinator that takes the run over on a
+  // fresh store port (ACTORPIPE_TAKEOVER); the election is its own.
+  void campaign() {
+    if (!standby_ || stopping_ || got_signal_) return;
+    std::optional<std::string> holder;
+    try {
+      holder = etcd_->get(run_key(o_.run_id, "coordinator"));
+    } catch (const std::exception& e) {
+      if (clock::now() < standby_until_) return;
+      standby_ = false;
+      lose_coordinator(worker{0, -1, false}, std::string("the standby gave up: etcd does not answer (") + e.what() + ")");
+      return;
+    }
+    if (holder && *holder != lost_holder_) {  // another standby won
+      standby_ = false;
+      notice("the run was taken over by the coordinator at " + *holder);
+      return;
+    }
+    if (holder) return;  // the lease has not expired yet
+    const auto expired = std::chrono::system_clock::now();
+    standby_ = false;
+    const auto ns = [](std::chrono::system_clock::time_point t) {
+      return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    port_ = free_port(o_.master_addr);
+    const int fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);
+    auto env = worker_env(o_, 0, port_, run_id_, fd, 0);
+    env.push_back("ACTORPIPE_TAKEOVER=1");
+    env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));
+    env.push_back("ACTORPIPE_EXPIRED_AT_NS=" + ns(expired));
+    pid_t pid = -1;
+    bool forked = false;
+    try {
+      pid = fork_worker(o_, env, fd);
+      forked = pid > 0;
+      if (!forked) pid = spawn_worker(o_, env);
+    } catch (const std::exception& e) {
+      if (fd >= 0) ::close(fd);
+      failed_code_ = 1;
+      stop(std::string("cannot start a coordinator to take the run over: ") + e.what());
+      return;
+    }
+    if (fd >= 0) ::close(fd);
+    for (auto& w : ws_)
+      if (w.rank == 0) w.pid = pid, w.live = true;
+    notice("the lost coordinator's lease expired " +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(expired - lost_at_).count()) +
+           " ms after its loss; started a coordinator to take the run over (pid " + std::to_string(pid) +
+           ", store port " + std::to_string(port_) + (forked ? ", forked from the launcher)" : ")"));
   }
 
   // Rank 0 was killed; or `w` lost it (coordinator_lost_exit). With
@@ -245,6 +335,8 @@ private:
                    : std::string()));
     stopping_ = true;
     deadline_ = clock::now() + o_.grace;
+    // Under etcd a worker would wait for a takeover that never comes.
+    if (etcd_) signal_live(ws_, SIGTERM);
   }
 
   // Stops the live workers: SIGTERM now, SIGKILL after the grace.
@@ -352,7 +444,7 @@ private:
   // Until a worker may have ended, a signal came or rank 0 wrote. Capped:
   // a SIGCHLD that raced the waitpid loop costs at most this.
   void wait() {
-    auto timeout = std::chrono::milliseconds(200);
+    auto timeout = std::chrono::milliseconds(standby_ ? 20 : 200);
     if (stopping_ && !killed_)
       timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - clock::now()) +
                                       std::chrono::milliseconds(1));
@@ -364,7 +456,7 @@ private:
   }
 
   const launch_options& o_;
-  const uint16_t port_;
+  uint16_t port_;  // the store's (a coordinator that takes over gets a new one)
   const std::string run_id_;
   const int world_;
   signal_scope sigs_;  // before the first spawn: a signal from then on is not lost
@@ -377,6 +469,12 @@ private:
   bool stopping_ = false, killed_ = false;
   bool lost_ = false;  // the coordinator (rank 0) was lost: the others stop by themselves
   clock::time_point deadline_{};
+  // launch --coordinator etcd:// (node 0): a standby for the coordinator.
+  std::unique_ptr<etcd_client> etcd_;
+  bool standby_ = false;     // the coordinator is lost; waiting for its lease to expire
+  std::string lost_holder_;  // its name in etcd
+  std::chrono::system_clock::time_point lost_at_{};
+  clock::time_point standby_until_{};
 };
 
 }  // namespace

@@ -15,6 +15,9 @@ namespace actorpipe {
 /// A worker's exit code when it lost rank 0's process (the coordinator:
 /// the supervisor and the store); exit_code_for(run_errc::coordinator_lost).
 constexpr int coordinator_lost_exit = 5;
+/// A standby coordinator that lost the election in etcd (another took the
+/// run over) stands down with this code (launch --coordinator etcd://).
+constexpr int standby_lost_exit = 6;
 
 struct launch_options {
   int nprocs = 1;  ///< workers on this node (torchrun's --nproc-per-node)

@@ -67,7 +67,9 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
   if (o.apart) ours["ACTORPIPE_COORDINATOR"] = rank == 0 ? "self" : "apart";
-  if (o.apart && rank == 0 && !o.etcd.empty()) {
+  // Every process of an etcd run: a worker waits for a standby to take
+  // over when the coordinator is lost (actors/rank_agent.cpp).
+  if (o.apart && !o.etcd.empty()) {
     ours["ACTORPIPE_ETCD"] = o.etcd;
     ours["ACTORPIPE_RUN_ID"] = o.run_id;
   }
@@ -125,7 +127,7 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
 // the launcher's descriptors, the worker's environment), then
 // in_process(argv). -1: not forked (more than one thread here); the
 // caller spawns it instead.
-pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
+pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int keep_fd) {
   if (!o.in_process || thread_count() != 1) return -1;
   worker_argv a(o);
   std::fflush(nullptr);  // nothing buffered here is written twice
@@ -142,7 +144,12 @@ pid_t fork_worker(const launch_options& o, std::vector<std::string> env) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::close_range(3, ~0U, 0);
+  if (keep_fd >= 3) {  // the control pipe of a coordinator started again
+    if (keep_fd > 3) ::close_range(3, static_cast<unsigned>(keep_fd) - 1, 0);
+    ::close_range(static_cast<unsigned>(keep_fd) + 1, ~0U, 0);
+  } else {
+    ::close_range(3, ~0U, 0);
+  }
   ::clearenv();
   for (auto& e : env) ::putenv(::strdup(e.c_str()));
   int rc = 1;

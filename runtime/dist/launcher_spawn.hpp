@@ -31,6 +31,6 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env);
 
 /// The same forked from this process, which then runs o.in_process; -1
 /// when not forked (no in_process, or more than one thread here).
-pid_t fork_worker(const launch_options& o, std::vector<std::string> env);
+pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int keep_fd = -1);
 
 }  // namespace actorpipe::launcher_detail

@@ -47,9 +47,10 @@ run_record::~run_record() {
 }
 
 void run_record::generation(uint32_t number, const std::string& members, const std::string& placement,
-                            const std::string& parts, int64_t resumed_after) {
+                            const std::string& parts, int64_t resumed_after, const std::string& takeover) {
   json g = {{"generation", number}, {"members", members}, {"placement", placement}, {"parts", parts},
             {"resumed_after", resumed_after}};
+  if (!takeover.empty()) g["takeover"] = takeover;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     generation_ = g.dump();

@@ -57,8 +57,10 @@ public:
   /// A generation formed: its number, members (the RANKs users see),
   /// placement and partition (as the run prints them), and the step it
   /// resumed after.
+  /// `takeover`: what a standby needs to take the generation over
+  /// (actors/rank_takeover.cpp), kept as it is.
   void generation(uint32_t number, const std::string& members, const std::string& placement, const std::string& parts,
-                  int64_t resumed_after);
+                  int64_t resumed_after, const std::string& takeover = "");
   /// The driver decided `step` (every live stage will hold it).
   void decided(int64_t step);
   /// The run ended with `code`.

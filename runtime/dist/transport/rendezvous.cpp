@@ -354,6 +354,16 @@ kv_store_ptr open_client_store(const std::string& host, uint16_t port, std::chro
   return std::make_shared<kv_store>(std::make_shared<kv_store::impl>(s, port));
 }
 
+kv_store_ptr host_store(uint16_t port, std::chrono::milliseconds timeout) {
+  rendezvous_options o;
+  o.master_addr = "0.0.0.0";
+  o.master_port = port;
+  o.timeout = timeout;
+  o.hosts_store = true;
+  auto s = open_store(o, clock_type::now() + timeout);
+  return std::make_shared<kv_store>(std::make_shared<kv_store::impl>(s, s->getPort()));
+}
+
 rendezvous_result rendezvous(const rendezvous_options& o) {
   std::string where = "rendezvous of rank " + std::to_string(o.rank) + "/" + std::to_string(o.world_size);
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)

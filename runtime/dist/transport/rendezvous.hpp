@@ -114,6 +114,11 @@ rendezvous_result rendezvous(const rendezvous_options& options);
 /// answers within `timeout`.
 kv_store_ptr open_client_store(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
 
+/// A store this process hosts on `port` (0: any free one; kv_store::port
+/// says which), for a coordinator that takes a run over (a fresh store for
+/// its generations). Throws rendezvous_error when it cannot listen.
+kv_store_ptr host_store(uint16_t port, std::chrono::milliseconds timeout);
+
 /// One TCP connect to host:port bounded by `limit`: "" when it connected,
 /// else why not ("connection refused", "no answer", ...).
 std::string try_connect(const std::string& host, uint16_t port, std::chrono::milliseconds limit);
