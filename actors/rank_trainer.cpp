@@ -178,8 +178,9 @@ std::chrono::system_clock::time_point wall_from_env(const char* name) {
 // own on MASTER_PORT for the generations from here.
 takeover_start take_over_the_run(rank_runtime& rt, const rank_env& env, milliseconds timeout) {
   takeover_start t;
-  t.lost = wall_from_env("ACTORPIPE_LOST_AT_NS");
   t.expired = wall_from_env("ACTORPIPE_EXPIRED_AT_NS");
+  // A coordinator stopped or cut off is seen when its lease expires.
+  t.lost = std::getenv("ACTORPIPE_LOST_AT_NS") ? wall_from_env("ACTORPIPE_LOST_AT_NS") : t.expired;
   t.elected = std::chrono::system_clock::now();
   const char* url = std::getenv("ACTORPIPE_ETCD");
   const char* run = std::getenv("ACTORPIPE_RUN_ID");

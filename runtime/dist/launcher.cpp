@@ -239,6 +239,7 @@ private:
       return false;
     }
     standby_ = true;
+    lost_by_death_ = true;
     lost_at_ = std::chrono::system_clock::now();
     standby_until_ = clock::now() + std::chrono::seconds(60);
     notice(what + ": the run lost its coordinator; the standby here takes the run over once its lease in etcd "
@@ -250,7 +251,11 @@ private:
   // (its lease expired), start a coordinator that takes the run over on a
   // fresh store port (ACTORPIPE_TAKEOVER); the election is its own.
   void campaign() {
-    if (!standby_ || stopping_ || got_signal_) return;
+    if (!etcd_ || stopping_ || got_signal_) return;
+    if (!standby_) {
+      watch_lease();
+      return;
+    }
     std::optional<std::string> holder;
     try {
       holder = etcd_->get(run_key(o_.run_id, "coordinator"));
@@ -275,7 +280,7 @@ private:
     const int fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);
     auto env = worker_env(o_, 0, port_, run_id_, fd, 0);
     env.push_back("ACTORPIPE_TAKEOVER=1");
-    env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));
+    if (lost_by_death_) env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));  // else: when its lease expired
     env.push_back("ACTORPIPE_EXPIRED_AT_NS=" + ns(expired));
     pid_t pid = -1;
     bool forked = false;
@@ -292,10 +297,46 @@ private:
     if (fd >= 0) ::close(fd);
     for (auto& w : ws_)
       if (w.rank == 0) w.pid = pid, w.live = true;
+    held_seen_ = false;
     notice("the lost coordinator's lease expired " +
            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(expired - lost_at_).count()) +
            " ms after its loss; started a coordinator to take the run over (pid " + std::to_string(pid) +
            ", store port " + std::to_string(port_) + (forked ? ", forked from the launcher)" : ")"));
+  }
+
+  // Every half second while the coordinator here lives: whether it still
+  // holds the run in etcd. Once it held it, a name gone before the record
+  // says the run finished is a lease that expired: the coordinator
+  // stopped, hung or was cut off from etcd. It goes for good (it would
+  // stop commanding by itself), and the standby takes over at once.
+  void watch_lease() {
+    if (clock::now() < next_look_) return;
+    next_look_ = clock::now() + std::chrono::milliseconds(500);
+    worker* coordinator = nullptr;
+    for (auto& w : ws_)
+      if (w.rank == 0 && w.live) coordinator = &w;
+    if (!coordinator) return;
+    try {
+      const auto holder = etcd_->get(run_key(o_.run_id, "coordinator"));
+      if (holder) {
+        held_seen_ = true;
+        lost_holder_ = *holder;
+        return;
+      }
+      if (!held_seen_) return;  // not taken yet
+      const auto text = etcd_->get(run_key(o_.run_id, "record"));
+      if (text && nlohmann::json::parse(*text).value("finished", false)) return;
+    } catch (const std::exception&) {
+      return;  // etcd does not answer: the coordinator's own lease says what to do
+    }
+    const pid_t pid = coordinator->pid;
+    end_for_good(*coordinator);
+    standby_ = true;
+    lost_by_death_ = false;
+    lost_at_ = std::chrono::system_clock::now();
+    standby_until_ = clock::now() + std::chrono::seconds(60);
+    notice("the coordinator (pid " + std::to_string(pid) +
+           ") lost its lease in etcd (stopped, hung or cut off): killed it; the standby here takes the run over");
   }
 
   // Rank 0 was killed; or `w` lost it (coordinator_lost_exit). With
@@ -473,6 +514,9 @@ private:
   std::unique_ptr<etcd_client> etcd_;
   bool standby_ = false;     // the coordinator is lost; waiting for its lease to expire
   std::string lost_holder_;  // its name in etcd
+  bool lost_by_death_ = false;  // seen dying (else: its lease expired)
+  bool held_seen_ = false;   // the coordinator here has taken the run in etcd
+  clock::time_point next_look_{};
   std::chrono::system_clock::time_point lost_at_{};
   clock::time_point standby_until_{};
 };

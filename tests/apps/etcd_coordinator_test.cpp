@@ -14,6 +14,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -153,6 +156,103 @@ TEST(EtcdRecord, ACoordinatorCutOffFromEtcdStopsByItself) {
   EXPECT_EQ(out.find("step   400/400"), std::string::npos) << "the run went on without its lease\n" << out;
   // The lease (2 s), the client's timeout (3 s), and stopping the workers.
   EXPECT_LT(took, 2 + 3 + 5.0) << out;
+}
+
+// The step numbers of the lines "step    N/M" in `text` from `from` on.
+std::vector<int> steps_printed(const std::string& text, size_t from = 0) {
+  std::vector<int> out;
+  for (size_t at = text.find("\nstep ", from); at != std::string::npos; at = text.find("\nstep ", at + 1))
+    out.push_back(std::atoi(text.c_str() + at + 6));
+  return out;
+}
+
+// What a takeover must show: the run ended bitwise equal to the clean
+// one; the workers waited; the new coordinator's line; after it, the steps
+// from the boundary it rolled to up to the end, each once (none lost, none
+// applied twice); and the record in etcd: takeover 1 of generation 1,
+// finished.
+void expect_taken_over(const std::string& out, const std::string& clean, const std::string& saved,
+                       etcd_client& c, const std::string& run) {
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
+  EXPECT_NE(out.find("its stages stopped, its boundary memory kept; waiting up to "), std::string::npos) << out;
+  const size_t line = out.find("\ntakeover 1: generation 1 runs from after step ");
+  ASSERT_NE(line, std::string::npos) << out;
+  std::printf("%s\n", out.substr(line + 1, out.find('\n', line + 1) - line - 1).c_str());
+  const int after = std::atoi(out.c_str() + line + std::strlen("\ntakeover 1: generation 1 runs from after step "));
+  EXPECT_GE(after, 9) << out;  // the workers' memory, not the start
+  std::vector<int> want;  // steps count from 0 inside, from 1 on the lines
+  for (int s = after + 2; s <= 40; ++s) want.push_back(s);
+  EXPECT_EQ(steps_printed(out, line), want) << out;
+  EXPECT_NE(out.find("healed from memory"), std::string::npos) << out;
+  const auto text = c.get(run_key(run, "record"));
+  ASSERT_TRUE(text.has_value());
+  const auto record = nlohmann::json::parse(*text);
+  EXPECT_EQ(record.at("generation").get<int>(), 1) << *text;
+  EXPECT_TRUE(record.at("finished").get<bool>()) << *text;
+  EXPECT_EQ(nlohmann::json::parse(record.at("takeover").get<std::string>()).at("epoch").get<int>(), 1) << *text;
+  EXPECT_EQ(c.get(run_key(run, "coordinator")), std::nullopt);
+}
+
+TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtPp3) {
+  REQUIRE_ETCD();
+  etcd_cluster cluster(test_dir() / "cluster");
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = config("killed");
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", "killed", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  const pid_t coordinator = run.coordinator();
+  ASSERT_GT(coordinator, 0) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // mid-step (about 50 ms a step)
+  ::kill(coordinator, SIGKILL);
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("the coordinator (pid " + std::to_string(coordinator) +
+                     ") was killed by SIGKILL: the run lost its coordinator; the standby here takes the run over"),
+            std::string::npos)
+      << out;
+  etcd_client c(cluster.endpoints());
+  expect_taken_over(out, clean, saved, c, "killed");
+}
+
+// A coordinator that stops answering (SIGSTOP: as one cut off, it renews
+// no lease) loses the run when its lease expires; the launcher, seeing the
+// name gone, kills it and the standby takes over.
+TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
+  REQUIRE_ETCD();
+  etcd_cluster cluster(test_dir() / "cluster");
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = testing_util::write(
+      test_dir() / "stopped.yaml",
+      testing_util::deep_mlp_healing_config(2, 2, 2, (test_dir() / "ckpt").string()));
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  fs::remove_all(test_dir() / "ckpt");
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "4", "--coordinator", cluster.url(), "--run-id", "stopped", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  const pid_t coordinator = run.coordinator();
+  ASSERT_GT(coordinator, 0) << run.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(coordinator, SIGSTOP);
+  const int code = run.wait(120);
+  ::kill(coordinator, SIGKILL);  // in every path
+  ASSERT_EQ(code, 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("the coordinator (pid " + std::to_string(coordinator) +
+                     ") lost its lease in etcd (stopped, hung or cut off): killed it"),
+            std::string::npos)
+      << out;
+  etcd_client c(cluster.endpoints());
+  expect_taken_over(out, clean, saved, c, "stopped");
 }
 
 }  // namespace
