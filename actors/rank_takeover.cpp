@@ -7,11 +7,14 @@
 // and heals as after any failure: every stage rolls to the newest
 // boundary all of them hold (actors/rank_context.hpp).
 #include <caf/io/all.hpp>
+
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "actors/rank_context.hpp"
 #include "actors/trainer.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
 
 namespace actorpipe::rank_detail {
 
@@ -65,8 +68,20 @@ std::optional<heal_plan> take_over(rank_context& cx, const kv_store_ptr& store, 
   std::vector<int> dead;
   const auto ask_within = std::min(cx.timeout, milliseconds(5000));
   auto& mm = cx.self->home_system().middleman();
+  // A bounded connect to each first, all at once: a host cut off would
+  // hold CAF's connect for minutes.
+  std::vector<std::future<std::string>> probes;
+  for (int q = 1; q < W; ++q)
+    probes.push_back(std::async(std::launch::async, [&endpoints, q, limit = std::min(cx.timeout, milliseconds(1000))] {
+      const auto [host, port] = split_endpoint(endpoints[static_cast<size_t>(q)]);
+      return try_connect(host, port, limit);
+    }));
   for (int q = 1; q < W; ++q) {
     const auto [host, port] = split_endpoint(endpoints[static_cast<size_t>(q)]);
+    if (!probes[static_cast<size_t>(q - 1)].get().empty()) {
+      dead.push_back(q);
+      continue;
+    }
     auto dir = mm.remote_actor(host, port);
     uint32_t got = 0;
     if (dir)

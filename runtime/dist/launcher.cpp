@@ -100,11 +100,18 @@ class node_run {
 public:
   node_run(const launch_options& o, uint16_t port, std::string run_id)
       : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)) {
-    if (!o_.etcd.empty() && o_.apart && o_.node_rank == 0 && !o_.join)
-      etcd_ = std::make_unique<etcd_client>(parse_etcd_url(o_.etcd));
+    if (!o_.etcd.empty() && o_.apart && !o_.join)
+      etcd_ = std::make_unique<etcd_client>(parse_etcd_url(o_.etcd), std::chrono::milliseconds(1000));
   }
 
   int run() {
+    // Where a coordinator started here would listen: node 0's is the
+    // master's address; another node's, its own toward it.
+    self_addr_ = o_.master_addr;
+    if (etcd_ && o_.node_rank > 0) try {
+        self_addr_ = local_address_toward(o_.master_addr, port_);
+      } catch (const std::exception&) {
+      }
     start();
     while (count_live(ws_) > 0) {
       reap();
@@ -271,14 +278,23 @@ private:
       return;
     }
     if (holder) return;  // the lease has not expired yet
-    const auto expired = std::chrono::system_clock::now();
+    if (clock::now() < standby_from_) return;  // another node's standby waits for node 0's
+    // Seen dying: the lease expired now; else it had when this launcher saw
+    // the name gone.
+    const auto expired = lost_by_death_ ? std::chrono::system_clock::now() : lost_at_;
     standby_ = false;
     const auto ns = [](std::chrono::system_clock::time_point t) {
       return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
     };
-    port_ = free_port(o_.master_addr);
+    port_ = free_port(self_addr_);
     const int fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);
     auto env = worker_env(o_, 0, port_, run_id_, fd, 0);
+    for (auto& kv : env) {
+      if (kv.rfind("MASTER_ADDR=", 0) == 0) kv = "MASTER_ADDR=" + self_addr_;
+      // The member that answered here last first: one cut off would cost
+      // the new coordinator a timeout on each of its first calls.
+      if (kv.rfind("ACTORPIPE_ETCD=", 0) == 0) kv = "ACTORPIPE_ETCD=" + etcd_->url_from_last();
+    }
     env.push_back("ACTORPIPE_TAKEOVER=1");
     if (lost_by_death_) env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));  // else: when its lease expired
     env.push_back("ACTORPIPE_EXPIRED_AT_NS=" + ns(expired));
@@ -295,8 +311,10 @@ private:
       return;
     }
     if (fd >= 0) ::close(fd);
+    bool had = false;
     for (auto& w : ws_)
-      if (w.rank == 0) w.pid = pid, w.live = true;
+      if (w.rank == 0) w.pid = pid, w.live = true, had = true;
+    if (!had) ws_.push_back({0, pid});  // another node's coordinator until now
     held_seen_ = false;
     notice("the lost coordinator's lease expired " +
            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(expired - lost_at_).count()) +
@@ -315,7 +333,6 @@ private:
     worker* coordinator = nullptr;
     for (auto& w : ws_)
       if (w.rank == 0 && w.live) coordinator = &w;
-    if (!coordinator) return;
     try {
       const auto holder = etcd_->get(run_key(o_.run_id, "coordinator"));
       if (holder) {
@@ -328,6 +345,19 @@ private:
       if (text && nlohmann::json::parse(*text).value("finished", false)) return;
     } catch (const std::exception&) {
       return;  // etcd does not answer: the coordinator's own lease says what to do
+    }
+    if (!coordinator) {
+      // Another node's coordinator lost the run (its node stopped, hung or
+      // was cut off): this node's standby takes over, a second after node
+      // 0's could have (which, alive, wins the election).
+      standby_ = true;
+      lost_by_death_ = false;
+      lost_at_ = std::chrono::system_clock::now();
+      standby_until_ = clock::now() + std::chrono::seconds(60);
+      standby_from_ = clock::now() + (o_.node_rank > 0 ? std::chrono::seconds(1) : std::chrono::seconds(0));
+      notice("the coordinator (" + lost_holder_ +
+             ") lost its lease in etcd (stopped, hung or cut off); the standby here takes the run over");
+      return;
     }
     const pid_t pid = coordinator->pid;
     end_for_good(*coordinator);
@@ -519,6 +549,8 @@ private:
   clock::time_point next_look_{};
   std::chrono::system_clock::time_point lost_at_{};
   clock::time_point standby_until_{};
+  clock::time_point standby_from_{};  // this node's standby campaigns from then on
+  std::string self_addr_;             // where a coordinator started here listens
 };
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 #include "tests/apps/two_namespaces.hpp"
+#include "tests/runtime/dist/coord/etcd_cluster.hpp"
 
 extern char** environ;
 
@@ -38,6 +39,7 @@ namespace fs = std::filesystem;
 using testing_util::ip;
 using testing_util::ip_binary;
 using testing_util::two_namespaces;
+using testing_util::bridged_namespaces;
 using clock_type = std::chrono::steady_clock;
 
 testing_util::child_limits limits(double timeout_s) {
@@ -526,6 +528,74 @@ TEST(TwoHosts, ARankWhoseMasterIsNowhereExitsOneNamingTheAddress) {
   EXPECT_LT(r1.wall_s, 10.0) << r1.report("rank 1");
   EXPECT_NE(r1.err().find(nobody), std::string::npos) << r1.report("rank 1");
   std::printf("[ two hosts ] rank 1 gave up on %s after %.2f s: %s", nobody.c_str(), r1.wall_s, r1.err().c_str());
+}
+
+// launch --coordinator etcd:// over three hosts on a bridge, one etcd
+// member on each, as users spread a cluster: node 0 (host 0) runs the
+// coordinator and RANK 0 and 1 (replica 0), node 1 (host 1) RANK 2 and 3
+// (replica 1); host 2 holds etcd's third member only. Host 0's link goes
+// down for good: its coordinator can renew no lease and stops by itself
+// (exit 5, its workers with it), and once the lease expired node 1's
+// standby takes the run over on host 1. It reaches the workers there, goes
+// on without host 0's (supervision.replace_timeout_s: 0: nothing can start
+// them), replica 0's stages from replica 1's memory, and the run ends on
+// the one-process bytes.
+TEST(ThreeHosts, TheCoordinatorsHostCutOffIsTakenOverByAStandbyOnAnotherHostBitwise) {
+  if (::access(testing_util::etcd_binary(), X_OK) != 0)
+    GTEST_SKIP() << "etcd-server is not installed (scripts/setup.sh installs it): test skipped";
+  const fs::path dir = testing_util::test_dir("actorpipe_three_hosts");
+  bridged_namespaces ns("ae", 'w', "10.233", 3);
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  std::vector<testing_util::etcd_cluster::host> members;
+  for (int i = 0; i < 3; ++i) members.push_back({ns.hosts[static_cast<size_t>(i)], ns.addr(i), ip_binary()});
+  testing_util::etcd_cluster cluster(dir / "etcd", members);
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  const std::string extra = "  pace_ms: 4\nparallel: {dp: 2, allreduce: gloo}\n"
+                            "supervision: {heartbeat_timeout_s: 2, max_restarts: 2, replace_timeout_s: 0}\n";
+  const int steps = 100;
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
+  auto node = [&](int k, const std::string& cfg, const fs::path& d) {
+    return std::vector<std::string>{"launch", "--nnodes", "2", "--node-rank", std::to_string(k), "--nprocs", "2",
+                                    "--master-addr", ns.addr(0), "--master-port", std::to_string(port),
+                                    "--coordinator", cluster.url(), "--run-id", "cut", cfg, "--save",
+                                    (d / "w.pt").string()};
+  };
+  rank_group group;
+  group.start(ns.hosts[0], dir_a, {}, node(0, cfg_a, dir_a));
+  group.start(ns.hosts[1], dir_b, {}, node(1, cfg_b, dir_b));
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("node 0");
+  ASSERT_EQ(ns.cut(0), "");
+  const auto cut = clock_type::now();
+  EXPECT_EQ(testing_util::slurp_file(dir_a / "out.txt").find("step   100/"), std::string::npos)
+      << "the run ended before the cut";
+  const bool in_time = group.wait_all(120);
+  const auto& a = group.ranks()[0];
+  const auto& b = group.ranks()[1];
+  ASSERT_TRUE(in_time) << a.report("node 0") << b.report("node 1");
+  EXPECT_EQ(a.code, 5) << a.report("node 0");
+  ASSERT_EQ(b.code, 0) << a.report("node 0") << b.report("node 1");
+  EXPECT_NE(a.err().find("the coordinator lost its lease in etcd at "), std::string::npos) << a.report("node 0");
+  const double a_after = std::chrono::duration<double>(a.started - cut).count() + a.wall_s;
+  EXPECT_LT(a_after, 20.0) << "host 0 ran on as a second brain\n" << a.report("node 0");
+  const std::string berr = b.err();
+  EXPECT_NE(berr.find("lost its lease in etcd (stopped, hung or cut off); the standby here takes the run over"),
+            std::string::npos)
+      << b.report("node 1");
+  EXPECT_NE(berr.find("re-placed: generation 1 goes on over 2 processes without rank 0, 1"), std::string::npos)
+      << b.report("node 1");
+  const size_t line = berr.find("takeover 1: generation 1 runs from after step ");
+  ASSERT_NE(line, std::string::npos) << b.report("node 1");
+  EXPECT_NE(berr.find("healed from memory"), std::string::npos) << b.report("node 1");
+  const std::string one_process = one_process_save(dir / "one", with_steps(pp2_config(extra), steps));
+  const std::string taken = testing_util::slurp_file(dir_b / "w.pt");
+  ASSERT_FALSE(taken.empty()) << b.report("node 1");
+  EXPECT_TRUE(taken == one_process) << "node 1's file differs from the one-process run's";
+  std::printf("[ three hosts ] host 0 cut off: node 0 stopped %.2f s after the cut (exit %d); node 1 ended %.2f s "
+              "after it, bitwise\n  %s\n",
+              a_after, a.code, std::chrono::duration<double>(b.started - cut).count() + b.wall_s,
+              berr.substr(line, berr.find('\n', line) - line).c_str());
 }
 
 }  // namespace

@@ -241,6 +241,13 @@ etcd_client::etcd_client(std::vector<etcd_endpoint> members, milliseconds timeou
   if (members_.empty()) throw std::invalid_argument("etcd_client: no member");
 }
 
+std::string etcd_client::url_from_last() const {
+  std::string url = "etcd://";
+  for (size_t k = 0; k < members_.size(); ++k)
+    url += (k ? "," : "") + members_[(last_ + k) % members_.size()].text();
+  return url;
+}
+
 std::string etcd_client::call(const std::string& path, const std::string& body) {
   const auto deadline = clock_type::now() + timeout_;
   std::string whys;

@@ -69,6 +69,9 @@ public:
 
   /// The members, as given.
   const std::vector<etcd_endpoint>& members() const { return members_; }
+  /// The members from the one that answered last on, as an etcd:// URL
+  /// (another client made from it asks that one first).
+  std::string url_from_last() const;
 
 private:
   std::string call(const std::string& path, const std::string& body);

@@ -1,5 +1,6 @@
 #pragma once
-// Three etcd members on loopback, as a user starts a cluster (one data
+// Three etcd members on loopback (or one in each of several network
+// namespaces: hosts as far as the network goes), as a user starts a cluster (one data
 // directory each, a static initial cluster), on ports the kernel gave out a
 // moment before (runtime/dist/transport/net_address.hpp: free_port). Every
 // member is SIGKILLed and reaped when it goes away, in every path; one can
@@ -26,22 +27,34 @@ class etcd_cluster {
 public:
   /// Starts `n` members under `dir` and waits (up to 20 s) until they
   /// serve a write; ok() says whether they did, why() why not.
-  explicit etcd_cluster(const std::filesystem::path& dir, int n = 3) {
+  explicit etcd_cluster(const std::filesystem::path& dir, int n = 3) : etcd_cluster(dir, std::vector<host>(n)) {}
+
+  /// Where a member runs: a network namespace (`ip netns exec NS`, with
+  /// `ip` the binary's path) and the address it listens on there; empty:
+  /// here, on loopback.
+  struct host {
+    std::string netns, addr, ip;
+  };
+  /// One member on each of `hosts`, as users spread a cluster over machines.
+  etcd_cluster(const std::filesystem::path& dir, const std::vector<host>& hosts) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     std::string initial;
-    for (int i = 0; i < n; ++i) {
+    for (size_t i = 0; i < hosts.size(); ++i) {
       member m;
       m.name = "m" + std::to_string(i);
+      m.where = hosts[i];
+      if (m.where.addr.empty()) m.where.addr = "127.0.0.1";
+      // Free here a moment ago; a fresh namespace has every port free.
       m.client = free_port("127.0.0.1");
       m.peer = free_port("127.0.0.1");
-      initial += (i ? "," : "") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer);
+      initial += (i ? "," : "") + m.name + "=http://" + m.where.addr + ":" + std::to_string(m.peer);
       members_.push_back(m);
     }
     const pid_t parent = ::getpid();
     for (auto& m : members_) {
-      const std::string client = "http://127.0.0.1:" + std::to_string(m.client);
-      const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer);
+      const std::string client = "http://" + m.where.addr + ":" + std::to_string(m.client);
+      const std::string peer = "http://" + m.where.addr + ":" + std::to_string(m.peer);
       std::vector<std::string> args = {etcd_binary(),
                                        "--name", m.name,
                                        "--data-dir", (dir / m.name).string(),
@@ -50,6 +63,7 @@ public:
                                        "--initial-cluster", initial, "--initial-cluster-state", "new",
                                        "--initial-cluster-token", dir.filename().string(),
                                        "--logger", "zap", "--log-outputs", (dir / (m.name + ".log")).string()};
+      if (!m.where.netns.empty()) args.insert(args.begin(), {m.where.ip, "netns", "exec", m.where.netns});
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -86,7 +100,7 @@ public:
   /// Every member's client address, in order.
   std::vector<etcd_endpoint> endpoints() const {
     std::vector<etcd_endpoint> out;
-    for (const auto& m : members_) out.push_back({"127.0.0.1", m.client});
+    for (const auto& m : members_) out.push_back({m.where.addr, m.client});
     return out;
   }
   /// "etcd://127.0.0.1:P0,127.0.0.1:P1,..."
@@ -108,6 +122,7 @@ public:
 private:
   struct member {
     std::string name;
+    host where;
     uint16_t client = 0, peer = 0;
     pid_t pid = -1;
   };
