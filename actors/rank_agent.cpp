@@ -239,6 +239,20 @@ caf::behavior joining(agent_ptr self) {
   }};
 }
 
+// After a takeover only the coordinator that took this rank over
+// commands it: a heal or stop from another node (an older coordinator, cut
+// off and not yet stopped) is dropped, and said.
+bool fenced_off(agent_ptr self) {
+  auto& s = self->state;
+  if (s.epoch == 0) return false;
+  const auto& from = self->current_sender();
+  if (from && s.rank0 && from->node() == s.rank0.node()) return false;
+  if (s.cx->opts.on_notice)
+    s.cx->opts.on_notice(s.cx->where + ": ignored a command from a coordinator other than takeover " +
+                         std::to_string(s.epoch) + "'s (fenced off)");
+  return true;
+}
+
 // launch --coordinator etcd://: the coordinator is gone; this rank's
 // stages go, its boundary memory stays, and it waits for the standby that
 // wins the election (takeover_atom) -- up to takeover_wait_s, then it stops
@@ -310,6 +324,7 @@ caf::behavior serving(agent_ptr self) {
       },
       [=](heal_atom, uint32_t g) {
         auto& s = self->state;
+        if (fenced_off(self)) return;
         self->demonitor(s.rank0);
         try {
           coordinator_watch watch(*s.cx);  // a store that stops answering mid-read blocks it without end
@@ -324,6 +339,7 @@ caf::behavior serving(agent_ptr self) {
       },
       [=](stop_atom, int32_t code) {
         auto& s = self->state;
+        if (fenced_off(self)) return;
         self->demonitor(s.rank0);
         s.rt->store->add(s.prefix + "/actorpipe/stopped", 1);  // rank 0 waits for it before it goes
         if (code == 0) {

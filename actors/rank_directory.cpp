@@ -48,8 +48,10 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
         for (auto& [rank, names] : self->state.devices[g]) devices.insert(devices.end(), names.begin(), names.end());
         return std::make_tuple(out, devices);
       },
-      [=](stop_atom, int32_t code) { self->send(self->state.waiter, stop_atom::value, code); },
-      [=](heal_atom, uint32_t g) { self->send(self->state.waiter, heal_atom::value, g); },
+      // Forwarded with their sender: a worker taken over heeds only its
+      // coordinator's (actors/rank_agent.cpp).
+      [=](stop_atom, int32_t code) { self->delegate(self->state.waiter, stop_atom::value, code); },
+      [=](heal_atom, uint32_t g) { self->delegate(self->state.waiter, heal_atom::value, g); },
       // A coordinator that took the run over: the waiter answers.
       [=](takeover_atom a, uint32_t epoch, std::string host, int32_t port, caf::actor dir) {
         return self->delegate(self->state.waiter, a, epoch, std::move(host), port, std::move(dir));

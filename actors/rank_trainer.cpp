@@ -269,15 +269,13 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     // that store no longer answers, the coordinator is gone.
     failed = rank_detail::as_coordinator_loss(*rt, opts.ranks, where_of(opts.ranks), cfg.checkpoint.dir, failed);
   }
-  // The actor system waits for every actor it ran to be destroyed; a
-  // reference left behind by a peer that went away (seen now and then in
-  // runs with replicas) would hold this rank forever. The results are in
-  // already, so the wait is bounded and the rest left to the process's end.
-  // The actor system waits for every actor it ran to be destroyed. Now and
-  // then (a few runs in a hundred) a detached stage stays referenced after
-  // its peers went away, and that wait never ends. The results are in
-  // already: the wait is bounded, and the process then ends without
-  // running destructors (apps/main.cpp asks teardown_left_behind()).
+  // The actor system waits for every actor it ran to be destroyed. A
+  // detached actor referenced after its peers went away holds that wait
+  // for good: now and then a stage, and on rank 0 two actors in every run
+  // (a run's end waited the whole bound, 5 s until now). The results are in
+  // already: the wait is bounded (half a second), and the process then
+  // ends without running destructors (apps/main.cpp asks
+  // teardown_left_behind()).
   auto gone = std::make_shared<std::promise<void>>();
   auto waited = gone->get_future();
   std::thread([rt = std::move(rt), gone]() mutable {
@@ -293,7 +291,7 @@ train_output run_rank(const config& cfg, const train_options& opts) {
     lost = e.code() == run_errc::coordinator_lost;
   } catch (...) {
   }
-  if (waited.wait_for(lost ? std::chrono::seconds(0) : std::chrono::seconds(5)) != std::future_status::ready)
+  if (waited.wait_for(lost ? std::chrono::milliseconds(0) : std::chrono::milliseconds(500)) != std::future_status::ready)
     left_behind().store(true);
   if (failed) std::rethrow_exception(failed);
   return out;

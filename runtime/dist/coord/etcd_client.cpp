@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 namespace actorpipe {
@@ -252,19 +253,28 @@ std::string etcd_client::call(const std::string& path, const std::string& body) 
   const auto deadline = clock_type::now() + timeout_;
   std::string whys;
   bool answered = false;
-  for (size_t k = 0; k < members_.size(); ++k) {
-    const size_t i = (last_ + k) % members_.size();
-    member_failure failed;
-    // A member that accepted but did not answer used up the time: the
-    // others get a share of their own.
-    const auto until = std::max(deadline, clock_type::now() + timeout_ / static_cast<int64_t>(members_.size()));
-    if (auto got = post(members_[i], path, body, k == 0 ? deadline : until, failed)) {
-      last_ = i;
-      return got->dump();
+  // Members that answered "no leader" (an election after the leader was
+  // lost takes a second or so) are asked again, every 50 ms, until the
+  // timeout: a cluster that keeps its majority serves the request.
+  for (bool again = true; again;) {
+    whys.clear();
+    answered = false;
+    for (size_t k = 0; k < members_.size(); ++k) {
+      const size_t i = (last_ + k) % members_.size();
+      member_failure failed;
+      // A member that accepted but did not answer used up the time: the
+      // others get a share of their own.
+      const auto until = std::max(deadline, clock_type::now() + timeout_ / static_cast<int64_t>(members_.size()));
+      if (auto got = post(members_[i], path, body, k == 0 ? deadline : until, failed)) {
+        last_ = i;
+        return got->dump();
+      }
+      if (failed.refused) throw etcd_error("etcd at " + members_[i].text() + " refused " + path + ": " + failed.why);
+      answered = answered || failed.answered;
+      whys += (whys.empty() ? "" : "; ") + members_[i].text() + ": " + failed.why;
     }
-    if (failed.refused) throw etcd_error("etcd at " + members_[i].text() + " refused " + path + ": " + failed.why);
-    answered = answered || failed.answered;
-    whys += (whys.empty() ? "" : "; ") + members_[i].text() + ": " + failed.why;
+    again = answered && clock_type::now() + std::chrono::milliseconds(50) < deadline;
+    if (again) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::string all;
   for (const auto& m : members_) all += (all.empty() ? "" : ", ") + m.text();

@@ -25,6 +25,7 @@ run_record::run_record(const std::string& url, const std::string& run, const std
       ttl_s_(ttl_s < 1 ? 1 : ttl_s),
       lost_(std::move(lost)),
       decided_every_(decided_every) {
+  granted_at_ = clock_type::now();
   lease_ = client_.grant(ttl_s_);
   std::string other;
   if (!client_.create(run_key(run_, "coordinator"), holder_, lease_, &other)) {
@@ -81,8 +82,11 @@ void run_record::finish(int code) {
 
 void run_record::loop() {
   const auto renew_every = std::chrono::milliseconds(ttl_s_ * 1000 / 3);
-  auto renewed = clock_type::now();
-  auto next_renew = renewed + renew_every;
+  // When the last renewal that succeeded was sent: etcd keeps the lease
+  // at least a TTL from then, and this coordinator stops commanding at
+  // three quarters of it, before any standby can have won.
+  auto renewed = granted_at_;
+  auto next_renew = clock_type::now() + renew_every;
   bool said = false;
   auto next_write = clock_type::now();
   for (;;) {
@@ -118,9 +122,10 @@ void run_record::loop() {
         return;
       }
       if (clock_type::now() >= next_renew) {
+        const auto asked = clock_type::now();
         if (client_.keep_alive(lease_) <= 0) throw etcd_error("its lease " + std::to_string(lease_) + " expired");
-        renewed = clock_type::now();
-        next_renew = renewed + renew_every;
+        renewed = asked;
+        next_renew = clock_type::now() + renew_every;
       }
     } catch (const std::exception& e) {
       if (stopping) return;
@@ -129,7 +134,7 @@ void run_record::loop() {
         dirty_ = true;  // written on the next try
       }
       next_renew = clock_type::now() + std::chrono::milliseconds(200);
-      if (!said && clock_type::now() - renewed > std::chrono::seconds(ttl_s_)) {
+      if (!said && clock_type::now() - renewed > std::chrono::milliseconds(ttl_s_ * 750)) {
         said = true;
         if (lost_) lost_(e.what());
       }

@@ -12,9 +12,10 @@
 //                goes when the coordinator's lease expires or is revoked
 //   record       the record, JSON, without a lease: it outlives the
 //                coordinator ("finished": true once the run ended)
-// The lease is renewed every third of its TTL. When it cannot be renewed
-// for a whole TTL (etcd lost, or this coordinator cut off) the coordinator
-// must stop commanding: `lost` is called once, with why.
+// The lease is renewed every third of its TTL. When no renewal sent in
+// the last three quarters of a TTL succeeded (etcd lost, or this
+// coordinator cut off) the coordinator must stop commanding -- before the
+// lease can expire and a standby win -- : `lost` is called once, with why.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -73,6 +74,7 @@ private:
   std::string run_, holder_;
   int64_t ttl_s_;
   int64_t lease_ = 0;
+  std::chrono::steady_clock::time_point granted_at_{};
   std::function<void(const std::string&)> lost_;
   std::mutex mutex_;
   std::condition_variable wake_;
