@@ -327,9 +327,17 @@ caf::behavior serving(agent_ptr self) {
         if (fenced_off(self)) return;
         self->demonitor(s.rank0);
         try {
-          coordinator_watch watch(*s.cx);  // a store that stops answering mid-read blocks it without end
+          // A store that stops answering mid-read blocks it without end;
+          // under a standby the launcher kills a coordinator that stopped,
+          // and the read fails.
+          std::optional<coordinator_watch> watch;
+          if (!s.standby) watch.emplace(*s.cx);
           s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
-        } catch (...) {
+        } catch (const std::exception& e) {
+          if (s.standby) {  // the coordinator died as it healed: a standby takes over
+            orphan(self, std::string("its store gave no plan for generation ") + std::to_string(g) + ": " + e.what());
+            return;
+          }
           end(self, loss_of(*s.rt, *s.cx, std::current_exception()));
           return;
         }

@@ -408,6 +408,7 @@ struct takeover_start {
   std::string record;
   uint32_t epoch = 0;
   std::chrono::system_clock::time_point lost, expired, elected, stored;
+  bool revoked = false;  // the lease ended at once (its process seen gone), not at its expiry
 };
 
 /// Rank 0 taking the run over: connects to every rank of the record's

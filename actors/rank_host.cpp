@@ -220,7 +220,8 @@ private:
                        (t.lost == t.expired ? std::string(" ms after the coordinator's lease expired (it stopped "
                                                           "answering, or was cut off): ")
                                             : " ms after the coordinator was lost: " + ms(t.lost, t.expired) +
-                                                  " ms to its lease's expiry, ") +
+                                                  (t.revoked ? " ms to revoke its lease (its process is gone), "
+                                                             : " ms to its lease's expiry, ")) +
                        ms(t.expired, t.elected) + " ms for the election (the new coordinator's start), " +
                        ms(t.elected, t.stored) + " ms for the new store, " + ms(t.stored, *took_at_) +
                        " ms to reach the workers and ask what they hold, " + ms(*took_at_, wall(l.met_at)) +

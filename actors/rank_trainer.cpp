@@ -181,6 +181,7 @@ takeover_start take_over_the_run(rank_runtime& rt, const rank_env& env, millisec
   t.expired = wall_from_env("ACTORPIPE_EXPIRED_AT_NS");
   // A coordinator stopped or cut off is seen when its lease expires.
   t.lost = std::getenv("ACTORPIPE_LOST_AT_NS") ? wall_from_env("ACTORPIPE_LOST_AT_NS") : t.expired;
+  t.revoked = std::getenv("ACTORPIPE_LEASE_REVOKED") != nullptr;
   t.elected = std::chrono::system_clock::now();
   const char* url = std::getenv("ACTORPIPE_ETCD");
   const char* run = std::getenv("ACTORPIPE_RUN_ID");

@@ -4,10 +4,11 @@ coordinator that heals from the workers' memory (`launch --coordinator
 etcd://`), against resuming every rank from the newest checkpoint.
 
     python3 bench/takeover_bench.py [--build build] [--rounds 3]
-                                    [--mesh pp3,dp2pp2] [--fault kill|stop]
+                                    [--mesh pp3,dp2pp2] [--fault kill|stop] [--heartbeat 2]
 
 A deep MLP (11 layers, dropout), 40 steps of batch 48 in 4 microbatches,
-1f1b, paced at 4 ms an op, supervision on (max_restarts 2, heartbeat 2 s),
+1f1b, paced at 4 ms an op, supervision on (max_restarts 2, heartbeat 2 s: --heartbeat,
+the coordinator's lease in etcd too),
 a checkpoint every 4 steps; at pp 3 under `launch --nprocs 3` and at
 dp 2 x pp 2 (gloo) under `launch --nprocs 4`, each with its coordinator in
 a process apart. The coordinator is the launcher's child whose
@@ -17,19 +18,21 @@ a process apart. The coordinator is the launcher's child whose
   takeover  `launch --coordinator etcd://...` on a 3-member etcd cluster
             (loopback ports the kernel gave out, a temporary directory,
             stopped at the end). --fault kill: kill -9 of the coordinator;
-            the launcher stands by until its lease in etcd expires, then
-            starts a coordinator that wins the election and takes the run
-            over from the workers' boundaries in memory. --fault stop:
+            its process is gone, so the launcher revokes its lease in
+            etcd at once and starts a coordinator that wins the election
+            and takes the run over from the workers' boundaries in
+            memory. --fault stop:
             SIGSTOP (as one cut off: it renews no lease); once its lease
             expires the launcher kills it and the standby takes over (the
             stopped process is SIGKILLed at the end in every path). The
             run must exit 0. The new coordinator's `takeover 1:` line gives
             the split (election, new store, reaching the workers and asking
             what they hold, rendezvous, channel + groups + stages). The
-            part up to the lease's expiry is the stamped time from the hit
-            to that line less the line's own total (with kill, plus the
-            line's "to its lease's expiry": the stamps then only add the
-            few ms from the kill to the loss the launcher saw); the last
+            part up to the lease's end (revoked, or expired) is the stamped
+            time from the hit to that line less the line's own total (with
+            kill, plus the line's "to revoke its lease": the stamps then
+            only add the few ms from the kill to the loss the launcher
+            saw); the last
             part is from that line to the next step's first op.
   resume    `launch --coordinator process` (no etcd): kill -9 of the
             coordinator; every worker exits by itself and the launcher
@@ -71,7 +74,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
 TAKEOVER = re.compile(
     r"takeover (\d+): generation (\d+) runs from after step (\d+), (-?\d+) ms after the coordinator"
-    r"(?: was lost: (-?\d+) ms to its lease's expiry,|'s lease expired \(it stopped answering, or was cut off\):)"
+    r"(?: was lost: (-?\d+) ms (?:to its lease's expiry|to revoke its lease \(its process is gone\)),"
+    r"|'s lease expired \(it stopped answering, or was cut off\):)"
     r" (-?\d+) ms for the election \(the new coordinator's start\), (-?\d+) ms for the new store,"
     r" (-?\d+) ms to reach the workers and ask what they hold, (-?\d+) ms to the rendezvous,"
     r" (-?\d+) ms for the channel, groups and stages")
@@ -288,7 +292,7 @@ def first_step(lines, after=None):
 
 # --- the two models -------------------------------------------------------------
 
-def config(d, mesh):
+def config(d, mesh, heartbeat=2):
     _, _, stages, dp = MESHES[mesh]
     text = """model:
   layers:
@@ -323,7 +327,7 @@ train:
   devices: auto
   intra_op_threads: 1
   pace_ms: 4
-supervision: {{max_restarts: 2, heartbeat_timeout_s: 2}}
+supervision: {{max_restarts: 2, heartbeat_timeout_s: {heartbeat}}}
 checkpoint: {{every: 4, dir: {os.path.join(d, "ckpt")}}}
 """
     path = os.path.join(d, f"takeover_{mesh}.yaml")
@@ -412,7 +416,11 @@ def main():
     ap.add_argument("--mesh", default="pp3,dp2pp2", help="the meshes, comma-separated: pp3, dp2pp2 or both")
     ap.add_argument("--fault", choices=("kill", "stop"), default="kill",
                     help="kill -9 the coordinator, or SIGSTOP it (then only the takeover model runs)")
+    ap.add_argument("--heartbeat", type=int, default=2,
+                    help="supervision.heartbeat_timeout_s, and so the coordinator's lease in etcd (s, at least 1)")
     a = ap.parse_args()
+    if a.heartbeat < 1:
+        sys.exit("takeover_bench: --heartbeat at least 1")
     meshes = [m.strip() for m in a.mesh.split(",") if m.strip()]
     if not meshes or any(m not in MESHES for m in meshes) or len(set(meshes)) != len(meshes):
         sys.exit("takeover_bench: --mesh wants pp3, dp2pp2 or both, e.g. pp3,dp2pp2")
@@ -432,7 +440,7 @@ def main():
         with tempfile.TemporaryDirectory() as d:
             try:
                 url = start_cluster(d, etcd)
-                cfgs = {m: config(d, m) for m in meshes}
+                cfgs = {m: config(d, m, a.heartbeat) for m in meshes}
                 for r in range(a.rounds):
                     for m in meshes:
                         for k in models:
@@ -460,7 +468,7 @@ def main():
             s = [med(x) for x in zip(*(sp for _, sp in got[(m, k)]))]
             if k == "takeover":
                 print(f"| {MESHES[m][1]} | takeover by a standby (etcd, 3 members) | {ms:.0f} ms | "
-                      f"{hit} to the lease's expiry {s[0]:.0f}, "
+                      f"{hit} to the lease's end {s[0]:.0f}, "
                       f"election {s[1]:.0f}, new store {s[2]:.0f}, reach and ask the workers {s[3]:.0f}, "
                       f"rendezvous {s[4]:.0f}, channel + groups + stages {s[5]:.0f}, "
                       f"to the next step's first op {s[6]:.0f} |")

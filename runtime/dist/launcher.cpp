@@ -63,6 +63,10 @@ void signal_live(std::vector<worker>& ws, int signo) {
   }
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 size_t count_live(const std::vector<worker>& ws) {
   size_t n = 0;
   for (const auto& w : ws) n += w.live;
@@ -201,7 +205,7 @@ private:
     if (lost_ && !by_forwarded) notice(what);
     if (ok || by_forwarded || stopping_) return;
     const int code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
-    if (w.rank == 0 && stands_by(what, code)) return;
+    if (w.rank == 0 && stands_by(what, code, w.pid)) return;
     if (!got_signal_ && !o_.join && coordinator_gone(w, st, code)) {
       lose_coordinator(w, what);
       return;
@@ -231,26 +235,39 @@ private:
   // which takes the run over if it wins the election (campaign). The
   // workers wait for it. Where etcd does not answer, the loss is as
   // without etcd.
-  bool stands_by(const std::string& what, int code) {
+  bool stands_by(const std::string& what, int code, pid_t pid) {
     if (!etcd_ || got_signal_ || stopping_) return false;
     if (code == standby_lost_exit) {  // another standby won
       notice(what + ": another standby took the run over");
       return true;
     }
+    bool revoked = false;
     try {
       const auto text = etcd_->get(run_key(o_.run_id, "record"));
       if (text && nlohmann::json::parse(*text).value("finished", false)) return false;
-      lost_holder_ = etcd_->get(run_key(o_.run_id, "coordinator")).value_or("");
+      int64_t lease = 0;
+      lost_holder_ = etcd_->get(run_key(o_.run_id, "coordinator"), lease).value_or("");
+      // Its process is gone: it commands no more, so its lease goes now
+      // rather than at its expiry (a process that stopped or was cut off
+      // keeps its lease until it expires: watch_lease).
+      if (lease != 0 && ends_with(lost_holder_, " pid " + std::to_string(pid))) try {
+          etcd_->revoke(lease);
+          revoked = true;
+        } catch (const std::exception&) {  // expired already
+        }
     } catch (const std::exception& e) {
       notice(what + "; etcd at " + o_.etcd.substr(7) + " does not answer (" + e.what() + "): no standby can take over");
       return false;
     }
     standby_ = true;
     lost_by_death_ = true;
+    revoked_ = revoked;
     lost_at_ = std::chrono::system_clock::now();
     standby_until_ = clock::now() + std::chrono::seconds(60);
-    notice(what + ": the run lost its coordinator; the standby here takes the run over once its lease in etcd "
-                  "expires (the workers wait, their boundaries in memory)");
+    notice(what + ": the run lost its coordinator; the standby here takes the run over " +
+           (revoked ? std::string("now (its process is gone: its lease in etcd revoked)")
+                    : std::string("once its lease in etcd expires")) +
+           "; the workers wait, their boundaries in memory");
     return true;
   }
 
@@ -297,6 +314,7 @@ private:
     }
     env.push_back("ACTORPIPE_TAKEOVER=1");
     if (lost_by_death_) env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));  // else: when its lease expired
+    if (revoked_) env.push_back("ACTORPIPE_LEASE_REVOKED=1");
     env.push_back("ACTORPIPE_EXPIRED_AT_NS=" + ns(expired));
     pid_t pid = -1;
     bool forked = false;
@@ -316,7 +334,7 @@ private:
       if (w.rank == 0) w.pid = pid, w.live = true, had = true;
     if (!had) ws_.push_back({0, pid});  // another node's coordinator until now
     held_seen_ = false;
-    notice("the lost coordinator's lease expired " +
+    notice(std::string("the lost coordinator's lease ") + (revoked_ ? "was revoked " : "expired ") +
            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(expired - lost_at_).count()) +
            " ms after its loss; started a coordinator to take the run over (pid " + std::to_string(pid) +
            ", store port " + std::to_string(port_) + (forked ? ", forked from the launcher)" : ")"));
@@ -352,6 +370,7 @@ private:
       // 0's could have (which, alive, wins the election).
       standby_ = true;
       lost_by_death_ = false;
+      revoked_ = false;
       lost_at_ = std::chrono::system_clock::now();
       standby_until_ = clock::now() + std::chrono::seconds(60);
       standby_from_ = clock::now() + (o_.node_rank > 0 ? std::chrono::seconds(1) : std::chrono::seconds(0));
@@ -363,6 +382,7 @@ private:
     end_for_good(*coordinator);
     standby_ = true;
     lost_by_death_ = false;
+    revoked_ = false;
     lost_at_ = std::chrono::system_clock::now();
     standby_until_ = clock::now() + std::chrono::seconds(60);
     notice("the coordinator (pid " + std::to_string(pid) +
@@ -545,6 +565,7 @@ private:
   bool standby_ = false;     // the coordinator is lost; waiting for its lease to expire
   std::string lost_holder_;  // its name in etcd
   bool lost_by_death_ = false;  // seen dying (else: its lease expired)
+  bool revoked_ = false;        // its lease revoked here (its process gone)
   bool held_seen_ = false;   // the coordinator here has taken the run in etcd
   clock::time_point next_look_{};
   std::chrono::system_clock::time_point lost_at_{};

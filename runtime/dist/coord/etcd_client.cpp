@@ -291,9 +291,16 @@ int64_t etcd_client::put(const std::string& key, const std::string& value, int64
 }
 
 std::optional<std::string> etcd_client::get(const std::string& key) {
+  int64_t lease = 0;
+  return get(key, lease);
+}
+
+std::optional<std::string> etcd_client::get(const std::string& key, int64_t& lease) {
+  lease = 0;
   const json answer = json::parse(call("/v3/kv/range", key_body(key).dump()));
   if (!answer.contains("kvs") || answer["kvs"].empty()) return std::nullopt;
   const json& kv = answer["kvs"][0];
+  lease = as_int(kv, "lease");
   return kv.contains("value") ? base64_decode(kv["value"].get<std::string>()) : std::string();
 }
 

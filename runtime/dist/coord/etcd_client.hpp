@@ -52,6 +52,8 @@ public:
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
   /// The value of `key`, nullopt when it is not set.
   std::optional<std::string> get(const std::string& key);
+  /// The same, and the lease the key is held under (0: none) in `lease`.
+  std::optional<std::string> get(const std::string& key, int64_t& lease);
   /// Sets `key` only when it is not set (a transaction on its create
   /// revision). True when this call created it; false when it was there,
   /// and then `*holder` (when given) is its value.
