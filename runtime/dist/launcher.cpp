@@ -352,7 +352,10 @@ private:
     for (auto& w : ws_)
       if (w.rank == 0 && w.live) coordinator = &w;
     try {
-      const auto holder = etcd_->get(run_key(o_.run_id, "coordinator"));
+      // Polled cheaply; an absence is confirmed by a read through the
+      // leader (a member behind could miss the name).
+      auto holder = etcd_->get_local(run_key(o_.run_id, "coordinator"));
+      if (!holder && held_seen_) holder = etcd_->get(run_key(o_.run_id, "coordinator"));
       if (holder) {
         held_seen_ = true;
         lost_holder_ = *holder;

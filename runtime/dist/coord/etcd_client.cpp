@@ -295,6 +295,15 @@ std::optional<std::string> etcd_client::get(const std::string& key) {
   return get(key, lease);
 }
 
+std::optional<std::string> etcd_client::get_local(const std::string& key) {
+  json body = key_body(key);
+  body["serializable"] = true;
+  const json answer = json::parse(call("/v3/kv/range", body.dump()));
+  if (!answer.contains("kvs") || answer["kvs"].empty()) return std::nullopt;
+  const json& kv = answer["kvs"][0];
+  return kv.contains("value") ? base64_decode(kv["value"].get<std::string>()) : std::string();
+}
+
 std::optional<std::string> etcd_client::get(const std::string& key, int64_t& lease) {
   lease = 0;
   const json answer = json::parse(call("/v3/kv/range", key_body(key).dump()));

@@ -54,6 +54,10 @@ public:
   std::optional<std::string> get(const std::string& key);
   /// The same, and the lease the key is held under (0: none) in `lease`.
   std::optional<std::string> get(const std::string& key, int64_t& lease);
+  /// The key as the member asked holds it, without a round through the
+  /// leader (a serializable read: cheap, maybe a moment stale): for
+  /// polling; confirm an absence with get().
+  std::optional<std::string> get_local(const std::string& key);
   /// Sets `key` only when it is not set (a transaction on its create
   /// revision). True when this call created it; false when it was there,
   /// and then `*holder` (when given) is its value.
