@@ -33,8 +33,8 @@
 #include "tests/apps/background_launch.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/apps/deep_mlp.hpp"
-#include "tests/apps/two_namespaces.hpp"
 #include "tests/runtime/dist/coord/etcd_cluster.hpp"
+#include "tests/runtime/dist/coord/spread_cluster.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -50,36 +50,6 @@ using clock_type = std::chrono::steady_clock;
   GTEST_SKIP() << "etcd-server is not installed (scripts/setup.sh installs it): test skipped"
 
 fs::path test_dir() { return testing_util::dir_per_test("actorpipe_etcd_coordinator_test"); }
-
-// etcd as users start it: 3 members, one in each of 3 network namespaces
-// on a bridge (hosts as far as the network goes; this process and the runs
-// reach them through the bridge's address here), where namespaces can be
-// made (as root); otherwise 3 members on loopback ports. The members go
-// before their namespaces, in every path.
-class spread_cluster {
-public:
-  explicit spread_cluster(const fs::path& dir) {
-    if (::geteuid() == 0 && !testing_util::ip_binary().empty()) {
-      ns_ = std::make_unique<testing_util::bridged_namespaces>("ed", 'e', "10.234", 3);
-      if (ns_->ok) {
-        std::vector<etcd_cluster::host> hosts;
-        for (int i = 0; i < 3; ++i)
-          hosts.push_back({ns_->hosts[static_cast<size_t>(i)], ns_->addr(i), testing_util::ip_binary()});
-        cluster_ = std::make_unique<etcd_cluster>(dir, hosts);
-        std::printf("etcd: one member in each of 3 network namespaces (%s.1-3)\n", ns_->net.c_str());
-        return;
-      }
-      ns_.reset();
-    }
-    cluster_ = std::make_unique<etcd_cluster>(dir);
-    std::printf("etcd: 3 members on loopback ports (no network namespace here)\n");
-  }
-  etcd_cluster& operator*() { return *cluster_; }
-
-private:
-  std::unique_ptr<testing_util::bridged_namespaces> ns_;  // declared first: destroyed last
-  std::unique_ptr<etcd_cluster> cluster_;
-};
 
 testing_util::child_result actorpipe(const std::vector<std::string>& args, double timeout_s = 120) {
   testing_util::child_limits limits;
@@ -101,7 +71,7 @@ std::string config(const std::string& name, int steps = 40) {
 
 TEST(EtcdRecord, ARunKeepsItsRecordThereAndEndsBitwiseThoughAMemberIsKilled) {
   REQUIRE_ETCD();
-  spread_cluster spread(test_dir() / "cluster");
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
   etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   const std::string cfg = config("recorded");
@@ -147,7 +117,7 @@ TEST(EtcdRecord, ARunNameHeldNothingListeningAndNoMajorityAreOneLineWithExit2) {
   EXPECT_EQ(r.err, "actorpipe: --coordinator: no etcd member answered at " + nowhere + " (" + nowhere +
                        ": Connection refused)\n")
       << describe(r);
-  spread_cluster spread(test_dir() / "cluster");
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
   etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   // A live coordinator holds the name (a lease kept alive by this test).
@@ -174,7 +144,7 @@ TEST(EtcdRecord, ARunNameHeldNothingListeningAndNoMajorityAreOneLineWithExit2) {
 
 TEST(EtcdRecord, ACoordinatorCutOffFromEtcdStopsByItself) {
   REQUIRE_ETCD();
-  spread_cluster spread(test_dir() / "cluster");
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
   etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   const std::string cfg = config("cut", 400);  // about 20 s: it ends only if it goes on alone
@@ -233,7 +203,7 @@ void expect_taken_over(const std::string& out, const std::string& clean, const s
 
 TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtPp3) {
   REQUIRE_ETCD();
-  spread_cluster spread(test_dir() / "cluster");
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
   etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   const std::string cfg = config("killed");
@@ -264,7 +234,7 @@ TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtP
 // name gone, kills it and the standby takes over.
 TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
   REQUIRE_ETCD();
-  spread_cluster spread(test_dir() / "cluster");
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
   etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   const std::string cfg = testing_util::write(

@@ -1,5 +1,6 @@
-// The etcd client against a real 3-member cluster on loopback (Debian's
-// etcd-server, started by tests/runtime/dist/coord/etcd_cluster.hpp):
+// The etcd client against a real 3-member cluster, one member in each of 3
+// network namespaces (on loopback where none can be made; Debian's
+// etcd-server, started by tests/runtime/dist/coord/spread_cluster.hpp):
 // values round-trip, a key is created once, a lease that is not kept
 // alive takes its keys with it, one member killed goes unnoticed, two
 // killed (no majority) and an address where nothing listens are one-line
@@ -15,6 +16,7 @@
 #include "runtime/dist/coord/etcd_client.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "tests/runtime/dist/coord/etcd_cluster.hpp"
+#include "tests/runtime/dist/coord/spread_cluster.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -59,7 +61,8 @@ TEST(EtcdUrl, ParsesMembersAndNamesWhatDoesNotParse) {
 
 TEST(EtcdClient, PutGetCreateAndEraseOnThreeMembers) {
   REQUIRE_ETCD();
-  etcd_cluster cluster(cluster_dir());
+  testing_util::spread_cluster spread(cluster_dir(), "10.235");
+  etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   etcd_client c(cluster.endpoints());
   std::string binary = "a\0b\xff", holder;
@@ -81,7 +84,8 @@ TEST(EtcdClient, PutGetCreateAndEraseOnThreeMembers) {
 
 TEST(EtcdClient, ALeaseNotKeptAliveTakesItsKeysWithIt) {
   REQUIRE_ETCD();
-  etcd_cluster cluster(cluster_dir());
+  testing_util::spread_cluster spread(cluster_dir(), "10.235");
+  etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   etcd_client c(cluster.endpoints());
   const int64_t kept = c.grant(2), dropped = c.grant(2);
@@ -107,7 +111,8 @@ TEST(EtcdClient, ALeaseNotKeptAliveTakesItsKeysWithIt) {
 
 TEST(EtcdClient, OneMemberKilledGoesUnnoticedTwoAreNoMajorityInOneLine) {
   REQUIRE_ETCD();
-  etcd_cluster cluster(cluster_dir());
+  testing_util::spread_cluster spread(cluster_dir(), "10.235");
+  etcd_cluster& cluster = *spread;
   ASSERT_TRUE(cluster.ok()) << cluster.why();
   etcd_client c(cluster.endpoints(), std::chrono::milliseconds(2000));
   c.put("/run/z/step", "1");
