@@ -22,46 +22,14 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
+
+import etcd_local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_cluster(d):
-    ports = [(free_port(), free_port()) for _ in range(3)]
-    initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
-    procs = []
-    for i, (c, p) in enumerate(ports):
-        procs.append(subprocess.Popen(
-            ["etcd", "--name", f"m{i}", "--data-dir", os.path.join(d, f"m{i}"),
-             "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
-             "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
-             "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
-             "--logger", "zap", "--log-outputs", os.path.join(d, f"m{i}.log")]))
-    url = "etcd://" + ",".join(f"127.0.0.1:{c}" for c, _ in ports)
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{ports[0][0]}/v3/kv/put",
-                                                          data=b'{"key":"eA==","value":"eA=="}'), timeout=1)
-            return procs, url
-        except OSError:
-            time.sleep(0.2)
-    for p in procs:
-        p.kill()
-    sys.exit("etcd_cost: the cluster did not start")
 
 
 def config(d, steps):
@@ -102,8 +70,9 @@ def main():
     exe = os.path.join(a.build, "actorpipe")
     med = statistics.median
     with tempfile.TemporaryDirectory() as d:
-        procs, url = start_cluster(d)
+        procs = []
         try:
+            url = etcd_local.start(d, procs)
             cfg = config(d, a.steps)
             steps = {"process": [], url: []}
             for r in range(a.rounds):
@@ -111,10 +80,10 @@ def main():
                     got = round_steps(exe, cfg, c, d, a.skip, f"bench-{os.getpid()}-{r}")
                     steps[c] += got
                     print(f"round {r + 1} {'etcd' if c == url else c}: {med(got):.1f} ms", file=sys.stderr)
+        except etcd_local.ClusterError as e:
+            sys.exit(f"etcd_cost: {e}")
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
+            etcd_local.stop(procs)
     off, on = med(steps["process"]), med(steps[url])
     print("| run (dp 1 x pp 2, seed MLP, 2 workers and a coordinator apart) | median step |")
     print("| --- | --- |")

@@ -61,14 +61,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
+
+import etcd_local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
@@ -90,45 +90,6 @@ class BenchError(Exception):
 def fail(what, lines=()):
     tail = "\n".join(l for _, l in list(lines)[-60:])
     raise BenchError(what + ("\n--- its output (the end) ---\n" + tail if tail else ""))
-
-
-# --- etcd ------------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_cluster(d, procs):
-    """Starts 3 members into procs (the caller stops them); returns the
-    etcd:// URL once the cluster takes a write."""
-    ports = [(free_port(), free_port()) for _ in range(3)]
-    initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
-    for i, (c, p) in enumerate(ports):
-        procs.append(subprocess.Popen(
-            ["etcd", "--name", f"m{i}", "--data-dir", os.path.join(d, f"m{i}"),
-             "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
-             "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
-             "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
-             "--logger", "zap", "--log-outputs", os.path.join(d, f"m{i}.log")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    url = "etcd://" + ",".join(f"127.0.0.1:{c}" for c, _ in ports)
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{ports[0][0]}/v3/kv/put",
-                                                          data=b'{"key":"eA==","value":"eA=="}'), timeout=1)
-            return url
-        except OSError:
-            time.sleep(0.2)
-    raise BenchError("the etcd cluster did not start (its logs: m0.log .. m2.log)")
-
-
-def stop_cluster(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-        p.wait()
 
 
 # --- processes ---------------------------------------------------------------
@@ -439,7 +400,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory() as d:
             try:
-                url = start_cluster(d, etcd)
+                url = etcd_local.start(d, etcd)
                 cfgs = {m: config(d, m, a.heartbeat) for m in meshes}
                 for r in range(a.rounds):
                     for m in meshes:
@@ -453,8 +414,8 @@ def main():
                             print(f"round {r + 1} {MESHES[m][1]} {k}: {ms:.0f} ms "
                                   f"[{', '.join(f'{x:.0f}' for x in split)}]", file=sys.stderr)
             finally:
-                stop_cluster(etcd)
-    except BenchError as e:
+                etcd_local.stop(etcd)
+    except (BenchError, etcd_local.ClusterError) as e:
         sys.exit(f"takeover_bench: {e}")
     except KeyboardInterrupt:
         sys.exit("takeover_bench: interrupted")

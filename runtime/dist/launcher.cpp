@@ -19,12 +19,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
-
-#include "runtime/dist/coord/etcd_client.hpp"
-#include "runtime/dist/coord/run_record.hpp"
 #include "runtime/dist/launcher_pipes.hpp"
 #include "runtime/dist/launcher_spawn.hpp"
+#include "runtime/dist/launcher_standby.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "runtime/dist/transport/shared_segments.hpp"
 
@@ -35,6 +32,7 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using launcher_detail::control_pipe;
+using launcher_detail::coordinator_standby;
 using launcher_detail::signal_scope;
 using launcher_detail::fork_worker;
 using launcher_detail::node_of;
@@ -61,10 +59,6 @@ void signal_live(std::vector<worker>& ws, int signo) {
     if (!group) ::kill(w.pid, signo);
     if (signo == SIGTERM) ::kill(group ? -w.pid : w.pid, SIGCONT);
   }
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 size_t count_live(const std::vector<worker>& ws) {
@@ -103,16 +97,14 @@ namespace {
 class node_run {
 public:
   node_run(const launch_options& o, uint16_t port, std::string run_id)
-      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)) {
-    if (!o_.etcd.empty() && o_.apart && !o_.join)
-      etcd_ = std::make_unique<etcd_client>(parse_etcd_url(o_.etcd), std::chrono::milliseconds(1000));
-  }
+      : o_(o), port_(port), run_id_(std::move(run_id)), world_(o.nnodes * o.nprocs + (o.apart ? 1 : 0)),
+        standby_(o) {}
 
   int run() {
     // Where a coordinator started here would listen: node 0's is the
     // master's address; another node's, its own toward it.
     self_addr_ = o_.master_addr;
-    if (etcd_ && o_.node_rank > 0) try {
+    if (standby_.active() && o_.node_rank > 0) try {
         self_addr_ = local_address_toward(o_.master_addr, port_);
       } catch (const std::exception&) {
       }
@@ -131,7 +123,7 @@ public:
     if (const size_t left = remove_segments_of(run_id_))
       notice("removed " + std::to_string(left) + " shared-memory boundary cop" + (left == 1 ? "y" : "ies") +
              " that killed workers left in " + shm_dir());
-    if (standby_) return coordinator_lost_exit;  // nothing took over before every worker was gone
+    if (standby_.standing_by()) return coordinator_lost_exit;  // nothing took over before every worker was gone
     if (failed_code_ >= 0) return failed_code_;
     if (got_signal_) return 128 + got_signal_;
     return 0;
@@ -168,7 +160,7 @@ private:
         const pid_t pid = spawn_worker(o_, worker_env(o_, r, port_, run_id_, fd, 0));
         if (fd >= 0) {
           ::close(fd);
-          if (!etcd_) control_.close_write();  // kept for a coordinator that takes over
+          if (!standby_.active()) control_.close_write();  // kept for a coordinator that takes over
         }
         ws_.push_back({r, pid});
       }
@@ -229,93 +221,52 @@ private:
                         : std::string()));
   }
 
-  // launch --coordinator etcd:// (node 0): the coordinator apart is gone
-  // before the run finished (its record in etcd says so). This launcher
-  // stands by: once the coordinator's lease expires it starts a new one,
-  // which takes the run over if it wins the election (campaign). The
-  // workers wait for it. Where etcd does not answer, the loss is as
-  // without etcd.
+  // launch --coordinator etcd://: the coordinator here ended before the
+  // run finished; the standby (launcher_standby.hpp) takes the loss on.
   bool stands_by(const std::string& what, int code, pid_t pid) {
-    if (!etcd_ || got_signal_ || stopping_) return false;
-    if (code == standby_lost_exit) {  // another standby won
-      notice(what + ": another standby took the run over");
-      return true;
-    }
-    bool revoked = false;
-    try {
-      const auto text = etcd_->get(run_key(o_.run_id, "record"));
-      if (text && nlohmann::json::parse(*text).value("finished", false)) return false;
-      int64_t lease = 0;
-      lost_holder_ = etcd_->get(run_key(o_.run_id, "coordinator"), lease).value_or("");
-      // Its process is gone: it commands no more, so its lease goes now
-      // rather than at its expiry (a process that stopped or was cut off
-      // keeps its lease until it expires: watch_lease).
-      if (lease != 0 && ends_with(lost_holder_, " pid " + std::to_string(pid))) try {
-          etcd_->revoke(lease);
-          revoked = true;
-        } catch (const std::exception&) {  // expired already
-        }
-    } catch (const std::exception& e) {
-      notice(what + "; etcd at " + o_.etcd.substr(7) + " does not answer (" + e.what() + "): no standby can take over");
-      return false;
-    }
-    standby_ = true;
-    lost_by_death_ = true;
-    revoked_ = revoked;
-    lost_at_ = std::chrono::system_clock::now();
-    standby_until_ = clock::now() + std::chrono::seconds(60);
-    notice(what + ": the run lost its coordinator; the standby here takes the run over " +
-           (revoked ? std::string("now (its process is gone: its lease in etcd revoked)")
-                    : std::string("once its lease in etcd expires")) +
-           "; the workers wait, their boundaries in memory");
-    return true;
+    if (got_signal_ || stopping_) return false;
+    std::string line;
+    const bool handled = standby_.lost(what, code, pid, line);
+    if (!line.empty()) notice(line);
+    return handled;
   }
 
-  // While standing by: once the lost coordinator's name is free in etcd
-  // (its lease expired), start a coordinator that takes the run over on a
-  // fresh store port (ACTORPIPE_TAKEOVER); the election is its own.
+  // Every loop turn under etcd: the standby watches the coordinator's
+  // lease (killing the one here once it lost the run), and once its name
+  // is free starts a coordinator that takes the run over on a fresh store
+  // port.
   void campaign() {
-    if (!etcd_ || stopping_ || got_signal_) return;
-    if (!standby_) {
-      watch_lease();
+    if (!standby_.active() || stopping_ || got_signal_) return;
+    std::string line;
+    if (!standby_.standing_by()) {
+      worker* here = nullptr;
+      for (auto& w : ws_)
+        if (w.rank == 0 && w.live) here = &w;
+      const auto seen = standby_.look(here != nullptr, line);
+      if (seen == coordinator_standby::seen::kill_here) {
+        const pid_t pid = here->pid;
+        end_for_good(*here);
+        notice("the coordinator (pid " + std::to_string(pid) + ") " + line);
+      } else if (seen == coordinator_standby::seen::taking_over) {
+        notice(line);
+      }
       return;
     }
-    std::optional<std::string> holder;
-    try {
-      holder = etcd_->get(run_key(o_.run_id, "coordinator"));
-    } catch (const std::exception& e) {
-      if (clock::now() < standby_until_) return;
-      standby_ = false;
-      lose_coordinator(worker{0, -1, false}, std::string("the standby gave up: etcd does not answer (") + e.what() + ")");
-      return;
+    switch (standby_.turn(line)) {
+      case coordinator_standby::step::wait:
+        return;
+      case coordinator_standby::step::gave_up:
+        lose_coordinator(worker{0, -1, false}, line);
+        return;
+      case coordinator_standby::step::taken:
+        notice(line);
+        return;
+      case coordinator_standby::step::start:
+        break;
     }
-    if (holder && *holder != lost_holder_) {  // another standby won
-      standby_ = false;
-      notice("the run was taken over by the coordinator at " + *holder);
-      return;
-    }
-    if (holder) return;  // the lease has not expired yet
-    if (clock::now() < standby_from_) return;  // another node's standby waits for node 0's
-    // Seen dying: the lease expired now; else it had when this launcher saw
-    // the name gone.
-    const auto expired = lost_by_death_ ? std::chrono::system_clock::now() : lost_at_;
-    standby_ = false;
-    const auto ns = [](std::chrono::system_clock::time_point t) {
-      return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-    };
     port_ = free_port(self_addr_);
     const int fd = ::fcntl(control_.write_fd(), F_DUPFD, 3);
-    auto env = worker_env(o_, 0, port_, run_id_, fd, 0);
-    for (auto& kv : env) {
-      if (kv.rfind("MASTER_ADDR=", 0) == 0) kv = "MASTER_ADDR=" + self_addr_;
-      // The member that answered here last first: one cut off would cost
-      // the new coordinator a timeout on each of its first calls.
-      if (kv.rfind("ACTORPIPE_ETCD=", 0) == 0) kv = "ACTORPIPE_ETCD=" + etcd_->url_from_last();
-    }
-    env.push_back("ACTORPIPE_TAKEOVER=1");
-    if (lost_by_death_) env.push_back("ACTORPIPE_LOST_AT_NS=" + ns(lost_at_));  // else: when its lease expired
-    if (revoked_) env.push_back("ACTORPIPE_LEASE_REVOKED=1");
-    env.push_back("ACTORPIPE_EXPIRED_AT_NS=" + ns(expired));
+    const auto env = standby_.takeover_env(worker_env(o_, 0, port_, run_id_, fd, 0), self_addr_);
     pid_t pid = -1;
     bool forked = false;
     try {
@@ -333,63 +284,7 @@ private:
     for (auto& w : ws_)
       if (w.rank == 0) w.pid = pid, w.live = true, had = true;
     if (!had) ws_.push_back({0, pid});  // another node's coordinator until now
-    held_seen_ = false;
-    notice(std::string("the lost coordinator's lease ") + (revoked_ ? "was revoked " : "expired ") +
-           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(expired - lost_at_).count()) +
-           " ms after its loss; started a coordinator to take the run over (pid " + std::to_string(pid) +
-           ", store port " + std::to_string(port_) + (forked ? ", forked from the launcher)" : ")"));
-  }
-
-  // Every half second while the coordinator here lives: whether it still
-  // holds the run in etcd. Once it held it, a name gone before the record
-  // says the run finished is a lease that expired: the coordinator
-  // stopped, hung or was cut off from etcd. It goes for good (it would
-  // stop commanding by itself), and the standby takes over at once.
-  void watch_lease() {
-    if (clock::now() < next_look_) return;
-    next_look_ = clock::now() + std::chrono::milliseconds(500);
-    worker* coordinator = nullptr;
-    for (auto& w : ws_)
-      if (w.rank == 0 && w.live) coordinator = &w;
-    try {
-      // Polled cheaply; an absence is confirmed by a read through the
-      // leader (a member behind could miss the name).
-      auto holder = etcd_->get_local(run_key(o_.run_id, "coordinator"));
-      if (!holder && held_seen_) holder = etcd_->get(run_key(o_.run_id, "coordinator"));
-      if (holder) {
-        held_seen_ = true;
-        lost_holder_ = *holder;
-        return;
-      }
-      if (!held_seen_) return;  // not taken yet
-      const auto text = etcd_->get(run_key(o_.run_id, "record"));
-      if (text && nlohmann::json::parse(*text).value("finished", false)) return;
-    } catch (const std::exception&) {
-      return;  // etcd does not answer: the coordinator's own lease says what to do
-    }
-    if (!coordinator) {
-      // Another node's coordinator lost the run (its node stopped, hung or
-      // was cut off): this node's standby takes over, a second after node
-      // 0's could have (which, alive, wins the election).
-      standby_ = true;
-      lost_by_death_ = false;
-      revoked_ = false;
-      lost_at_ = std::chrono::system_clock::now();
-      standby_until_ = clock::now() + std::chrono::seconds(60);
-      standby_from_ = clock::now() + (o_.node_rank > 0 ? std::chrono::seconds(1) : std::chrono::seconds(0));
-      notice("the coordinator (" + lost_holder_ +
-             ") lost its lease in etcd (stopped, hung or cut off); the standby here takes the run over");
-      return;
-    }
-    const pid_t pid = coordinator->pid;
-    end_for_good(*coordinator);
-    standby_ = true;
-    lost_by_death_ = false;
-    revoked_ = false;
-    lost_at_ = std::chrono::system_clock::now();
-    standby_until_ = clock::now() + std::chrono::seconds(60);
-    notice("the coordinator (pid " + std::to_string(pid) +
-           ") lost its lease in etcd (stopped, hung or cut off): killed it; the standby here takes the run over");
+    notice(standby_.started(pid, port_, forked));
   }
 
   // Rank 0 was killed; or `w` lost it (coordinator_lost_exit). With
@@ -430,7 +325,7 @@ private:
     stopping_ = true;
     deadline_ = clock::now() + o_.grace;
     // Under etcd a worker would wait for a takeover that never comes.
-    if (etcd_) signal_live(ws_, SIGTERM);
+    if (standby_.active()) signal_live(ws_, SIGTERM);
   }
 
   // Stops the live workers: SIGTERM now, SIGKILL after the grace.
@@ -538,7 +433,7 @@ private:
   // Until a worker may have ended, a signal came or rank 0 wrote. Capped:
   // a SIGCHLD that raced the waitpid loop costs at most this.
   void wait() {
-    auto timeout = std::chrono::milliseconds(standby_ ? 20 : 200);
+    auto timeout = std::chrono::milliseconds(standby_.standing_by() ? 20 : 200);
     if (stopping_ && !killed_)
       timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - clock::now()) +
                                       std::chrono::milliseconds(1));
@@ -563,18 +458,8 @@ private:
   bool stopping_ = false, killed_ = false;
   bool lost_ = false;  // the coordinator (rank 0) was lost: the others stop by themselves
   clock::time_point deadline_{};
-  // launch --coordinator etcd:// (node 0): a standby for the coordinator.
-  std::unique_ptr<etcd_client> etcd_;
-  bool standby_ = false;     // the coordinator is lost; waiting for its lease to expire
-  std::string lost_holder_;  // its name in etcd
-  bool lost_by_death_ = false;  // seen dying (else: its lease expired)
-  bool revoked_ = false;        // its lease revoked here (its process gone)
-  bool held_seen_ = false;   // the coordinator here has taken the run in etcd
-  clock::time_point next_look_{};
-  std::chrono::system_clock::time_point lost_at_{};
-  clock::time_point standby_until_{};
-  clock::time_point standby_from_{};  // this node's standby campaigns from then on
-  std::string self_addr_;             // where a coordinator started here listens
+  coordinator_standby standby_;  // launch --coordinator etcd://: a standby for the coordinator
+  std::string self_addr_;  // where a coordinator started here listens
 };
 
 }  // namespace
