@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "actors/coordinator_loss.hpp"
 #include "actors/trainer.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
@@ -59,27 +60,6 @@ double takeover_wait_s(const rank_context& cx) {
   return 2 * cx.cfg.supervision.heartbeat_timeout_s + cx.cfg.supervision.connect_timeout_s;
 }
 
-// Rank 0's process (the supervisor and the store) went down, or stopped
-// answering for supervision.heartbeat_timeout_s: nothing can command this
-// rank any more, and it trains on alone for no one. It stops (exit 5);
-// the checkpoints on disk are whole (each written to a temporary name,
-// then renamed).
-run_error coordinator_lost(const std::string& where, const std::string& dir, const std::string& at,
-                           const std::string& why, bool apart) {
-  return run_error(run_failure{
-      run_errc::coordinator_lost, -1, -1, -1,
-      where + (apart ? " lost the coordinator (its process apart: the supervisor and the store) at "
-                     : " lost rank 0 (the coordinator: the supervisor and the store) at ") +
-          at + " (" + why + "); stopped. " +
-          (dir.empty() ? std::string("If the run ended, it starts over (no checkpoint.dir)")
-                       : "If the run ended, the same command with --resume " + dir +
-                             " goes on from the newest checkpoint")});
-}
-
-run_error coordinator_lost(const rank_context& cx, const std::string& at, const std::string& why) {
-  return coordinator_lost(cx.where, cx.cfg.checkpoint.dir, at, why, cx.opts.ranks.apart);
-}
-
 // Ends the agent: with an exception for the caller to rethrow, or none.
 void end(agent_ptr self, std::exception_ptr e = nullptr) {
   auto& s = self->state;
@@ -96,82 +76,18 @@ std::exception_ptr loss_of(const rank_runtime& rt, const rank_context& cx, std::
   return as_coordinator_loss(rt, cx.env, cx.where, cx.cfg.checkpoint.dir, std::move(e));
 }
 
-// While the agent blocks in join_generation (a heal, a re-placement, the
-// first set-up) or reads the next plan, no message reaches it: a rank 0
-// that dies or stops then would leave this rank waiting on it in the
-// rendezvous, the channel or the store until a timeout (or, in a store
-// read that had begun, for good). A thread watches rank 0's store
-// meanwhile (the store is in rank 0's process): once it has answered, two
-// probes in a row that it refuses, or a store that still accepts a
-// connection but answers nothing for supervision.heartbeat_timeout_s (a
-// stopped process's kernel still accepts), end this process with the
-// coordinator's loss (exit 5). Nothing of the run is left to save here;
-// the checkpoints on disk are whole.
-// (Not around the last store write of a run that ends well: its probe's
-// connection would see rank 0 end.)
-class coordinator_watch {
-public:
-  explicit coordinator_watch(const rank_context& cx) {
-    const rank_env& env = cx.env;
-    if (env.rank == 0 || env.master_addr.empty() || env.master_port <= 0) return;
-    const std::string host = env.master_addr;
-    const auto port = static_cast<uint16_t>(env.master_port);
-    const std::string line =
-        failure_line(run_errc::coordinator_lost,
-                     coordinator_lost(cx, host + ":" + std::to_string(port), "its store: @, while a generation formed")
-                         .what());
-    // At least 1 s: the config's checks bound the key to [1, 86400].
-    const auto answer_within =
-        std::chrono::milliseconds(static_cast<int64_t>(cx.cfg.supervision.heartbeat_timeout_s * 1000));
-    // The probe is a beat of this process's count alive/<RANK>
-    // (runtime/dist/join.hpp), read back: a get of it answers at once from
-    // a store that runs (a check or an add, unlike a get, waits for the
-    // answer without end), and rank 0 sees a process that joins go on
-    // beating while a generation forms (actors/rank_forming.cpp).
-    const std::string prefix = env.store_prefix;
-    const int home = cx.home >= 0 ? cx.home : cx.opts.ranks.rank;
-    std::thread([done = done_, host, port, line, answer_within, prefix, home] {
-      const auto lose = [&](const std::string& why) {
-        std::string text = line;
-        text.replace(text.find('@'), 1, why);
-        std::fputs(text.c_str(), stderr);
-        std::fflush(nullptr);
-        std::_Exit(exit_code_for(run_errc::coordinator_lost));
-      };
-      bool seen = false;
-      int refused = 0;
-      kv_store_ptr probe;  // a connection of this thread's own, once the store accepted one
-      while (!done->load()) {
-        const std::string why = try_connect(host, port, std::chrono::milliseconds(300));
-        if (done->load()) return;
-        if (why.empty()) {
-          seen = true, refused = 0;
-          const auto asked = std::chrono::steady_clock::now();
-          try {
-            if (!probe) probe = open_client_store(host, port, answer_within);
-            beat(*probe, prefix, home);
-            probe->get(alive_key(prefix, home));  // bounded by answer_within, unlike a check or an add
-          } catch (const std::exception&) {
-            probe.reset();  // a refused one is seen by the next connect
-            if (done->load()) return;
-            if (std::chrono::steady_clock::now() - asked >= answer_within * 9 / 10)
-              lose("no answer within " + describe_timeout(answer_within) +
-                   " (supervision.heartbeat_timeout_s), though it accepts connections: stopped or hung");
-          }
-        } else if (seen && ++refused >= 2) {
-          lose(why);
-        }
-        for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }).detach();
-  }
-  ~coordinator_watch() { done_->store(true); }
-  coordinator_watch(const coordinator_watch&) = delete;
-  coordinator_watch& operator=(const coordinator_watch&) = delete;
+void orphan(agent_ptr self, const std::string& why);
 
-private:
-  std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
-};
+// The text of an exception.
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 caf::behavior joining(agent_ptr self) {
   return {[=](join_atom) {
@@ -181,7 +97,7 @@ caf::behavior joining(agent_ptr self) {
     try {
       train_options opts = s.cx->opts;
       opts.epoch = g;
-      coordinator_watch watch(*s.cx);
+      coordinator_watch watch(*s.cx, s.standby);
       armed arm(s.rt->store, g > 0 ? called_off_key(s.cx->env, g) : "");
       s.gen = join_generation(*s.rt, *s.cx, s.hp, opts);
     } catch (...) {
@@ -191,8 +107,22 @@ caf::behavior joining(agent_ptr self) {
       // A process that joined for this one has none to go back to.
       bool off = false;
       if (s.rank0) {
-        coordinator_watch watch(*s.cx);  // a stopped store answers no check
+        coordinator_watch watch(*s.cx, s.standby);  // a stopped store answers no check
         off = called_off(*s.rt, *s.cx, g);
+      }
+      // Under a standby, the coordinator lost while the generation formed:
+      // back to the generation before, which its record in etcd names and
+      // a standby takes over. A re-partition may have begun to rewrite the
+      // boundary memory, which then goes: the takeover starts from disk.
+      if (!off && s.standby && s.rank0) {
+        std::exception_ptr lost = loss_of(*s.rt, *s.cx, e);
+        if (lost != e) {
+          if (!s.cx->moved_from.empty() && s.cx->boundary) s.cx->boundary->clear();
+          put_back(*s.cx, before);
+          self->become(serving(self));
+          orphan(self, what_of(e) + ", while generation " + std::to_string(g) + " formed");
+          return;
+        }
       }
       if (off) {
         put_back(*s.cx, before);
@@ -205,7 +135,7 @@ caf::behavior joining(agent_ptr self) {
       if (g > 0 && !s.rank0 && s.cx->home >= 0) {
         std::optional<uint32_t> again;
         try {
-          coordinator_watch watch(*s.cx);
+          coordinator_watch watch(*s.cx, s.standby);
           if (called_off(*s.rt, *s.cx, g)) {
             put_back(*s.cx, before);
             const rank_env& env = s.cx->opts.ranks;
@@ -327,11 +257,10 @@ caf::behavior serving(agent_ptr self) {
         if (fenced_off(self)) return;
         self->demonitor(s.rank0);
         try {
-          // A store that stops answering mid-read blocks it without end;
-          // under a standby the launcher kills a coordinator that stopped,
-          // and the read fails.
-          std::optional<coordinator_watch> watch;
-          if (!s.standby) watch.emplace(*s.cx);
+          // A store that stops answering mid-read blocks it without end:
+          // the watch ends this process, or under a standby cuts the
+          // connection, and the read fails.
+          coordinator_watch watch(*s.cx, s.standby);
           s.hp = heal_plan::decode(s.rt->store->get(heal_key(s.cx->env, g)));
         } catch (const std::exception& e) {
           if (s.standby) {  // the coordinator died as it healed: a standby takes over
@@ -399,83 +328,7 @@ caf::behavior idle(agent_ptr self, rank_runtime* rt, rank_start start, std::shar
   }};
 }
 
-// as_coordinator_loss without asking whether the store was reached.
-std::exception_ptr probed_loss(const rank_env& env, const std::string& where, const std::string& checkpoint_dir,
-                               std::exception_ptr e) {
-  if (!e || env.rank == 0 || env.master_addr.empty() || env.master_port <= 0) return e;
-  std::string first;
-  try {
-    std::rethrow_exception(e);
-  } catch (const run_error&) {
-    return e;  // the run's own verdict, or the loss already named
-  } catch (const peer_stopped&) {
-    return e;
-  } catch (const config_error&) {
-    return e;
-  } catch (const std::exception& x) {
-    first = x.what();
-  } catch (...) {
-    first = "unknown error";
-  }
-  // A process killed a moment ago may still accept on its listening
-  // socket while its others are reset: a few probes, 50 ms apart.
-  std::string why;
-  for (int probe = 0; probe < 5 && why.empty(); ++probe) {
-    if (probe > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    why = try_connect(env.master_addr, static_cast<uint16_t>(env.master_port), std::chrono::milliseconds(300));
-  }
-  if (why.empty()) return e;
-  return std::make_exception_ptr(coordinator_lost(where, checkpoint_dir,
-                                                  env.master_addr + ":" + std::to_string(env.master_port),
-                                                  "its store: " + why + "; " + first, env.apart));
-}
-
-struct lost_store_context {
-  rank_env env;
-  std::string where, dir;
-  std::terminate_handler before = nullptr;
-};
-
-lost_store_context& lost_store() {
-  static lost_store_context c;
-  return c;
-}
-
-[[noreturn]] void on_terminate() {
-  auto& c = lost_store();
-  if (std::exception_ptr e = std::current_exception()) {
-    std::exception_ptr lost = probed_loss(c.env, c.where, c.dir, e);
-    if (lost != e) {
-      try {
-        std::rethrow_exception(lost);
-      } catch (const run_error& x) {
-        std::fputs(failure_line(x.code(), x.what()).c_str(), stderr);
-      } catch (...) {
-      }
-      std::fflush(nullptr);
-      std::_Exit(exit_code_for(run_errc::coordinator_lost));
-    }
-  }
-  if (c.before) c.before();
-  std::abort();
-}
-
 }  // namespace
-
-std::exception_ptr as_coordinator_loss(const rank_runtime& rt, const rank_env& env, const std::string& where,
-                                       const std::string& checkpoint_dir, std::exception_ptr e) {
-  if (!rt.store && start_generation() == 0) return e;
-  return probed_loss(env, where, checkpoint_dir, std::move(e));
-}
-
-void exit_5_on_a_lost_store(const rank_env& env, const std::string& where, const std::string& checkpoint_dir) {
-  auto& c = lost_store();
-  c.env = env;
-  c.where = where;
-  c.dir = checkpoint_dir;
-  std::terminate_handler was = std::set_terminate(on_terminate);
-  if (was != on_terminate) c.before = was;
-}
 
 void run_agent(rank_runtime& rt, const rank_start& start) {
   auto thrown = std::make_shared<std::exception_ptr>();

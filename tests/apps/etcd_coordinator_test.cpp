@@ -59,14 +59,14 @@ testing_util::child_result actorpipe(const std::vector<std::string>& args, doubl
 
 // pp 3, `steps` steps of at least 4 ms an op (about 50 ms a step), healing
 // on (heartbeat 2 s: the coordinator's lease is 2 s too).
-std::string config(const std::string& name, int steps = 40) {
+std::string config(const std::string& name, int steps = 40, const std::string& supervision = "") {
   return testing_util::write(test_dir() / (name + ".yaml"),
                              testing_util::deep_mlp_model_and_data() + "train:\n  steps: " + std::to_string(steps) +
                                  "\n  batch_size: 48\n  optimizer: {type: adam, lr: 0.01}\n"
                                  "  clip_grad_norm: 1.0\n  seed: 7\n"
                                  "pipeline:\n  stages: 3\n  schedule: 1f1b\n  microbatches: 4\n  devices: auto\n"
                                  "  intra_op_threads: 1\n  pace_ms: 4\n"
-                                 "supervision: {max_restarts: 2, heartbeat_timeout_s: 2}\n");
+                                 "supervision: {max_restarts: 2, heartbeat_timeout_s: 2" + supervision + "}\n");
 }
 
 TEST(EtcdRecord, ARunKeepsItsRecordThereAndEndsBitwiseThoughAMemberIsKilled) {
@@ -227,6 +227,54 @@ TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtP
       << out;
   etcd_client c(cluster.endpoints());
   expect_taken_over(out, clean, saved, c, "killed");
+}
+
+// The coordinator killed (or stopped) while a generation forms: a heal
+// over the workers left after RANK 1's kill -9, every worker held 2.5 s
+// before the rendezvous. The workers go back to the generation before,
+// which the record names, and the standby takes that over from their
+// memory. A stopped coordinator's store answers nothing: each worker's
+// watch cuts its connections to it after supervision.heartbeat_timeout_s.
+void take_over_while_forming(const std::string& run_id, int signal) {
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
+  etcd_cluster& cluster = *spread;
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = config(run_id, 40, ", replace_timeout_s: 0");
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::forming_held hold(2500);
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", run_id, cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  const pid_t coordinator = run.coordinator(), victim = run.worker(1, std::chrono::milliseconds(0));
+  ASSERT_GT(coordinator, 0) << run.output();
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  const bool replaced = run.wait_for_output("re-placed: generation 1 goes on over 2 processes without rank 1");
+  ::kill(coordinator, signal);
+  const int code = replaced ? run.wait(120) : -2;
+  ::kill(coordinator, SIGKILL);  // in every path
+  ASSERT_TRUE(replaced) << run.output();
+  ASSERT_EQ(code, 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find(", while generation 1 formed); its stages stopped, its boundary memory kept"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("error"), std::string::npos) << out;
+  etcd_client c(cluster.endpoints());
+  expect_taken_over(out, clean, saved, c, run_id);
+}
+
+TEST(Takeover, ACoordinatorKilledWhileAGenerationFormsIsTakenOverBitwise) {
+  REQUIRE_ETCD();
+  take_over_while_forming("forming", SIGKILL);
+}
+
+TEST(Takeover, ACoordinatorStoppedWhileAGenerationFormsIsTakenOverBitwise) {
+  REQUIRE_ETCD();
+  take_over_while_forming("forming-stopped", SIGSTOP);
 }
 
 // A coordinator that stops answering (SIGSTOP: as one cut off, it renews

@@ -1,6 +1,7 @@
 #include "runtime/dist/transport/net_address.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -8,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <stdexcept>
+#include <vector>
 
 namespace actorpipe {
 
@@ -73,6 +76,65 @@ uint16_t free_port(const std::string& addr) {
   if (s < 0) throw std::runtime_error("no free port on master address " + addr);
   ::close(s);  // rank 0's store binds it again: the same small race torchrun has
   return port;
+}
+
+namespace {
+
+// The IPv4 or IPv6 address of `a` as 16 bytes (IPv4 as ::ffff:a.b.c.d),
+// and its port.
+bool address_of(const sockaddr* a, unsigned char out[16], uint16_t* port) {
+  if (a->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(a);
+    std::memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    std::memcpy(out + 12, &v4->sin_addr, 4);
+    *port = ntohs(v4->sin_port);
+    return true;
+  }
+  if (a->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a);
+    std::memcpy(out, &v6->sin6_addr, 16);
+    *port = ntohs(v6->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int cut_connections_to(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return 0;
+  std::vector<std::vector<unsigned char>> wanted;
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    unsigned char bytes[16];
+    uint16_t unused = 0;
+    if (address_of(a->ai_addr, bytes, &unused)) wanted.emplace_back(bytes, bytes + 16);
+  }
+  ::freeaddrinfo(found);
+  int cut = 0;
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (!fds) return 0;
+  while (dirent* e = ::readdir(fds)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    unsigned char bytes[16];
+    uint16_t at = 0;
+    if (!address_of(reinterpret_cast<sockaddr*>(&peer), bytes, &at) || at != port) continue;
+    for (const auto& w : wanted)
+      if (std::memcmp(w.data(), bytes, 16) == 0) {
+        if (::shutdown(fd, SHUT_RDWR) == 0) ++cut;
+        break;
+      }
+  }
+  ::closedir(fds);
+  return cut;
 }
 
 }  // namespace actorpipe

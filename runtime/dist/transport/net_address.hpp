@@ -25,4 +25,11 @@ std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, 
 /// does not resolve or no address of it could bind.
 uint16_t free_port(const std::string& addr);
 
+/// Shuts down every TCP socket of this process connected to `host`:`port`
+/// (each of its addresses), so that a read or write blocked on it ends
+/// with an error at once: a peer that stopped answering, or one cut off,
+/// would hold it until a timeout. Returns how many it shut down (0 when
+/// `host` does not resolve).
+int cut_connections_to(const std::string& host, uint16_t port);
+
 }  // namespace actorpipe
