@@ -104,6 +104,7 @@ public:
     // Where a coordinator started here would listen: node 0's is the
     // master's address; another node's, its own toward it.
     self_addr_ = o_.master_addr;
+    coordinating_ = o_.node_rank == 0;
     if (standby_.active() && o_.node_rank > 0) try {
         self_addr_ = local_address_toward(o_.master_addr, port_);
       } catch (const std::exception&) {
@@ -204,14 +205,15 @@ private:
     }
     if (heal_ && w.rank != 0 && !got_signal_) {
       // Rank 0's supervisor replaces it (or gives up, and exits): here,
-      // or on node 0 when this is another node.
-      if (o_.node_rank == 0) {
+      // or on the node whose launcher started the coordinator (node 0, or
+      // the one whose standby took the run over).
+      if (coordinating_) {
         w.awaiting = true;
         w.replace_by = clock::now() + o_.replace_wait;
         notice(what + "; " + boss() + " replaces it or goes on without it");
       } else {
         if (failed_code_ < 0) failed_code_ = code;
-        notice(what + "; " + boss() + " starts it again on node 0");
+        notice(what + "; " + boss() + " starts it again on its own node");
       }
       return;
     }
@@ -227,6 +229,7 @@ private:
     if (got_signal_ || stopping_) return false;
     std::string line;
     const bool handled = standby_.lost(what, code, pid, line);
+    if (code == standby_lost_exit) coordinating_ = false;  // another node's won
     if (!line.empty()) notice(line);
     return handled;
   }
@@ -248,6 +251,7 @@ private:
         end_for_good(*here);
         notice("the coordinator (pid " + std::to_string(pid) + ") " + line);
       } else if (seen == coordinator_standby::seen::taking_over) {
+        coordinating_ = false;
         notice(line);
       }
       return;
@@ -259,6 +263,7 @@ private:
         lose_coordinator(worker{0, -1, false}, line);
         return;
       case coordinator_standby::step::taken:
+        coordinating_ = false;
         notice(line);
         return;
       case coordinator_standby::step::start:
@@ -284,6 +289,7 @@ private:
     for (auto& w : ws_)
       if (w.rank == 0) w.pid = pid, w.live = true, had = true;
     if (!had) ws_.push_back({0, pid});  // another node's coordinator until now
+    coordinating_ = true;
     notice(standby_.started(pid, port_, forked));
   }
 
@@ -295,7 +301,7 @@ private:
     if (w.rank == 0) return WIFSIGNALED(st);
     if (code != coordinator_lost_exit) return false;
     if (!heal_) return true;
-    if (o_.node_rank != 0) return false;  // rank 0 may start it again on node 0
+    if (!coordinating_) return false;  // rank 0 may start it again on its own node
     for (const auto& x : ws_)
       if (x.live && x.rank != 0) return false;
     return true;
@@ -347,7 +353,8 @@ private:
   }
 
   // A line from rank 0: "heal" (its supervisor heals from now on),
-  // "respawn R G" (start rank R again for generation G; node 0 only) or
+  // "respawn R G" (start rank R again for generation G; on the node whose
+  // launcher started the coordinator only) or
   // "dropped R" (the run goes on without rank R).
   void obey(const std::string& line) {
     std::istringstream is(line);
@@ -363,7 +370,7 @@ private:
       return;
     }
     if (verb != "respawn" || !(is >> rank >> generation) || rank <= 0 || rank >= world_ || generation <= 0 ||
-        o_.node_rank != 0 || stopping_) {
+        !coordinating_ || stopping_) {
       if (!stopping_) notice("ignored a line from rank 0: '" + line + "'");
       return;
     }
@@ -405,7 +412,11 @@ private:
     }
     bool forked = false;
     try {
-      auto env = worker_env(o_, rank, port_, run_id_, -1, generation);
+      // The store is the coordinator's here: node 0's master, or this
+      // node's own address once its standby took the run over.
+      launch_options at = o_;
+      at.master_addr = self_addr_;
+      auto env = worker_env(at, rank, port_, run_id_, -1, generation);
       w.pid = fork_worker(o_, env);
       forked = w.pid > 0;
       if (!forked) w.pid = spawn_worker(o_, std::move(env));
@@ -453,6 +464,7 @@ private:
   std::vector<worker> ws_;
   std::set<int> dropped_;  // the ranks rank 0 went on without
   bool heal_ = false;     // rank 0 said "heal"
+  bool coordinating_ = false;  // this launcher started the coordinator that runs the run (node 0, or a takeover)
   int got_signal_ = 0;    // the first SIGINT/SIGTERM this process got
   int failed_code_ = -1;  // the first failing worker's exit code
   bool stopping_ = false, killed_ = false;

@@ -61,6 +61,8 @@ public:
     }
   }
   bool started() const { return pid_ > 0; }
+  /// The launcher's own pid (-1 once waited for).
+  pid_t pid() const { return pid_; }
   std::string output() const { return read_or_empty(out_); }
 
   /// The pid of the worker with RANK=rank once the launcher has run it for

@@ -313,5 +313,50 @@ TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
   expect_taken_over(out, clean, saved, c, "stopped");
 }
 
+// Node 0's host lost whole (its launcher, the coordinator and its two
+// workers, replica 0, all SIGKILLed) under `launch --nnodes 2`: node 1's
+// standby takes the run over a second after the lease expires, and its
+// launcher starts node 0's two workers again on node 1 (as node 0's does
+// for another node's ranks; supervision.replace_timeout_s unset), their
+// stages from replica 1's memory. Node 1's file is bitwise the clean one.
+TEST(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkersAgainBitwise) {
+  REQUIRE_ETCD();
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
+  etcd_cluster& cluster = *spread;
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const std::string cfg = testing_util::write(
+      test_dir() / "host.yaml", testing_util::deep_mlp_healing_config(2, 2, 2, (test_dir() / "ckpt").string()));
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  fs::remove_all(test_dir() / "ckpt");
+  const std::string port = std::to_string(free_port("127.0.0.1"));
+  auto node = [&](int k) {
+    return std::vector<std::string>{"--nnodes", "2", "--node-rank", std::to_string(k), "--nprocs", "2",
+                                    "--master-addr", "127.0.0.1", "--master-port", port, "--coordinator",
+                                    cluster.url(), "--run-id", "host-lost", cfg, "--save", saved};
+  };
+  testing_util::background_launch node0(ACTORPIPE_BIN, (test_dir() / "node0.out").string(), node(0));
+  testing_util::background_launch node1(ACTORPIPE_BIN, (test_dir() / "node1.out").string(), node(1));
+  ASSERT_TRUE(node0.started() && node1.started());
+  ASSERT_TRUE(node0.wait_for_output("step    10/")) << node0.output() << node1.output();
+  // The host goes: its launcher first (it must not react), then every
+  // process it started.
+  ::kill(node0.pid(), SIGSTOP);
+  const std::vector<pid_t> on_node0 = node0.workers();
+  EXPECT_EQ(on_node0.size(), 3u) << node0.output();
+  for (pid_t p : on_node0) ::kill(p, SIGKILL);
+  ::kill(node0.pid(), SIGKILL);
+  ASSERT_EQ(node1.wait(120), 0) << node1.output();
+  const std::string out = node1.output();
+  EXPECT_NE(out.find("lost its lease in etcd (stopped, hung or cut off); the standby here takes the run over"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("started worker rank 0 again on this node, in place of node 0's"), std::string::npos) << out;
+  EXPECT_NE(out.find("started worker rank 1 again on this node, in place of node 0's"), std::string::npos) << out;
+  etcd_client c(cluster.endpoints());
+  expect_taken_over(out, clean, saved, c, "host-lost");
+}
+
 }  // namespace
 }  // namespace actorpipe
