@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
     "                        [--coordinator rank0|process|etcd://HOST:PORT[,...] [--run-id ID]]\n"
     "                        CONFIG [train options]\n"
-    "       actorpipe launch --join HOST:PORT [--nprocs N] CONFIG [train options]",
+    "       actorpipe launch --join HOST:PORT|etcd://HOST:PORT[,...] [--run-id ID] [--nprocs N]\n"
+    "                        CONFIG [train options]",
     "Runs `actorpipe train CONFIG [train options]` as N processes on this machine,\n"
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, ...), like `torchrun --standalone --nproc-per-node N`. Everything\n"
@@ -57,19 +59,26 @@ const command_spec launch_spec = {
     "coordinator runs apart too, and keeps the run's record in that etcd cluster\n"
     "(generation, members, placement, the last decided step) under a lease on the\n"
     "name --run-id: a second live run of that name is refused, and a coordinator\n"
-    "that loses its lease stops. A standby that takes over is not built yet.\n"
+    "that loses its lease stops. Every node's launcher stands by: when the\n"
+    "coordinator is lost (killed, stopped, or its host cut off), one of them wins\n"
+    "the election in etcd and starts a coordinator that takes the run over, each\n"
+    "stage from the workers' memory; the workers wait for it.\n"
     "\n"
     "With --join, the N processes join a running job instead (its config must set\n"
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
     "boundary the job's supervisor gives each a stage of a process that holds\n"
-    "several, with that stage's state from memory. CONFIG must be the job's own.\n",
+    "several, with that stage's state from memory. CONFIG must be the job's own.\n"
+    "With --join etcd://HOST:PORT[,...] the address is the live coordinator's in\n"
+    "the run's record (--run-id, as at its start): a coordinator that took the run\n"
+    "over is found too, and the processes that join wait for a later takeover.\n",
     {{"--nprocs", "N", "worker processes on this machine (required without --join, >= 1)"},
      {"--nproc-per-node", "N", "the same as --nprocs (torchrun's name)"},
      {"--nnodes", "K", "machines in the run, one launch on each (default 1)"},
      {"--node-rank", "I", "this machine's place, 0 .. K-1 (default 0; node 0 runs rank 0)"},
      {"--master-addr", "HOST", "where rank 0's store listens (default 127.0.0.1)"},
      {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"},
-     {"--join", "HOST:PORT", "join the running job whose store is there (default --nprocs 1)"},
+     {"--join", "WHERE", "HOST:PORT: join the running job whose store is there (default --nprocs 1); "
+                         "etcd://HOST:PORT[,...]: the one --run-id names there"},
      {"--coordinator", "WHERE", "rank0 (default: worker RANK 0 supervises), process (a process apart, no stage), or "
                                 "etcd://HOST:PORT[,...] (apart, its record in etcd)"},
      {"--run-id", "ID", "the run's name in etcd (default: the config file's name without .yaml)"}},
@@ -107,11 +116,47 @@ uint16_t parse_port(const std::string& v, const std::string& flag = "--master-po
   return static_cast<uint16_t>(n);
 }
 
-// --join HOST:PORT: the store of the job these workers join.
-void join_options(const args& a, launch_options& o) {
+// The run's name in etcd: --run-id, or the config file's name without
+// .yaml.
+std::string run_name(const args& a, const std::string& config) {
+  std::string run = a.has("--run-id") ? a.options.at("--run-id") : "";
+  if (run.empty()) {
+    run = std::filesystem::path(config).stem().string();
+    if (run.empty()) run = "actorpipe";
+  }
+  for (char c : run)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      throw usage_error("--run-id expects letters, digits, '-', '_' and '.', got " + quoted_input(run));
+  return run;
+}
+
+std::vector<etcd_endpoint> etcd_members(const std::string& url, const std::string& flag) {
+  try {
+    return parse_etcd_url(url);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(flag + ": " + e.what());
+  }
+}
+
+// --join HOST:PORT (or etcd://...): the store of the job these workers join.
+void join_options(const args& a, launch_options& o, const std::string& config) {
   for (const char* f : {"--nnodes", "--node-rank", "--master-addr", "--master-port"})
     if (a.has(f)) throw usage_error(std::string("--join takes the job's address from HOST:PORT; drop ") + f);
-  const std::string v = a.options.at("--join");
+  std::string v = a.options.at("--join");
+  if (v.rfind("etcd://", 0) == 0) {  // the live coordinator's, from the run's record
+    o.etcd = v;
+    o.run_id = run_name(a, config);
+    std::optional<std::string> holder;
+    try {
+      holder = etcd_client(etcd_members(v, "--join")).get(run_key(o.run_id, "coordinator"));
+    } catch (const etcd_error& e) {
+      throw usage_error(std::string("--join: ") + e.what());
+    }
+    if (!holder)
+      throw usage_error("--join: no live coordinator holds run '" + o.run_id + "' in etcd at " + v.substr(7) +
+                        " (a run started with --coordinator " + v + " --run-id " + o.run_id + "): nothing to join");
+    v = holder->substr(0, holder->find(' '));  // "HOST:PORT pid N"
+  }
   const size_t colon = v.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == v.size())
     throw usage_error("--join expects HOST:PORT (the address rank 0 prints), got " + quoted_input(v));
@@ -125,21 +170,9 @@ void join_options(const args& a, launch_options& o) {
 // --coordinator etcd://...: before any process starts, the cluster
 // answers and no live run holds the name (the coordinator then takes it,
 // and is refused the same way if another took it in between).
-void check_etcd(launch_options& o, std::string run, const std::string& config) {
-  if (run.empty()) {
-    run = std::filesystem::path(config).stem().string();
-    if (run.empty()) run = "actorpipe";
-  }
-  for (char c : run)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
-      throw usage_error("--run-id expects letters, digits, '-', '_' and '.', got " + quoted_input(run));
+void check_etcd(launch_options& o, const std::string& run) {
   o.run_id = run;
-  std::vector<etcd_endpoint> members;
-  try {
-    members = parse_etcd_url(o.etcd);
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(std::string("--coordinator: ") + e.what());
-  }
+  const std::vector<etcd_endpoint> members = etcd_members(o.etcd, "--coordinator");
   try {
     etcd_client c(members);
     if (auto holder = c.get(run_key(run, "coordinator")))
@@ -171,7 +204,7 @@ int cmd_launch(int argc, char** argv) {
   if (!a.has(nprocs_flag) && !a.has("--join")) throw usage_error("launch needs --nprocs N (see --help)");
   launch_options o;
   if (a.has(nprocs_flag)) o.nprocs = static_cast<int>(parse_count(nprocs_flag, a.options[nprocs_flag]));
-  if (a.has("--join")) join_options(a, o);
+
   if (a.has("--nnodes")) o.nnodes = static_cast<int>(parse_count("--nnodes", a.options["--nnodes"]));
   if (a.has("--node-rank")) {
     const std::string v = a.options["--node-rank"];
@@ -200,16 +233,21 @@ int cmd_launch(int argc, char** argv) {
       throw usage_error("--coordinator expects rank0, process or etcd://HOST:PORT[,...], got " + quoted_input(v));
     o.apart = v == "process" || etcd;
     if (etcd) o.etcd = v;
-    if (o.apart && o.join) throw usage_error("--join takes its coordinator from the running job; drop --coordinator");
   }
-  if (a.has("--run-id") && o.etcd.empty()) throw usage_error("--run-id names a run in etcd: give --coordinator etcd://...");
   if (cfg_at >= argc) throw usage_error("launch takes a CONFIG after its options (see --help)");
   const std::string config = argv[cfg_at];
+  if (a.has("--join")) {
+    if (a.has("--coordinator"))
+      throw usage_error("--join takes its coordinator from the running job; drop --coordinator");
+    join_options(a, o, config);
+  }
+  if (a.has("--run-id") && o.etcd.empty())
+    throw usage_error("--run-id names a run in etcd: give --coordinator etcd://... (or --join etcd://...)");
   // Before any worker starts: N copies of the same error help nobody.
   std::error_code ec;
   if (!std::filesystem::exists(config, ec)) throw usage_error(config + ": no such file");
   if (std::filesystem::is_directory(config, ec)) throw usage_error(config + ": is a directory, not a config");
-  if (!o.etcd.empty()) check_etcd(o, a.has("--run-id") ? a.options["--run-id"] : "", config);
+  if (!o.etcd.empty() && !o.join) check_etcd(o, run_name(a, config));
   o.exe = self_exe();
   o.worker_args = {"train"};
   for (int i = cfg_at; i < argc; ++i) o.worker_args.emplace_back(argv[i]);

@@ -213,7 +213,8 @@ private:
         notice(what + "; " + boss() + " replaces it or goes on without it");
       } else {
         if (failed_code_ < 0) failed_code_ = code;
-        notice(what + "; " + boss() + " starts it again on its own node");
+        notice(what + "; " + boss() + " starts it again on " +
+               (taken_elsewhere_ ? "the node whose standby took the run over" : "node 0"));
       }
       return;
     }
@@ -229,7 +230,7 @@ private:
     if (got_signal_ || stopping_) return false;
     std::string line;
     const bool handled = standby_.lost(what, code, pid, line);
-    if (code == standby_lost_exit) coordinating_ = false;  // another node's won
+    if (code == standby_lost_exit) coordinating_ = false, taken_elsewhere_ = true;  // another node's won
     if (!line.empty()) notice(line);
     return handled;
   }
@@ -251,7 +252,7 @@ private:
         end_for_good(*here);
         notice("the coordinator (pid " + std::to_string(pid) + ") " + line);
       } else if (seen == coordinator_standby::seen::taking_over) {
-        coordinating_ = false;
+        coordinating_ = false, taken_elsewhere_ = true;
         notice(line);
       }
       return;
@@ -263,7 +264,7 @@ private:
         lose_coordinator(worker{0, -1, false}, line);
         return;
       case coordinator_standby::step::taken:
-        coordinating_ = false;
+        coordinating_ = false, taken_elsewhere_ = true;
         notice(line);
         return;
       case coordinator_standby::step::start:
@@ -289,7 +290,7 @@ private:
     for (auto& w : ws_)
       if (w.rank == 0) w.pid = pid, w.live = true, had = true;
     if (!had) ws_.push_back({0, pid});  // another node's coordinator until now
-    coordinating_ = true;
+    coordinating_ = true, taken_elsewhere_ = false;
     notice(standby_.started(pid, port_, forked));
   }
 
@@ -465,6 +466,7 @@ private:
   std::set<int> dropped_;  // the ranks rank 0 went on without
   bool heal_ = false;     // rank 0 said "heal"
   bool coordinating_ = false;  // this launcher started the coordinator that runs the run (node 0, or a takeover)
+  bool taken_elsewhere_ = false;  // another node's standby took the run over
   int got_signal_ = 0;    // the first SIGINT/SIGTERM this process got
   int failed_code_ = -1;  // the first failing worker's exit code
   bool stopping_ = false, killed_ = false;

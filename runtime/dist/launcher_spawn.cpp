@@ -67,9 +67,10 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
       {"ACTORPIPE_LAUNCHER_PID", std::to_string(::getpid())}};
   if (control_fd >= 0) ours["ACTORPIPE_LAUNCHER_FD"] = std::to_string(control_fd);
   if (o.apart) ours["ACTORPIPE_COORDINATOR"] = rank == 0 ? "self" : "apart";
-  // Every process of an etcd run: a worker waits for a standby to take
-  // over when the coordinator is lost (actors/rank_agent.cpp).
-  if (o.apart && !o.etcd.empty()) {
+  // Every process of an etcd run, those that join (--join etcd://) too: a
+  // worker waits for a standby to take over when the coordinator is lost
+  // (actors/rank_agent.cpp).
+  if ((o.apart || o.join) && !o.etcd.empty()) {
     ours["ACTORPIPE_ETCD"] = o.etcd;
     ours["ACTORPIPE_RUN_ID"] = o.run_id;
   }

@@ -282,7 +282,8 @@ TEST(CliLaunch, BadArgumentsExitTwoBeforeAnyWorkerStarts) {
       {{"launch", "--nprocs", "2", "--coordinator", "etcd://127.0.0.1:1", "--run-id", "a/b", cfg},
        "actorpipe: --run-id expects letters, digits, '-', '_' and '.', got 'a/b'"},
       {{"launch", "--nprocs", "2", "--run-id", "x", cfg},
-       "actorpipe: --run-id names a run in etcd: give --coordinator etcd://..."},
+       "actorpipe: --run-id names a run in etcd: give --coordinator etcd://... (or --join etcd://...)"},
+      {{"launch", "--join", "etcd://10.0.0.1", cfg}, "actorpipe: --join: '10.0.0.1' in 'etcd://10.0.0.1' is not HOST:PORT"},
       {{"launch", "--join", "127.0.0.1:4000", "--coordinator", "process", cfg},
        "actorpipe: --join takes its coordinator from the running job; drop --coordinator"}};
   for (const auto& [args, line] : cases) {

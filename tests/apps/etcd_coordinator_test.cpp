@@ -358,5 +358,63 @@ TEST(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkers
   expect_taken_over(out, clean, saved, c, "host-lost");
 }
 
+// Joining a run that was taken over: pp 3 on 3 workers loses RANK 1 for
+// good (replace_timeout_s 0) and goes on over 2; the coordinator is killed
+// and taken over; `launch --join etcd://... --run-id` finds the new one in
+// the record, and its process takes a stage; the coordinator is killed
+// again, and the second takeover takes the joined process over with the
+// others. Every step once, bitwise.
+TEST(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise) {
+  REQUIRE_ETCD();
+  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
+  etcd_cluster& cluster = *spread;
+  ASSERT_TRUE(cluster.ok()) << cluster.why();
+  const int steps = 160;
+  const std::string cfg = config("joined", steps, ", replace_timeout_s: 0");
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", "joined", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  const pid_t victim = run.worker(1, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
+  pid_t coordinator = run.coordinator();
+  ASSERT_GT(coordinator, 0) << run.output();
+  ::kill(coordinator, SIGKILL);
+  ASSERT_TRUE(run.wait_for_output("takeover 1: generation 2 runs from after step")) << run.output();
+  testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
+                                         {"--join", cluster.url(), "--run-id", "joined", cfg});
+  ASSERT_TRUE(joiner.started());
+  ASSERT_TRUE(run.wait_for_output("re-placed: generation 3 takes in rank 3 (joined)")) << run.output()
+                                                                                       << joiner.output();
+  ASSERT_TRUE(run.wait_for_output("heal: generation 3 runs from after step")) << run.output();
+  // Forked from the launcher, the new coordinator's /proc environ is the
+  // launcher's: its pid is the one the launcher's line names.
+  const std::string started = "started a coordinator to take the run over (pid ";
+  const std::string before = run.output();
+  ASSERT_NE(before.find(started), std::string::npos) << before;
+  coordinator = std::atoi(before.c_str() + before.find(started) + started.size());
+  ASSERT_GT(coordinator, 0) << before;
+  ::kill(coordinator, SIGKILL);
+  ASSERT_EQ(run.wait(180), 0) << run.output() << joiner.output();
+  EXPECT_EQ(joiner.wait(60), 0) << joiner.output();
+  const std::string out = run.output();
+  const size_t second = out.find("\ntakeover 2: generation 4 runs from after step ");
+  ASSERT_NE(second, std::string::npos) << out;
+  std::printf("%s\n", out.substr(second + 1, out.find('\n', second + 1) - second - 1).c_str());
+  EXPECT_NE(out.find("takeover 2 of generation 3 (3 of 3 workers answered"), std::string::npos) << out;
+  EXPECT_NE(joiner.output().find(": taken over by the coordinator at "), std::string::npos) << joiner.output();
+  const int after = std::atoi(out.c_str() + second + std::strlen("\ntakeover 2: generation 4 runs from after step "));
+  std::vector<int> want;
+  for (int s = after + 2; s <= steps; ++s) want.push_back(s);
+  EXPECT_EQ(steps_printed(out, second), want) << out;
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
+}
+
 }  // namespace
 }  // namespace actorpipe
