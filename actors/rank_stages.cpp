@@ -65,13 +65,15 @@ stage_snapshot layers_in(const stage_snapshot& snap, std::pair<int, int> range) 
 }
 
 // Stage `stage`'s start from the parts of the slots that held its layers,
-// in layer order.
-stage_snapshot put_together(std::vector<std::future<stage_snapshot>>& pieces, int stage) {
+// in layer order. Each part's wait ends when rank 0 calls the generation
+// off (a peer stopped before its bytes came would hold it until the
+// channel's timeout, and this rank would come too late to the next one).
+stage_snapshot put_together(std::vector<std::future<stage_snapshot>>& pieces, int stage, const kv_store_ptr& store) {
   stage_snapshot all;
   all.rank = stage;
   std::shared_ptr<optimizer_state_copy> opt;
   for (auto& f : pieces) {
-    stage_snapshot p = f.get();
+    stage_snapshot p = wait_unless_called_off(f, store);
     for (auto& w : p.weights) all.weights.push_back(std::move(w));
     if (!p.optimizer) continue;
     if (!opt) opt = std::make_shared<optimizer_state_copy>();
@@ -263,14 +265,14 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
       std::optional<stage_snapshot> snap;
       if (!moving.empty()) {
         try {
-          snap = put_together(moving.at(index), slot.stage);
+          snap = put_together(moving.at(index), slot.stage, store);
         } catch (const transfer_error& e) {
           throw rendezvous_error(where + ": moving layers to stage " + std::to_string(slot.stage) + ": " + e.what());
         }
         cx.boundary->keep(index, hp.resume_after, *snap);
       } else if (replaced) {
         try {
-          snap = arriving.at(index).get();
+          snap = wait_unless_called_off(arriving.at(index), store);
         } catch (const transfer_error& e) {
           throw rendezvous_error(where + ": healing stage " + std::to_string(slot.stage) + ": " + e.what());
         }

@@ -13,7 +13,11 @@ coordinator writes the record once a generation forms and then the newest
 decided step at most every 0.5 s (from a thread of its own), and renews
 its lease every third of heartbeat_timeout_s. Prints the median
 step time of each (from --results, the first --skip steps of each round
-left out) and the ratio.
+left out) and the ratio; the median of the per-round ratios (each round
+runs both, in alternating order: the second run of a pair tends to be the
+faster one here); and the CPU time etcd's members used while each kind of
+run ran, per second of it (from /proc/PID/stat): what etcd on the same
+cores takes from the run.
 
 Python 3 standard library only.
 """
@@ -26,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import etcd_local
 
@@ -41,6 +46,17 @@ def config(d, steps):
     path = os.path.join(d, "etcd_cost.yaml")
     open(path, "w").write(text)
     return path
+
+
+def cpu_s(procs):
+    """The user + system CPU seconds the processes used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in procs:
+        with open(f"/proc/{p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick
 
 
 def round_steps(exe, cfg, coordinator, d, skip, run_id):
@@ -75,11 +91,21 @@ def main():
             url = etcd_local.start(d, procs)
             cfg = config(d, a.steps)
             steps = {"process": [], url: []}
+            etcd_cpu = {"process": [0.0, 0.0], url: [0.0, 0.0]}  # etcd's CPU s, wall s
+            ratios = []
             for r in range(a.rounds):
-                for c in steps:
+                order = ["process", url] if r % 2 == 0 else [url, "process"]
+                medians = {}
+                for c in order:
+                    cpu0, t0 = cpu_s(procs), time.monotonic()
                     got = round_steps(exe, cfg, c, d, a.skip, f"bench-{os.getpid()}-{r}")
+                    etcd_cpu[c][0] += cpu_s(procs) - cpu0
+                    etcd_cpu[c][1] += time.monotonic() - t0
                     steps[c] += got
+                    medians[c] = med(got)
                     print(f"round {r + 1} {'etcd' if c == url else c}: {med(got):.1f} ms", file=sys.stderr)
+                ratios.append(medians[url] / medians["process"])
+                print(f"round {r + 1} etcd / without: {ratios[-1]:.3f}", file=sys.stderr)
         except etcd_local.ClusterError as e:
             sys.exit(f"etcd_cost: {e}")
         finally:
@@ -89,7 +115,12 @@ def main():
     print("| --- | --- |")
     print(f"| `--coordinator process` | {off:.1f} ms |")
     print(f"| `--coordinator etcd://` (3 members on loopback) | {on:.1f} ms |")
-    print(f"\netcd / without: {on / off:.3f}")
+    print(f"\netcd / without: {on / off:.3f} (all steps); median of the {len(ratios)} per-round ratios "
+          f"{med(ratios):.3f} (from {min(ratios):.3f} to {max(ratios):.3f})")
+    for c, name in ((url, "with etcd"), ("process", "without")):
+        used, wall = etcd_cpu[c]
+        print(f"etcd's 3 members used {1e3 * used / wall:.1f} ms of CPU per s of a run {name} "
+              f"({100 * used / wall / os.cpu_count():.2f} % of the machine's {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

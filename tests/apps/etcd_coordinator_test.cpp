@@ -166,6 +166,29 @@ TEST(EtcdRecord, ACoordinatorCutOffFromEtcdStopsByItself) {
   EXPECT_LT(took, 2 + 3 + 5.0) << out;
 }
 
+// The Takeover tests' scene: the etcd cluster, one member in each of 3
+// network namespaces where they can be made, and the run nobody hit.
+class Takeover : public ::testing::Test {
+protected:
+  void SetUp() override {
+    REQUIRE_ETCD();
+    spread_ = std::make_unique<testing_util::spread_cluster>(test_dir() / "cluster", "10.234");
+    ASSERT_TRUE(cluster().ok()) << cluster().why();
+  }
+  etcd_cluster& cluster() { return **spread_; }
+  /// `cfg` trained in one process, nobody hit: its weights at `clean`.
+  void train_clean(const std::string& cfg) {
+    auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
+    ASSERT_EQ(a.code, 0) << describe(a);
+  }
+  void take_over_while_forming(const std::string& run_id, int signal);
+
+  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
+
+private:
+  std::unique_ptr<testing_util::spread_cluster> spread_;
+};
+
 // The step numbers of the lines "step    N/M" in `text` from `from` on.
 std::vector<int> steps_printed(const std::string& text, size_t from = 0) {
   std::vector<int> out;
@@ -201,18 +224,12 @@ void expect_taken_over(const std::string& out, const std::string& clean, const s
   EXPECT_EQ(c.get(run_key(run, "coordinator")), std::nullopt);
 }
 
-TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtPp3) {
-  REQUIRE_ETCD();
-  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
-  etcd_cluster& cluster = *spread;
-  ASSERT_TRUE(cluster.ok()) << cluster.why();
+TEST_F(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtPp3) {
   const std::string cfg = config("killed");
-  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", "killed", cfg, "--save", saved});
+      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", "killed", cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
   const pid_t coordinator = run.coordinator();
@@ -225,7 +242,7 @@ TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtP
                      ") was killed by SIGKILL: the run lost its coordinator; the standby here takes the run over"),
             std::string::npos)
       << out;
-  etcd_client c(cluster.endpoints());
+  etcd_client c(cluster().endpoints());
   expect_taken_over(out, clean, saved, c, "killed");
 }
 
@@ -235,18 +252,13 @@ TEST(Takeover, AKillNineOfTheCoordinatorMidStepIsTakenOverByTheStandbyBitwiseAtP
 // which the record names, and the standby takes that over from their
 // memory. A stopped coordinator's store answers nothing: each worker's
 // watch cuts its connections to it after supervision.heartbeat_timeout_s.
-void take_over_while_forming(const std::string& run_id, int signal) {
-  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
-  etcd_cluster& cluster = *spread;
-  ASSERT_TRUE(cluster.ok()) << cluster.why();
+void Takeover::take_over_while_forming(const std::string& run_id, int signal) {
   const std::string cfg = config(run_id, 40, ", replace_timeout_s: 0");
-  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
   testing_util::forming_held hold(2500);
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", run_id, cfg, "--save", saved});
+      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", run_id, cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
   const pid_t coordinator = run.coordinator(), victim = run.worker(1, std::chrono::milliseconds(0));
@@ -263,38 +275,30 @@ void take_over_while_forming(const std::string& run_id, int signal) {
   EXPECT_NE(out.find(", while generation 1 formed); its stages stopped, its boundary memory kept"), std::string::npos)
       << out;
   EXPECT_EQ(out.find("error"), std::string::npos) << out;
-  etcd_client c(cluster.endpoints());
+  etcd_client c(cluster().endpoints());
   expect_taken_over(out, clean, saved, c, run_id);
 }
 
-TEST(Takeover, ACoordinatorKilledWhileAGenerationFormsIsTakenOverBitwise) {
-  REQUIRE_ETCD();
+TEST_F(Takeover, ACoordinatorKilledWhileAGenerationFormsIsTakenOverBitwise) {
   take_over_while_forming("forming", SIGKILL);
 }
 
-TEST(Takeover, ACoordinatorStoppedWhileAGenerationFormsIsTakenOverBitwise) {
-  REQUIRE_ETCD();
+TEST_F(Takeover, ACoordinatorStoppedWhileAGenerationFormsIsTakenOverBitwise) {
   take_over_while_forming("forming-stopped", SIGSTOP);
 }
 
 // A coordinator that stops answering (SIGSTOP: as one cut off, it renews
 // no lease) loses the run when its lease expires; the launcher, seeing the
 // name gone, kills it and the standby takes over.
-TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
-  REQUIRE_ETCD();
-  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
-  etcd_cluster& cluster = *spread;
-  ASSERT_TRUE(cluster.ok()) << cluster.why();
+TEST_F(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
   const std::string cfg = testing_util::write(
       test_dir() / "stopped.yaml",
       testing_util::deep_mlp_healing_config(2, 2, 2, (test_dir() / "ckpt").string()));
-  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
   fs::remove_all(test_dir() / "ckpt");
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "4", "--coordinator", cluster.url(), "--run-id", "stopped", cfg, "--save", saved});
+      {"--nprocs", "4", "--coordinator", cluster().url(), "--run-id", "stopped", cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
   const pid_t coordinator = run.coordinator();
@@ -309,7 +313,7 @@ TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
                      ") lost its lease in etcd (stopped, hung or cut off): killed it"),
             std::string::npos)
       << out;
-  etcd_client c(cluster.endpoints());
+  etcd_client c(cluster().endpoints());
   expect_taken_over(out, clean, saved, c, "stopped");
 }
 
@@ -319,22 +323,16 @@ TEST(Takeover, AStoppedCoordinatorLosesItsLeaseAndIsTakenOverBitwiseAtDp2Pp2) {
 // launcher starts node 0's two workers again on node 1 (as node 0's does
 // for another node's ranks; supervision.replace_timeout_s unset), their
 // stages from replica 1's memory. Node 1's file is bitwise the clean one.
-TEST(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkersAgainBitwise) {
-  REQUIRE_ETCD();
-  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
-  etcd_cluster& cluster = *spread;
-  ASSERT_TRUE(cluster.ok()) << cluster.why();
+TEST_F(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkersAgainBitwise) {
   const std::string cfg = testing_util::write(
       test_dir() / "host.yaml", testing_util::deep_mlp_healing_config(2, 2, 2, (test_dir() / "ckpt").string()));
-  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
   fs::remove_all(test_dir() / "ckpt");
   const std::string port = std::to_string(free_port("127.0.0.1"));
   auto node = [&](int k) {
     return std::vector<std::string>{"--nnodes", "2", "--node-rank", std::to_string(k), "--nprocs", "2",
                                     "--master-addr", "127.0.0.1", "--master-port", port, "--coordinator",
-                                    cluster.url(), "--run-id", "host-lost", cfg, "--save", saved};
+                                    cluster().url(), "--run-id", "host-lost", cfg, "--save", saved};
   };
   testing_util::background_launch node0(ACTORPIPE_BIN, (test_dir() / "node0.out").string(), node(0));
   testing_util::background_launch node1(ACTORPIPE_BIN, (test_dir() / "node1.out").string(), node(1));
@@ -354,7 +352,7 @@ TEST(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkers
       << out;
   EXPECT_NE(out.find("started worker rank 0 again on this node, in place of node 0's"), std::string::npos) << out;
   EXPECT_NE(out.find("started worker rank 1 again on this node, in place of node 0's"), std::string::npos) << out;
-  etcd_client c(cluster.endpoints());
+  etcd_client c(cluster().endpoints());
   expect_taken_over(out, clean, saved, c, "host-lost");
 }
 
@@ -364,19 +362,13 @@ TEST(Takeover, ACoordinatorsHostLostWholeIsTakenOverOnNode1WhichStartsItsWorkers
 // the record, and its process takes a stage; the coordinator is killed
 // again, and the second takeover takes the joined process over with the
 // others. Every step once, bitwise.
-TEST(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise) {
-  REQUIRE_ETCD();
-  testing_util::spread_cluster spread(test_dir() / "cluster", "10.234");
-  etcd_cluster& cluster = *spread;
-  ASSERT_TRUE(cluster.ok()) << cluster.why();
+TEST_F(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise) {
   const int steps = 160;
   const std::string cfg = config("joined", steps, ", replace_timeout_s: 0");
-  const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
-  auto a = actorpipe({"train", cfg, "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", "--coordinator", cluster.url(), "--run-id", "joined", cfg, "--save", saved});
+      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", "joined", cfg, "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
   const pid_t victim = run.worker(1, std::chrono::milliseconds(0));
@@ -388,7 +380,7 @@ TEST(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise) {
   ::kill(coordinator, SIGKILL);
   ASSERT_TRUE(run.wait_for_output("takeover 1: generation 2 runs from after step")) << run.output();
   testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
-                                         {"--join", cluster.url(), "--run-id", "joined", cfg});
+                                         {"--join", cluster().url(), "--run-id", "joined", cfg});
   ASSERT_TRUE(joiner.started());
   ASSERT_TRUE(run.wait_for_output("re-placed: generation 3 takes in rank 3 (joined)")) << run.output()
                                                                                        << joiner.output();

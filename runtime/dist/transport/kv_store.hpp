@@ -9,6 +9,7 @@
 // has them, for the sources built with USE_C10D_GLOO).
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -58,5 +59,16 @@ private:
 };
 
 using kv_store_ptr = std::shared_ptr<const kv_store>;
+
+/// `f`'s value, waited for outside the store (a transfer over a channel of
+/// its own) while `store` may be armed: its key set ends the wait with
+/// forming_aborted (asked every 50 ms). A peer stopped mid-transfer would
+/// otherwise hold the wait until the channel's own timeout.
+template <class T>
+T wait_unless_called_off(std::future<T>& f, const kv_store_ptr& store) {
+  while (f.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
+    if (store) store->check_armed();
+  return f.get();
+}
 
 }  // namespace actorpipe

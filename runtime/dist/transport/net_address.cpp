@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <cstdlib>
 #include <stdexcept>
@@ -45,12 +47,16 @@ std::string local_address_toward(const std::string& host, int port) {
   return out;
 }
 
-std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, const std::string& what) {
+namespace {
+
+// A TCP socket bound to `addr`:`port` (0: one the kernel picks), as
+// bind_any_port.
+std::pair<int, uint16_t> bind_at(const std::string& addr, uint16_t port, bool listening, const std::string& what) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res); rc != 0)
+  if (int rc = ::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
     throw std::runtime_error(what + ": " + gai_strerror(rc));
   for (addrinfo* a = res; a; a = a->ai_next) {
     const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -71,7 +77,42 @@ std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, 
   return {-1, 0};
 }
 
+// The lowest port the kernel hands out for a bind to port 0 or a connect
+// (net.ipv4.ip_local_port_range), 32768 when it cannot be read.
+int ephemeral_low() {
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  return low;
+}
+
+}  // namespace
+
+std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, const std::string& what) {
+  return bind_at(addr, 0, listening, what);
+}
+
 uint16_t free_port(const std::string& addr) {
+  // Below the kernel's ephemeral range first: a port the kernel hands out
+  // to any bind(0) or connect on this host (a test's, another run's) could
+  // be taken between this check and rank 0's bind; one below it only by a
+  // process that names it. torchrun's default (29500) and its neighbours
+  // are left alone.
+  const int low = ephemeral_low();
+  if (low > 4096) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(low / 2, low - 1);
+    for (int i = 0; i < 64; ++i) {
+      const int p = pick(rng);
+      if (p >= 29400 && p <= 29600) continue;
+      const auto [s, port] = bind_at(addr, static_cast<uint16_t>(p), false, "master address " + addr);
+      if (s < 0) continue;
+      ::close(s);
+      return port;
+    }
+  }
   const auto [s, port] = bind_any_port(addr, false, "master address " + addr);
   if (s < 0) throw std::runtime_error("no free port on master address " + addr);
   ::close(s);  // rank 0's store binds it again: the same small race torchrun has

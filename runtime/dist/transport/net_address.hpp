@@ -19,10 +19,12 @@ std::string local_address_toward(const std::string& host, int port);
 /// not resolve.
 std::pair<int, uint16_t> bind_any_port(const std::string& addr, bool listening, const std::string& what);
 
-/// A TCP port on `addr` that was free a moment ago (bound to port 0, read,
-/// closed): another process may take it before the caller binds it, the
-/// same small race torchrun has. Throws std::runtime_error when `addr`
-/// does not resolve or no address of it could bind.
+/// A TCP port on `addr` that was free a moment ago (bound, closed): another
+/// process may take it before the caller binds it, the race torchrun has.
+/// It is drawn below the kernel's ephemeral range where it can be (no
+/// bind to port 0 or connect elsewhere gets it then), else the kernel's
+/// pick. Throws std::runtime_error when `addr` does not resolve or no
+/// address of it could bind.
 uint16_t free_port(const std::string& addr);
 
 /// Shuts down every TCP socket of this process connected to `host`:`port`

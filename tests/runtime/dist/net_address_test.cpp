@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 
 namespace actorpipe {
@@ -52,6 +53,31 @@ TEST(CutConnections, ABlockedReadEndsAtOnceAndOtherPortsAreLeftAlone) {
   EXPECT_EQ(::recv(kept.client, &c, 1, MSG_DONTWAIT), -1);
   EXPECT_EQ(errno, EAGAIN);
   EXPECT_EQ(cut_connections_to("no-such-host.invalid", cut.port), 0);
+}
+
+// free_port draws below the kernel's ephemeral range, where no bind to
+// port 0 or connect elsewhere on the host can take it in the meantime; the
+// port it gives binds.
+TEST(FreePort, IsBelowTheEphemeralRangeAndBinds) {
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    ASSERT_EQ(std::fscanf(f, "%d", &low), 1);
+    std::fclose(f);
+  }
+  if (low <= 4096) GTEST_SKIP() << "the ephemeral range starts at " << low;
+  for (int i = 0; i < 20; ++i) {
+    const uint16_t port = free_port("127.0.0.1");
+    EXPECT_LT(port, low);
+    EXPECT_GE(port, low / 2);
+    EXPECT_TRUE(port < 29400 || port > 29600) << port;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(port);
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at), 0) << port;
+    ::close(fd);
+  }
 }
 
 }  // namespace
