@@ -307,13 +307,17 @@ struct forming_loss {
 /// the generation before on their directories (a process killed is seen at
 /// once, one stopped or cut off after supervision.heartbeat_timeout_s),
 /// those that joined on their alive/<RANK> counts (standing still for
-/// `beat_limit`). On a loss it closes the gate and calls g off, unless
-/// rank 0 committed first.
+/// `beat_limit`), and those the launcher started again for it (`restarted`:
+/// rank q, its RANK) on the same counts once they have begun to beat (a
+/// process that starts takes seconds; one that dies before its first beat
+/// is not seen). A restarted one lost counts among `old`. On a loss it
+/// closes the gate and calls g off, unless rank 0 committed first.
 class forming_watch {
 public:
   forming_watch(caf::actor_system& sys, kv_store_ptr client, const rank_env& env, uint32_t g,
                 std::vector<std::pair<int, caf::actor>> old, std::vector<int> joiners,
-                std::function<std::string(int)> name_of, milliseconds beat_limit);
+                std::vector<std::pair<int, int>> restarted, std::function<std::string(int)> name_of,
+                milliseconds beat_limit);
   ~forming_watch();
   forming_watch(const forming_watch&) = delete;
   forming_watch& operator=(const forming_watch&) = delete;

@@ -73,24 +73,32 @@ struct forming_watch::shared {
 
 forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const rank_env& env, uint32_t g,
                              std::vector<std::pair<int, caf::actor>> old, std::vector<int> joiners,
-                             std::function<std::string(int)> name_of, milliseconds beat_limit)
+                             std::vector<std::pair<int, int>> restarted, std::function<std::string(int)> name_of,
+                             milliseconds beat_limit)
     : s_(std::make_shared<shared>()) {
   const std::string off = called_off_key(env, g), gate = gate_key(env, g), prefix = env.store_prefix;
   const std::string during = " while generation " + std::to_string(g) + " formed";
   thread_ = std::thread([&sys, s = s_, client = std::move(client), old = std::move(old), joiners = std::move(joiners),
-                         name_of = std::move(name_of), beat_limit, off, gate, prefix, during, env] {
+                         restarted = std::move(restarted), name_of = std::move(name_of), beat_limit, off, gate,
+                         prefix, during, env] {
     caf::scoped_actor me{sys};
     std::map<caf::actor_addr, int> watched;
     for (const auto& [q, dir] : old) {
       me->monitor(dir);
       watched[dir.address()] = q;
     }
+    // By RANK: a joiner beats from before this generation; a process
+    // started again is watched once its count moves from the first read.
     struct beats {
       int64_t count = -1;
       clock_type::time_point since = clock_type::now();
+      int q = -1;          // a process started again: its rank (-1: a joiner)
+      bool read = true;    // the count read once
+      bool beating = true; // seen beating
     };
     std::map<int, beats> seen;
     for (int r : joiners) seen[r] = beats{};
+    for (const auto& [q, r] : restarted) seen[r] = beats{-1, clock_type::now(), q, false, false};
     forming_loss loss;
     std::string why;
     const auto add_why = [&why](const std::string& w) { why += (why.empty() ? "" : "; ") + w; };
@@ -114,13 +122,18 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
           if (b.count == -2) continue;  // counted lost already
           const std::string key = alive_key(prefix, r);
           const int64_t n = client->has(key) ? std::stoll(client->get(key)) : -1;
-          if (n != b.count) {
+          if (!b.read) {
+            b.read = true;
+            b.count = n;
+          } else if (n != b.count) {
             b.count = n;
             b.since = clock_type::now();
-          } else if (clock_type::now() - b.since > beat_limit) {
+            b.beating = true;
+          } else if (b.beating && clock_type::now() - b.since > beat_limit) {
             b.count = -2;
-            loss.joiners.push_back(r);
-            add_why("rank " + env.shown_text(r) + " (joined) gave no sign of life for " + describe_timeout(beat_limit));
+            (b.q >= 0 ? loss.old : loss.joiners).push_back(b.q >= 0 ? b.q : r);
+            add_why("rank " + env.shown_text(r) + (b.q >= 0 ? " (started again)" : " (joined)") +
+                    " gave no sign of life for " + describe_timeout(beat_limit));
           }
         }
         if (why.empty()) continue;

@@ -230,8 +230,9 @@ private:
 
   // While generation next_ forms after one that ran (gen_): its processes
   // from that one (a loss is healed as any other: over the survivors, or
-  // started again by the launcher), and those that joined for it; not a
-  // process the launcher started again for it (its start takes seconds).
+  // started again by the launcher), those that joined for it, and those
+  // the launcher started again for it once they beat (their start takes
+  // seconds).
   // Null: none to watch.
   std::unique_ptr<forming_watch> watch_forming() {
     const uint32_t g = next_.generation;
@@ -244,14 +245,20 @@ private:
     for (int h : next_.members)
       if (h >= cx_.world0 && std::find(before_->members.begin(), before_->members.end(), h) == before_->members.end())
         joiners.push_back(h);
-    if (old.empty() && joiners.empty()) return nullptr;
+    // Those started again for it, once they beat (a start takes seconds).
+    std::vector<std::pair<int, int>> restarted;
+    for (int q : next_.replaced) {
+      const int h = next_.members.empty() ? home_rank(cx_, q) : next_.members.at(static_cast<size_t>(q));
+      if (h < cx_.world0) restarted.emplace_back(q, h);
+    }
+    if (old.empty() && joiners.empty() && restarted.empty()) return nullptr;
     if (!watch_store_) watch_store_ = open_client_store(cx_.env.master_addr, rt_.store->port(), cx_.timeout);
     // A joiner beats while it waits and while it forms; between the two
     // it starts its actor system: a second more than the heartbeat.
     const auto beat_limit = milliseconds(static_cast<int64_t>(cx_.cfg.supervision.heartbeat_timeout_s * 1000) + 1000);
     const std::vector<int> was = before_->members;
     return std::make_unique<forming_watch>(
-        *rt_.sys, watch_store_, cx_.env, g, std::move(old), std::move(joiners),
+        *rt_.sys, watch_store_, cx_.env, g, std::move(old), std::move(joiners), std::move(restarted),
         [was, env = cx_.opts.ranks](int q) {
           return "rank " + env.shown_text(was.empty() ? q : was.at(static_cast<size_t>(q)));
         },

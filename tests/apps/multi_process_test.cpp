@@ -946,6 +946,43 @@ TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwi
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
 }
 
+// RANK 2 killed; the process the launcher starts again for it is killed
+// too, while its generation forms (every rank but 0 held 2.5 s before the
+// rendezvous, beating meanwhile). Rank 0 sees its count stand still for
+// the heartbeat timeout and a second, calls that generation off, and the
+// launcher starts RANK 2 once more. Before, the others waited in the
+// rendezvous until supervision.connect_timeout_s and the run ended.
+TEST(HealFromOutside, AProcessStartedAgainAndKilledWhileItsGenerationFormsIsStartedOnceMoreBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::forming_held hold(2500);
+  background_launch run("kill_restarted", {"--nprocs", "4", long_healing_config("kill_restarted"), "--save", healed});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  const std::string started = "started worker rank 2 again (pid ";
+  ASSERT_TRUE(run.wait_for_output(started)) << run.output();
+  const std::string before = run.output();
+  const pid_t again = std::atoi(before.c_str() + before.find(started) + started.size());
+  ASSERT_GT(again, 0) << before;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // it beats, held before the rendezvous
+  ::kill(again, SIGKILL);
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("generation 1 was called off: rank 2 (started again) gave no sign of life for 3 s while "
+                     "generation 1 formed"),
+            std::string::npos)
+      << out;
+  const size_t second = out.find(started, out.find(started) + 1);
+  EXPECT_NE(second, std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+}
+
 // Two deaths where supervision.max_restarts allows one: exit 4, and the
 // message names both.
 TEST(HealFromOutside, TwoKillsBeyondMaxRestartsExitFourNamingBoth) {
