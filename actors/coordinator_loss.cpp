@@ -55,7 +55,12 @@ coordinator_watch::coordinator_watch(const rank_context& cx, bool standby) {
   // beating while a generation forms (actors/rank_forming.cpp).
   const std::string prefix = env.store_prefix;
   const int home = cx.home >= 0 ? cx.home : cx.opts.ranks.rank;
-  std::thread([done = done_, host, port, line, answer_within, prefix, home, standby] {
+  // A process started for a later generation (a replacement) was asked
+  // for while the store listened: a refusal is its loss from the first
+  // probe on (its rendezvous would otherwise retry the connect until
+  // supervision.connect_timeout_s).
+  const bool asked_for = start_generation() > 0;
+  std::thread([done = done_, host, port, line, answer_within, prefix, home, standby, asked_for] {
     const auto lose = [&](const std::string& why) {
       if (standby) {  // every wait on the store ends; the agent waits for a takeover
         cut_connections_to(host, port);
@@ -68,7 +73,7 @@ coordinator_watch::coordinator_watch(const rank_context& cx, bool standby) {
       std::fflush(nullptr);
       std::_Exit(exit_code_for(run_errc::coordinator_lost));
     };
-    bool seen = false;
+    bool seen = asked_for;
     int refused = 0;
     kv_store_ptr probe;  // a connection of this thread's own, once the store accepted one
     while (!done->load()) {

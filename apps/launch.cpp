@@ -68,6 +68,7 @@ const command_spec launch_spec = {
     "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
     "boundary the job's supervisor gives each a stage of a process that holds\n"
     "several, with that stage's state from memory. CONFIG must be the job's own.\n"
+    "One of them that dies leaves the others be: the run they joined goes on.\n"
     "With --join etcd://HOST:PORT[,...] the address is the live coordinator's in\n"
     "the run's record (--run-id, as at its start): a coordinator that took the run\n"
     "over is found too, and the processes that join wait for a later takeover.\n",

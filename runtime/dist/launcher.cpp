@@ -218,6 +218,12 @@ private:
       }
       return;
     }
+    if (o_.join && !got_signal_) {
+      // A joiner is its run's: the run goes on without it, the others here too.
+      if (failed_code_ < 0) failed_code_ = code;
+      notice(what + "; the run it joined goes on without it");
+      return;
+    }
     if (!got_signal_) failed_code_ = code;
     const size_t others = count_live(ws_);
     stop(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")

@@ -417,6 +417,44 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// Two processes join through one `launch --join --nprocs 2` a run of pp 4
+// on 2 processes, and each takes a stage; one of them is killed. Its
+// launcher leaves the other be (before, it stopped it too: a second loss
+// for the run), the run goes on without the one killed, and the other
+// stays to the end.
+TEST(Grow, OneOfTwoJoinersOfOneLaunchKilledLeavesTheOtherInTheRunBitwise) {
+  const std::string clean = clean_run(4, 1, 80);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config(
+      "elastic", config(4, 1, 80, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"));
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--nprocs", "2", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  ASSERT_FALSE(at.empty()) << run.output();
+  testing_util::background_launch joiners(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
+                                          {"--join", at, "--nprocs", "2", cfg});
+  ASSERT_TRUE(joiners.started());
+  ASSERT_TRUE(run.wait_for_output("3 (joined): stages by process ")) << run.output();
+  const size_t taken = run.output().rfind(" (joined): stages by process ");
+  ASSERT_TRUE(run.wait_for_output(" -> 0 | 2 | 1 | 3 (ranks 0 1 2 3)")) << run.output();
+  for (int i = 0; i < 3000 && run.output().find("heal: generation", taken) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto pids = joiners.workers();
+  ASSERT_EQ(pids.size(), 2u) << joiners.output();
+  ::kill(pids.front(), SIGKILL);
+  ASSERT_EQ(run.wait(180), 0) << run.output();
+  EXPECT_EQ(joiners.wait(60), 1) << joiners.output();  // the first failing worker's code
+  const std::string joined = joiners.output();
+  EXPECT_NE(joined.find("was killed by SIGKILL; the run it joined goes on without it"), std::string::npos) << joined;
+  EXPECT_EQ(joined.find("stopping the other"), std::string::npos) << joined;
+  const std::string out = run.output();
+  EXPECT_NE(out.find("goes on over 3 processes without rank "), std::string::npos) << out;
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
 // pp 4 over 4 with every rank but 0 held 2 s before each rendezvous: RANK 2
 // killed after step 3; once generation 1 runs, a process joins, and the
 // scene ends when rank 0 takes it in (generation 2, forming).
