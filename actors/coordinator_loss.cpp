@@ -60,9 +60,10 @@ coordinator_watch::coordinator_watch(const rank_context& cx, bool standby) {
   // probe on (its rendezvous would otherwise retry the connect until
   // supervision.connect_timeout_s).
   const bool asked_for = start_generation() > 0;
-  std::thread([done = done_, host, port, line, answer_within, prefix, home, standby, asked_for] {
+  std::thread([done = done_, lost = lost_, host, port, line, answer_within, prefix, home, standby, asked_for] {
     const auto lose = [&](const std::string& why) {
       if (standby) {  // every wait on the store ends; the agent waits for a takeover
+        lost->store(true);
         cut_connections_to(host, port);
         done->store(true);
         return;

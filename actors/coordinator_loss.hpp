@@ -40,11 +40,16 @@ class coordinator_watch {
 public:
   coordinator_watch(const rank_context& cx, bool standby);
   ~coordinator_watch() { done_->store(true); }
+  /// With a standby: whether it took the coordinator for lost (and cut the
+  /// connections). A stopped coordinator's kernel still accepts a connect:
+  /// a probe afterwards would not tell.
+  bool judged_lost() const { return lost_->load(); }
   coordinator_watch(const coordinator_watch&) = delete;
   coordinator_watch& operator=(const coordinator_watch&) = delete;
 
 private:
   std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> lost_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace actorpipe::rank_detail

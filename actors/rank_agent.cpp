@@ -94,20 +94,24 @@ caf::behavior joining(agent_ptr self) {
     auto& s = self->state;
     const uint32_t g = s.hp.generation;
     const context_before before = before_forming(*s.cx);
+    // Outside the try: under a standby, the catch asks it whether it took
+    // the coordinator for lost.
+    std::optional<coordinator_watch> watch(std::in_place, *s.cx, s.standby);
     try {
       train_options opts = s.cx->opts;
       opts.epoch = g;
-      coordinator_watch watch(*s.cx, s.standby);
       armed arm(s.rt->store, g > 0 ? called_off_key(s.cx->env, g) : "");
       s.gen = join_generation(*s.rt, *s.cx, s.hp, opts);
     } catch (...) {
       std::exception_ptr e = std::current_exception();
+      const bool judged_lost = watch->judged_lost();
+      watch.reset();
       // Rank 0 called the generation off (a process lost while it
       // formed): back to the generation before, for rank 0's next plan.
       // A process that joined for this one has none to go back to.
       bool off = false;
       if (s.rank0) {
-        coordinator_watch watch(*s.cx, s.standby);  // a stopped store answers no check
+        coordinator_watch asking(*s.cx, s.standby);  // a stopped store answers no check
         off = called_off(*s.rt, *s.cx, g);
       }
       // Under a standby, the coordinator lost while the generation formed:
@@ -115,8 +119,7 @@ caf::behavior joining(agent_ptr self) {
       // a standby takes over. A re-partition may have begun to rewrite the
       // boundary memory, which then goes: the takeover starts from disk.
       if (!off && s.standby && s.rank0) {
-        std::exception_ptr lost = loss_of(*s.rt, *s.cx, e);
-        if (lost != e) {
+        if (judged_lost || loss_of(*s.rt, *s.cx, e) != e) {
           if (!s.cx->moved_from.empty() && s.cx->boundary) s.cx->boundary->clear();
           put_back(*s.cx, before);
           self->become(serving(self));
@@ -161,6 +164,7 @@ caf::behavior joining(agent_ptr self) {
       end(self, loss_of(*s.rt, *s.cx, e));
       return;
     }
+    watch.reset();
     s.rank0 = s.gen->peers.dirs[0];
     s.rank0_at = s.gen->links.met.endpoints[0];
     s.prefix = s.gen->links.prefix;

@@ -347,22 +347,36 @@ TEST(Grow, AtDataParallelTwoTheJoinerTakesTheReplicasStageBackBitwise) {
                    "0.0 | 0.1 1.1 | 1.0 -> 0.0 | 0.1 | 1.0 | 1.1 (ranks 0 1 2 4)", "stage 1 of replica 1");
 }
 
+// pp 4 on 2 processes (fewer than stages) that take joiners
+// (replace_timeout_s 5), running: the clean run's bytes, the config, and
+// the address to join at.
+struct on_two_processes {
+  explicit on_two_processes(int steps)
+      : clean(clean_run(4, 1, steps)),
+        saved((test_dir() / "elastic.pt").string()),
+        cfg(write_config("elastic",
+                         config(4, 1, steps, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"))),
+        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(), {"--nprocs", "2", cfg, "--save", saved}) {}
+  // Empty once it trains and named its join address, else why not.
+  std::string started() {
+    if (!run.started() || !run.wait_for_output("step     3/")) return "no step 3\n" + run.output();
+    at = join_address(run.output());
+    return at.empty() ? "no join address\n" + run.output() : "";
+  }
+  const std::string clean, saved, cfg;
+  testing_util::background_launch run;
+  std::string at;
+};
+
 // A run that starts with fewer processes than stages (pp 4 on 2) takes a
 // third in: it gets stage 1 from RANK 0's memory. With replace_timeout_s 5
 // `launch` would start a lost worker again, but nothing can start a joiner
 // again: when it is killed, its stage goes back to the process holding its
 // copy and the run goes on. Both end on the clean bytes.
 TEST(Grow, ARunOnFewerProcessesThanStagesTakesOneInAndGoesOnWithoutItWhenItDies) {
-  const std::string clean = clean_run(4, 1, 60);
-  const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config(
-      "elastic", config(4, 1, 60, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"));
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", "2", cfg, "--save", saved});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const std::string at = join_address(run.output());
-  ASSERT_FALSE(at.empty()) << run.output();
+  on_two_processes scene(60);
+  ASSERT_EQ(scene.started(), "");
+  auto& [clean, saved, cfg, run, at] = scene;
   testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(), {"--join", at, cfg});
   ASSERT_TRUE(joiner.started());
   ASSERT_TRUE(run.wait_for_output(" takes in rank 2 (joined): stages by process 0 1 | 2 3 -> 0 | 2 3 | 1 (ranks 0 1 2)"))
@@ -423,16 +437,9 @@ TEST(Shrink, AProcessStoppedWhileTheNextGenerationFormsIsLeftBehindTooBitwise) {
 // for the run), the run goes on without the one killed, and the other
 // stays to the end.
 TEST(Grow, OneOfTwoJoinersOfOneLaunchKilledLeavesTheOtherInTheRunBitwise) {
-  const std::string clean = clean_run(4, 1, 80);
-  const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config(
-      "elastic", config(4, 1, 80, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"));
-  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-                                      {"--nprocs", "2", cfg, "--save", saved});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const std::string at = join_address(run.output());
-  ASSERT_FALSE(at.empty()) << run.output();
+  on_two_processes scene(80);
+  ASSERT_EQ(scene.started(), "");
+  auto& [clean, saved, cfg, run, at] = scene;
   testing_util::background_launch joiners(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
                                           {"--join", at, "--nprocs", "2", cfg});
   ASSERT_TRUE(joiners.started());
