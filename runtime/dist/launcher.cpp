@@ -138,6 +138,7 @@ private:
   // "worker rank R" by the RANK it was started with, or the coordinator
   // apart (rank 0 inside the run).
   std::string name(int rank) const {
+    if (o_.join) return "joining process " + std::to_string(rank);  // its RANK is the run's to give
     if (o_.apart && rank == 0) return "the coordinator";
     return "worker rank " + std::to_string(o_.apart ? rank - 1 : rank);
   }
@@ -219,7 +220,6 @@ private:
       return;
     }
     if (o_.join && !got_signal_) {
-      // A joiner is its run's: the run goes on without it, the others here too.
       if (failed_code_ < 0) failed_code_ = code;
       notice(what + "; the run it joined goes on without it");
       return;

@@ -455,6 +455,7 @@ TEST(Grow, OneOfTwoJoinersOfOneLaunchKilledLeavesTheOtherInTheRunBitwise) {
   ASSERT_EQ(run.wait(180), 0) << run.output();
   EXPECT_EQ(joiners.wait(60), 1) << joiners.output();  // the first failing worker's code
   const std::string joined = joiners.output();
+  EXPECT_NE(joined.find("actorpipe launch: joining process "), std::string::npos) << joined;
   EXPECT_NE(joined.find("was killed by SIGKILL; the run it joined goes on without it"), std::string::npos) << joined;
   EXPECT_EQ(joined.find("stopping the other"), std::string::npos) << joined;
   const std::string out = run.output();
