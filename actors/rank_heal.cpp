@@ -17,6 +17,13 @@ int home_rank(const rank_context& cx, int q) {
   return cx.members.empty() ? q : cx.members.at(static_cast<size_t>(q));
 }
 
+int live_joiners_after(const kv_store& store, const rank_context& cx, const std::set<int>& lost) {
+  int live = 0;
+  for (int t = cx.joined + 1, n = joiners_so_far(store, cx.env.store_prefix); t <= n; ++t)
+    live += lost.count(joiner_rank(cx.world0, t)) ? 0 : 1;
+  return live;
+}
+
 std::string shown_rank(const rank_context& cx, int q) {
   return cx.opts.ranks.shown_text(home_rank(cx, q));
 }
@@ -342,14 +349,17 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
   const rank_env& env = cx.env;
   auto next = decide_heal(cx, hp.generation, failure, {}, hp, ask_held(cx, peers), [](bool) { return false; }, log);
   if (!next) return std::nullopt;
-  const int waiting = joiners_so_far(*store, env.store_prefix) - cx.joined;
-  const grown more = grow_placement(cx.places, next->from_disk ? 0 : waiting);
+  // The live joiners waiting, by ticket (a lost one's is skipped).
+  std::vector<int> tickets;
+  for (int t = cx.joined + 1, n = joiners_so_far(*store, env.store_prefix); t <= n; ++t)
+    if (!cx.joiners_lost.count(joiner_rank(cx.world0, t))) tickets.push_back(t);
+  const grown more = grow_placement(cx.places, next->from_disk ? 0 : static_cast<int>(tickets.size()));
   const int W = cx.places.world();
   std::vector<int> homes, ranks;  // every process's RANK; the joiners'
   for (int q = 0; q < W; ++q) homes.push_back(home_rank(cx, q));
   std::string joined, from;
   for (int j = 0; j < more.taken; ++j) {
-    ranks.push_back(joiner_rank(cx.world0, cx.joined + j + 1));
+    ranks.push_back(joiner_rank(cx.world0, tickets.at(static_cast<size_t>(j))));
     next->replaced.push_back(W + j);
     homes.push_back(ranks.back());
     joined += (joined.empty() ? "" : ", ") + cx.opts.ranks.shown_text(ranks.back());
@@ -369,7 +379,7 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
   announce(cx, store, peers, *next, line, log, [&] {
     for (int rank : ranks) place_joiner(*store, env.store_prefix, rank, next->generation);
   });
-  cx.joined += more.taken;
+  if (more.taken > 0) cx.joined = tickets.at(static_cast<size_t>(more.taken - 1));
   return next;
 }
 

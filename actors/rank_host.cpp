@@ -99,8 +99,8 @@ public:
     if (watch_) watch_->start(cx_.plan.parts);
     rebalance_.reset();
     if (joins || balances)
-      opts.regroup = [this, joins, balances] {
-        if (joins && crowded() && joiners_so_far(*poll_, cx_.env.store_prefix) > cx_.joined) return true;
+      opts.regroup = [this, joins, balances, lost = cx_.joiners_lost] {
+        if (joins && crowded() && live_joiners_after(*poll_, cx_, lost) > 0) return true;
         return balances && rebalance_due();
       };
     auto user = opts.on_step;
@@ -271,12 +271,12 @@ private:
   // with a run_error when it cannot.
   void replan(const forming_loss& loss, supervision_log& log) {
     const heal_plan aborted = next_;
-    // The lost joiners' tickets stay used. Joiners that all live, in a
-    // generation called off for an old member's loss, are taken in again
-    // at a later boundary: they wait for it (rank_agent.cpp).
-    const int joined = loss.joiners.empty() && !loss.old.empty() ? before_->joined : cx_.joined;
+    // The joiners' tickets go back: those that live are taken in again at
+    // a later boundary, and wait for it (rank_agent.cpp); a lost one's is
+    // skipped from now on.
     put_back(cx_, *before_);
-    cx_.joined = joined;
+    cx_.joined = before_->joined;
+    cx_.joiners_lost.insert(loss.joiners.begin(), loss.joiners.end());
     cx_.failed_at = clock_type::now();
     cx_.spoiled = loss.passed > 0 && aborted.parts != before_->parts;
     for (int q : loss.old)

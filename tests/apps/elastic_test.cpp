@@ -463,6 +463,50 @@ TEST(Grow, OneOfTwoJoinersOfOneLaunchKilledLeavesTheOtherInTheRunBitwise) {
   EXPECT_TRUE(read_or_empty(saved) == clean) << out;
 }
 
+// Two processes that join at once (one `launch --join --nprocs 2` while a
+// stopped worker holds the run still) are taken in by one generation, and
+// one of them is killed while it forms (every rank but 0 held 2 s before
+// each rendezvous). The generation is called off; the other joiner is
+// taken in at a later boundary. Before, its ticket stayed used and it
+// waited until the run ended.
+TEST(Grow, TheLiveOneOfTwoJoinersWhoseGenerationIsCalledOffIsTakenInLaterBitwise) {
+  const std::string clean = clean_run(4, 1, 80);
+  const std::string saved = (test_dir() / "elastic.pt").string();
+  const std::string cfg = write_config("elastic", config(4, 1, 80, 8, kShrink));
+  testing_util::forming_held hold(2000);
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--coordinator", "process", "--nprocs", "4", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const std::string at = join_address(run.output());
+  const pid_t killed = run.worker(2, std::chrono::milliseconds(0)), stopped = run.worker(3, std::chrono::milliseconds(0));
+  ASSERT_FALSE(at.empty()) << run.output();
+  ASSERT_GT(killed, 0) << run.output();
+  ASSERT_GT(stopped, 0) << run.output();
+  ::kill(killed, SIGKILL);
+  const bool healed = run.wait_for_output("heal: generation 1 runs from after step");
+  ::kill(stopped, SIGSTOP);
+  testing_util::background_launch joiners(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
+                                          {"--join", at, "--nprocs", "2", cfg});
+  const bool both = healed && run.wait_for_output(" takes in rank 4, 5 (joined)");
+  const auto pids = joiners.workers();
+  if (both && pids.size() == 2) ::kill(pids.front(), SIGKILL);
+  const int code = both && pids.size() == 2 ? run.wait(180) : -2;
+  ::kill(stopped, SIGKILL);  // the launcher's already, unless the run failed
+  ASSERT_TRUE(both) << run.output();
+  ASSERT_EQ(pids.size(), 2u) << joiners.output();
+  ASSERT_EQ(code, 0) << run.output();
+  EXPECT_EQ(joiners.wait(60), 1) << joiners.output();  // the killed one's code; the other ended well
+  const std::string out = run.output();
+  const size_t off = out.find(" goes on as before, generation 3 was called off: rank ");
+  ASSERT_NE(off, std::string::npos) << out;
+  EXPECT_NE(out.find(" (joined) gave no sign of life for 3 s while generation 3 formed", off), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" (joined): stages by process ", off), std::string::npos) << out;  // taken in later
+  EXPECT_EQ(joiners.output().find("before it re-placed its stages"), std::string::npos) << joiners.output();
+  EXPECT_TRUE(read_or_empty(saved) == clean) << out;
+}
+
 // pp 4 over 4 with every rank but 0 held 2 s before each rendezvous: RANK 2
 // killed after step 3; once generation 1 runs, a process joins, and the
 // scene ends when rank 0 takes it in (generation 2, forming).
