@@ -25,9 +25,9 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,7 +100,7 @@ struct rank_context {
   int joined = 0;
   // Rank 0: the RANKs of joiners lost before they were taken in (a
   // generation called off): their tickets are skipped.
-  std::set<int> joiners_lost;
+  std::set<int> joiners_lost{};
   // A process that joined: its RANK (opts.ranks holds a stand-in); -1:
   // opts.ranks.rank.
   int home = -1;
@@ -341,9 +341,9 @@ private:
 
 /// The RANK process q of this generation was started with.
 int home_rank(const rank_context& cx, int q);
-/// Rank 0: the joiners that asked (their tickets in `store`) and wait to be
-/// taken in, less those in `lost`.
-int live_joiners_after(const kv_store& store, const rank_context& cx, const std::set<int>& lost);
+/// Rank 0: the tickets of the joiners that asked (in `store`) and wait to
+/// be taken in, in order, less those whose RANK is in `lost`.
+std::vector<int> live_joiner_tickets(const kv_store& store, const rank_context& cx, const std::set<int>& lost);
 /// Rank q of this generation as a user knows it: the RANK its process was
 /// started with ("c" for a coordinator apart, rank_env::apart).
 std::string shown_rank(const rank_context& cx, int q);

@@ -17,11 +17,11 @@ int home_rank(const rank_context& cx, int q) {
   return cx.members.empty() ? q : cx.members.at(static_cast<size_t>(q));
 }
 
-int live_joiners_after(const kv_store& store, const rank_context& cx, const std::set<int>& lost) {
-  int live = 0;
+std::vector<int> live_joiner_tickets(const kv_store& store, const rank_context& cx, const std::set<int>& lost) {
+  std::vector<int> tickets;
   for (int t = cx.joined + 1, n = joiners_so_far(store, cx.env.store_prefix); t <= n; ++t)
-    live += lost.count(joiner_rank(cx.world0, t)) ? 0 : 1;
-  return live;
+    if (!lost.count(joiner_rank(cx.world0, t))) tickets.push_back(t);
+  return tickets;
 }
 
 std::string shown_rank(const rank_context& cx, int q) {
@@ -349,10 +349,7 @@ std::optional<heal_plan> regroup(rank_context& cx, const kv_store_ptr& store, co
   const rank_env& env = cx.env;
   auto next = decide_heal(cx, hp.generation, failure, {}, hp, ask_held(cx, peers), [](bool) { return false; }, log);
   if (!next) return std::nullopt;
-  // The live joiners waiting, by ticket (a lost one's is skipped).
-  std::vector<int> tickets;
-  for (int t = cx.joined + 1, n = joiners_so_far(*store, env.store_prefix); t <= n; ++t)
-    if (!cx.joiners_lost.count(joiner_rank(cx.world0, t))) tickets.push_back(t);
+  const std::vector<int> tickets = live_joiner_tickets(*store, cx, cx.joiners_lost);
   const grown more = grow_placement(cx.places, next->from_disk ? 0 : static_cast<int>(tickets.size()));
   const int W = cx.places.world();
   std::vector<int> homes, ranks;  // every process's RANK; the joiners'

@@ -100,7 +100,7 @@ public:
     rebalance_.reset();
     if (joins || balances)
       opts.regroup = [this, joins, balances, lost = cx_.joiners_lost] {
-        if (joins && crowded() && live_joiners_after(*poll_, cx_, lost) > 0) return true;
+        if (joins && crowded() && !live_joiner_tickets(*poll_, cx_, lost).empty()) return true;
         return balances && rebalance_due();
       };
     auto user = opts.on_step;

@@ -9,9 +9,9 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <random>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
