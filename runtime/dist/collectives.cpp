@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "runtime/dist/transport/kv_store_impl.hpp"
+#include "runtime/dist/transport/tcp_store.hpp"
 
 namespace actorpipe {
 
@@ -174,7 +175,7 @@ allreduce_groups join_gloo_groups(const kv_store_ptr& store, const std::string& 
       so.waitWorkers = false;
       so.timeout = timeout;
       try {
-        s = c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), so);
+        s = make_tcp_store(tcp->getHost(), so);
       } catch (const std::exception& e) {
         throw collective_error("gloo group '" + name + "': cannot reach the store: " + e.what());
       }

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/dist/transport/kv_store_impl.hpp"
+#include "runtime/dist/transport/tcp_store.hpp"
 
 #include <exception>
 #include <mutex>
@@ -253,7 +254,7 @@ p2p_group p2p_group::connect(const p2p_options& o) {
     so.waitWorkers = false;  // the Gloo rendezvous below waits for everybody
     so.timeout = o.timeout;
     try {
-      auto tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+      auto tcp = make_tcp_store(o.master_addr, so);
       g->port = tcp->getPort();
       g->store = tcp;
     } catch (const std::exception& e) {

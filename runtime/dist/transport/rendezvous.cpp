@@ -12,6 +12,7 @@
 
 #include "runtime/dist/transport/kv_store_impl.hpp"
 #include "runtime/dist/transport/poll_backoff.hpp"
+#include "runtime/dist/transport/tcp_store.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -115,7 +116,7 @@ store_ptr open_store(const rendezvous_options& o, clock_type::time_point deadlin
     so.timeout = std::max(left_until(deadline), std::chrono::milliseconds(200));
   }
   try {
-    return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    return make_tcp_store(o.master_addr, so);
   } catch (const std::exception& e) {
     throw rendezvous_error(std::string(o.hosts_store ? "cannot start the store at " : "cannot reach the master at ") +
                            at + ": " + reason(e));
