@@ -61,6 +61,13 @@ void finish(driver_ptr self, caf::error err = caf::error{}) {
   auto& s = self->state;
   if (s.finished) return;
   s.finished = true;
+  // Before the run was asked for (a stage lost while the supervisor still
+  // wires the stages), no promise waits: the error goes as the driver's
+  // exit reason, which the supervisor reads as it would the answer.
+  if (err && !s.promise.pending()) {
+    self->quit(std::move(err));
+    return;
+  }
   if (err)
     s.promise.deliver(std::move(err));
   else

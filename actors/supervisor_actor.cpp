@@ -194,9 +194,12 @@ caf::behavior running(supervisor_ptr self) {
     auto& s = self->state;
     if (!forget(self, dm)) return;
     // The driver quits once it answered the run: only a driver gone before
-    // that is a failure.
+    // that is a failure. One that failed before the run was asked for (a
+    // stage lost while the stages were wired) quits with the run's error.
     if (dm.source == s.gen->driver.address() && !s.answered && s.failure.code == run_errc::none) {
-      s.failure = run_failure{run_errc::failed, -1, -1, -1, "the driver stopped: " + self->system().render(dm.reason)};
+      if (!read_failure(dm.reason, s.failure))
+        s.failure =
+            run_failure{run_errc::failed, -1, -1, -1, "the driver stopped: " + self->system().render(dm.reason)};
       on_failed(self);
     }
   });
