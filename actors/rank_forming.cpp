@@ -80,7 +80,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
   const std::string during = " while generation " + std::to_string(g) + " formed";
   thread_ = std::thread([&sys, s = s_, client = std::move(client), old = std::move(old), joiners = std::move(joiners),
                          restarted = std::move(restarted), name_of = std::move(name_of), beat_limit, off, gate,
-                         prefix, during, env] {
+                         prefix, during, env, g] {
     caf::scoped_actor me{sys};
     std::map<caf::actor_addr, int> watched;
     for (const auto& [q, dir] : old) {
@@ -120,6 +120,14 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
         me->receive(on_down(""), caf::after(milliseconds(50)) >> [] {});
         for (auto& [r, b] : seen) {
           if (b.count == -2) continue;  // counted lost already
+          // One started again whose launcher saw it end (before its first
+          // beat, too): lost at once.
+          if (const std::string how = b.q >= 0 ? exited_in(*client, prefix, r, g) : ""; !how.empty()) {
+            b.count = -2;
+            loss.old.push_back(b.q);
+            add_why("rank " + env.shown_text(r) + " (started again) " + how);
+            continue;
+          }
           const std::string key = alive_key(prefix, r);
           const int64_t n = client->has(key) ? std::stoll(client->get(key)) : -1;
           if (!b.read) {

@@ -65,6 +65,29 @@ void beat(const kv_store& store, const std::string& store_prefix, int rank) {
   store.set(alive_key(store_prefix, rank), std::to_string(++beats));
 }
 
+std::string exited_key(const std::string& store_prefix, int rank) {
+  return key(store_prefix, "exited/" + std::to_string(rank));
+}
+
+void tell_exited(const std::string& host, uint16_t port, const std::string& store_prefix, int rank,
+                 uint32_t generation, const std::string& how) {
+  try {
+    open_client_store(host, port, std::chrono::milliseconds(3000))
+        ->set(exited_key(store_prefix, rank), std::to_string(generation) + " " + how);
+  } catch (const std::exception&) {
+    // The coordinator is gone too: its own loss is handled apart.
+  }
+}
+
+std::string exited_in(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation) {
+  const std::string k = exited_key(store_prefix, rank);
+  if (!store.has(k)) return "";
+  const std::string v = store.get(k);
+  const size_t space = v.find(' ');
+  if (space == std::string::npos || v.compare(0, space, std::to_string(generation)) != 0) return "";
+  return v.substr(space + 1);
+}
+
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
                          const std::string& at, const std::function<void(const std::string&)>& waiting) {
   if (!store.has(key(store_prefix, "digest")))

@@ -42,6 +42,18 @@ void place_joiner(const kv_store& store, const std::string& store_prefix, int ra
 std::string alive_key(const std::string& store_prefix, int rank);
 void beat(const kv_store& store, const std::string& store_prefix, int rank);
 
+/// `exited/<rank>`: "<generation> <how>", set by the launcher that started
+/// process `rank` again for that generation when it ends (a process that
+/// dies before its first beat is seen at once, not after a timeout).
+std::string exited_key(const std::string& store_prefix, int rank);
+/// The launcher's word, best effort: the store at host:port (this node's)
+/// is asked for 3 s at most (c10d counts its connect timeout in whole
+/// seconds), and a set waits for no answer.
+void tell_exited(const std::string& host, uint16_t port, const std::string& store_prefix, int rank,
+                 uint32_t generation, const std::string& how);
+/// The `how` of exited/<rank> when it names `generation`; "" otherwise.
+std::string exited_in(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation);
+
 /// What a joining process got: its RANK, and the generation it joins.
 struct join_ticket {
   int rank = -1;

@@ -19,9 +19,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/dist/join.hpp"
 #include "runtime/dist/launcher_pipes.hpp"
 #include "runtime/dist/launcher_spawn.hpp"
 #include "runtime/dist/launcher_standby.hpp"
+#include "runtime/dist/rank_env.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "runtime/dist/transport/shared_segments.hpp"
 
@@ -46,6 +48,7 @@ struct worker {
   /// Dead, waiting for rank 0's "respawn" until this time (heal mode).
   bool awaiting = false;
   clock::time_point replace_by{};
+  int generation = 0;  ///< started again for this generation (0: at the start)
 };
 
 // Signals go to the worker's process group: what it started itself (a
@@ -66,30 +69,6 @@ size_t count_live(const std::vector<worker>& ws) {
   for (const auto& w : ws) n += w.live;
   return n;
 }
-
-}  // namespace
-
-std::string signal_name(int signo) {
-  switch (signo) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    default: return "signal " + std::to_string(signo);
-  }
-}
-
-namespace {
 
 // One run of the workers on this node: started, watched until every one
 // is gone, signals forwarded, a failure stopping the others, and (heal
@@ -193,9 +172,9 @@ private:
     // expected ending, not a failure.
     const bool by_forwarded = got_signal_ && ((WIFSIGNALED(st) && WTERMSIG(st) == got_signal_) ||
                                               (WIFEXITED(st) && WEXITSTATUS(st) == 128 + got_signal_));
-    const std::string who = name(w.rank) + " (pid " + std::to_string(w.pid) + ")";
-    const std::string what = WIFSIGNALED(st) ? who + " was killed by " + signal_name(WTERMSIG(st))
-                                             : who + " exited with " + std::to_string(WEXITSTATUS(st));
+    const std::string how = WIFSIGNALED(st) ? "was killed by " + signal_name(WTERMSIG(st))
+                                            : "exited with " + std::to_string(WEXITSTATUS(st));
+    const std::string what = name(w.rank) + " (pid " + std::to_string(w.pid) + ") " + how;
     if (lost_ && !by_forwarded) notice(what);
     if (ok || by_forwarded || stopping_) return;
     const int code = WIFSIGNALED(st) ? 1 : WEXITSTATUS(st);
@@ -209,6 +188,9 @@ private:
       // or on the node whose launcher started the coordinator (node 0, or
       // the one whose standby took the run over).
       if (coordinating_) {
+        if (w.generation > 0)  // its generation may still form: the coordinator sees it go at once
+          tell_exited(self_addr_, port_, rank_env{}.store_prefix, w.rank, static_cast<uint32_t>(w.generation),
+                      how + " (pid " + std::to_string(w.pid) + ")");
         w.awaiting = true;
         w.replace_by = clock::now() + o_.replace_wait;
         notice(what + "; " + boss() + " replaces it or goes on without it");
@@ -434,6 +416,7 @@ private:
     }
     w.live = true;
     w.awaiting = false;
+    w.generation = generation;
     notice("started " + name(rank) + " again" +
            (remote ? " on this node, in place of node " + std::to_string(node_of(o_, rank)) + "'s" : std::string()) +
            " (pid " + std::to_string(w.pid) + ", generation " + std::to_string(generation) +

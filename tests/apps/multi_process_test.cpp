@@ -983,6 +983,45 @@ TEST(HealFromOutside, AProcessStartedAgainAndKilledWhileItsGenerationFormsIsStar
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
 }
 
+// The process started again for RANK 2 is killed at once, before its
+// first beat: its launcher tells the store, rank 0's watch sees it go and
+// calls the generation off, and the launcher starts RANK 2 once more.
+// Before, nothing was seen until supervision.connect_timeout_s ran out.
+TEST(HealFromOutside, AProcessStartedAgainThatDiesBeforeItsFirstBeatIsSeenAtOnceAndStartedOnceMoreBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::forming_held hold(2500);
+  background_launch run("die_at_once", {"--nprocs", "4", long_healing_config("die_at_once"), "--save", healed});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
+  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  const std::string started = "started worker rank 2 again (pid ";
+  ASSERT_TRUE(run.wait_for_output(started)) << run.output();
+  const std::string before = run.output();
+  const pid_t again = std::atoi(before.c_str() + before.find(started) + started.size());
+  ASSERT_GT(again, 0) << before;
+  ::kill(again, SIGKILL);
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  for (const char* line : {"was called off", "\nheal: generation 2 runs"})
+    if (const size_t at = out.find(line); at != std::string::npos) {
+      const size_t begin = out.rfind('\n', at) + 1;
+      std::printf("%s\n", out.substr(begin, out.find('\n', at + 1) - begin).c_str());
+    }
+  EXPECT_NE(out.find("generation 1 was called off: rank 2 (started again) was killed by SIGKILL (pid " +
+                     std::to_string(again) + ") while generation 1 formed"),
+            std::string::npos)
+      << out;
+  const size_t second = out.find(started, out.find(started) + 1);
+  EXPECT_NE(second, std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+}
+
 // Two deaths where supervision.max_restarts allows one: exit 4, and the
 // message names both.
 TEST(HealFromOutside, TwoKillsBeyondMaxRestartsExitFourNamingBoth) {
