@@ -946,13 +946,14 @@ TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwi
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
 }
 
-// RANK 2 killed; the process the launcher starts again for it is killed
-// too, while its generation forms (every rank but 0 held 2.5 s before the
-// rendezvous, beating meanwhile). Rank 0 sees its count stand still for
-// the heartbeat timeout and a second, calls that generation off, and the
-// launcher starts RANK 2 once more. Before, the others waited in the
-// rendezvous until supervision.connect_timeout_s and the run ended.
-TEST(HealFromOutside, AProcessStartedAgainAndKilledWhileItsGenerationFormsIsStartedOnceMoreBitwise) {
+// RANK 2 killed; the process the launcher starts again for it is stopped
+// (SIGSTOP) while its generation forms (every rank but 0 held 2.5 s
+// before the rendezvous, beating meanwhile). Rank 0 sees its count stand
+// still for the heartbeat timeout and a second, calls that generation
+// off, and the launcher kills it and starts RANK 2 once more. Before, the
+// others waited in the rendezvous until supervision.connect_timeout_s and
+// the run ended. (One that ends is seen at once: the next test.)
+TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsStartedOnceMoreBitwise) {
   const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
   auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
   ASSERT_EQ(a.code, 0) << describe(a);
@@ -969,9 +970,14 @@ TEST(HealFromOutside, AProcessStartedAgainAndKilledWhileItsGenerationFormsIsStar
   const pid_t again = std::atoi(before.c_str() + before.find(started) + started.size());
   ASSERT_GT(again, 0) << before;
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // it beats, held before the rendezvous
-  ::kill(again, SIGKILL);
-  ASSERT_EQ(run.wait(120), 0) << run.output();
+  ::kill(again, SIGSTOP);
+  const int code = run.wait(120);
+  ::kill(again, SIGKILL);  // in every path
+  ASSERT_EQ(code, 0) << run.output();
   const std::string out = run.output();
+  EXPECT_NE(out.find("worker rank 2 (pid " + std::to_string(again) + ") was taken for dead by rank 0; killed it"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("generation 1 was called off: rank 2 (started again) gave no sign of life for 3 s while "
                      "generation 1 formed"),
             std::string::npos)
