@@ -8,6 +8,7 @@
 #include "runtime/dist/transport/tcp_store.hpp"
 
 #include <gtest/gtest.h>
+#include <torch/version.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -24,6 +25,12 @@ namespace actorpipe {
 namespace {
 
 using namespace std::chrono_literals;
+
+// LibTorch 1.x's store has the listener; later versions' are made as they
+// are.
+#define REQUIRE_LISTENER()  \
+  if (TORCH_VERSION_MAJOR != 1) \
+  GTEST_SKIP() << "this LibTorch's TCPStore has no watch-key listener to quiet"
 
 // A process that hosts a TCPStore server on a port the kernel gives out.
 class server_process {
@@ -142,6 +149,7 @@ std::string describe(int status) {
 }
 
 TEST(TcpStore, AServerKilledWithTheClientsConnectionsInItsAcceptQueueLeavesTheClientRunning) {
+  REQUIRE_LISTENER();
   server_process server;
   ASSERT_GT(server.port(), 0);
   server.kill(SIGSTOP);  // it accepts nothing: the connections wait in its queue
@@ -152,6 +160,7 @@ TEST(TcpStore, AServerKilledWithTheClientsConnectionsInItsAcceptQueueLeavesTheCl
 }
 
 TEST(TcpStore, AServerThatClosesLeavesNoThreadSpinningInTheClient) {
+  REQUIRE_LISTENER();
   server_process server;
   ASSERT_GT(server.port(), 0);
   const client_report r = run_client(server, true, SIGKILL);
@@ -174,8 +183,8 @@ TEST(TcpStore, AQuietedStoreServesEveryOpAndRefusesAWatch) {
   co.waitWorkers = false;
   co.timeout = 3000ms;
   auto client = make_tcp_store("127.0.0.1", co);
-  EXPECT_TRUE(listener_quieted(*host));
-  EXPECT_TRUE(listener_quieted(*client));
+  EXPECT_EQ(listener_quieted(*host), TORCH_VERSION_MAJOR == 1);
+  EXPECT_EQ(listener_quieted(*client), TORCH_VERSION_MAJOR == 1);
   client->set("a", {7, 8});
   EXPECT_EQ(host->get("a"), (std::vector<uint8_t>{7, 8}));
   EXPECT_EQ(client->add("n", 5), 5);
@@ -191,12 +200,14 @@ TEST(TcpStore, AQuietedStoreServesEveryOpAndRefusesAWatch) {
   EXPECT_EQ(client->compareSet("a", {7, 8}, {9}), (std::vector<uint8_t>{9}));
   EXPECT_TRUE(client->deleteKey("a"));
   EXPECT_EQ(host->getNumKeys(), 2);
+#if TORCH_VERSION_MAJOR == 1
   try {
     client->watchKey("a", [](c10::optional<std::string>, c10::optional<std::string>) {});
     ADD_FAILURE() << "watchKey did not throw";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("watch-key listener is off"), std::string::npos) << e.what();
   }
+#endif
 }
 
 }  // namespace
