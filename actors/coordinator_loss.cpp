@@ -117,6 +117,8 @@ std::exception_ptr probed_loss(const rank_env& env, const std::string& where, co
     return e;
   } catch (const config_error&) {
     return e;
+  } catch (const not_taken_in&) {
+    return e;  // the run's answer to a joiner, read before its store went
   } catch (const std::exception& x) {
     first = x.what();
   } catch (...) {

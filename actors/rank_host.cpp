@@ -174,10 +174,14 @@ public:
   void finish(int code) override {
     demonitor();
     if (record_) record_->finish(code);
-    if (poll_)  // the joiners not taken in hear why
-      for (int t = cx_.joined + 1, n = joiners_so_far(*poll_, cx_.env.store_prefix); t <= n; ++t)
-        place_joiner(*poll_, cx_.env.store_prefix, joiner_rank(cx_.world0, t), 0,
-                     "the run ended (exit code " + std::to_string(code) + ") before it re-placed its stages");
+    if (poll_) {  // the joiners not taken in hear why; the live ones have 2 s at most to read it
+      const std::string why = "the run ended (exit code " + std::to_string(code) + ") before it re-placed its stages";
+      close_to_joiners(*poll_, cx_.env.store_prefix, why);
+      std::vector<int> live;
+      for (int t : live_joiner_tickets(*poll_, cx_, cx_.joiners_lost)) live.push_back(joiner_rank(cx_.world0, t));
+      for (int r : cx_.joiners_lost) place_joiner(*poll_, cx_.env.store_prefix, r, 0, why);
+      turn_away_joiners(*poll_, cx_.env.store_prefix, live, why, std::chrono::milliseconds(2000));
+    }
     stop_ranks(cx_, rt_.store, gen_.links, gen_.peers, dead_, code);
   }
 

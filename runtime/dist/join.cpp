@@ -19,18 +19,31 @@ std::string key(const std::string& prefix, const std::string& what) { return pre
 uint32_t wait_placed(const kv_store& store, const std::string& store_prefix, const join_ticket& t, uint32_t not_in,
                      const std::string& at, const std::string& rank) {
   const std::string placed = key(store_prefix, "placed/" + std::to_string(t.rank));
-  const std::string stale = std::to_string(not_in);
+  const std::string stale = std::to_string(not_in), ended = key(store_prefix, "ended");
   poll_backoff wait(std::chrono::milliseconds(20));
+  std::string answer;
   try {
+    // A ticket taken after rank 0 counted them at the run's end is in
+    // none of its answers: the run's end says it.
     while (!store.has(placed) || (not_in > 0 && store.get(placed) == stale)) {
+      if (store.has(ended)) {
+        answer = "no " + store.get(ended);
+        break;
+      }
       beat(store, store_prefix, t.rank);
       wait.pause();
     }
+    if (answer.empty()) answer = store.get(placed);
   } catch (const std::exception& e) {
     throw rendezvous_error(rank + " lost the running job's store at " + at + " while waiting to join: " + e.what());
   }
-  const std::string answer = store.get(placed);
-  if (answer.rfind("no ", 0) == 0) throw rendezvous_error(rank + " was not taken in: " + answer.substr(3));
+  if (answer.rfind("no ", 0) == 0) {
+    try {
+      store.set(key(store_prefix, "told/" + std::to_string(t.rank)), "1");  // rank 0 may close the store now
+    } catch (const std::exception&) {
+    }
+    throw not_taken_in(rank + " was not taken in: " + answer.substr(3));
+  }
   return static_cast<uint32_t>(std::stoul(answer));
 }
 
@@ -52,6 +65,20 @@ int joiner_rank(int world_size, int ticket) { return world_size + ticket - 1; }
 void place_joiner(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation,
                   const std::string& why) {
   store.set(key(store_prefix, "placed/" + std::to_string(rank)), why.empty() ? std::to_string(generation) : "no " + why);
+}
+
+void close_to_joiners(const kv_store& store, const std::string& store_prefix, const std::string& why) {
+  store.set(key(store_prefix, "ended"), why);
+}
+
+void turn_away_joiners(const kv_store& store, const std::string& store_prefix, const std::vector<int>& ranks,
+                       const std::string& why, std::chrono::milliseconds within) {
+  for (int r : ranks) place_joiner(store, store_prefix, r, 0, why);
+  const auto until = std::chrono::steady_clock::now() + within;
+  poll_backoff wait(std::chrono::milliseconds(10));
+  for (int r : ranks)
+    while (!store.has(key(store_prefix, "told/" + std::to_string(r))) && std::chrono::steady_clock::now() < until)
+      wait.pause();
 }
 
 std::string alive_key(const std::string& store_prefix, int rank) {

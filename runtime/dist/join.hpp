@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/dist/transport/kv_store.hpp"
 
@@ -37,6 +38,17 @@ int joiner_rank(int world_size, int ticket);
 /// away with `why` (generation 0).
 void place_joiner(const kv_store& store, const std::string& store_prefix, int rank, uint32_t generation,
                   const std::string& why = {});
+
+/// Rank 0 at the run's end, before it counts the tickets: `ended` says
+/// why, so that a process that takes a ticket later is told at once.
+void close_to_joiners(const kv_store& store, const std::string& store_prefix, const std::string& why);
+
+/// Rank 0 at the run's end: tells each joiner RANK in `ranks` (not taken
+/// in) why, and waits up to `within` until each has read it (a joiner told
+/// so sets told/<rank>): the store must outlive the answer, or a joiner
+/// that polls late sees only the store gone.
+void turn_away_joiners(const kv_store& store, const std::string& store_prefix, const std::vector<int>& ranks,
+                       const std::string& why, std::chrono::milliseconds within);
 
 /// The counter `alive/<rank>` (see the top), and one beat of it.
 std::string alive_key(const std::string& store_prefix, int rank);

@@ -64,6 +64,14 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A process that joined and was not taken in (the run ended first, or had
+/// no stage for it): the run's answer, read from its store, not the
+/// store's loss, though the store may be gone by the time it is reported.
+class not_taken_in : public rendezvous_error {
+public:
+  using rendezvous_error::rendezvous_error;
+};
+
 /// How this rank joins the rendezvous.
 struct rendezvous_options {
   std::string master_addr = "127.0.0.1";  ///< host of the store
