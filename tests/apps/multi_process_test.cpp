@@ -946,19 +946,10 @@ TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwi
   EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
 }
 
-// RANK 2 killed; the process the launcher starts again for it is stopped
-// (SIGSTOP) while its generation forms (every rank but 0 held 2.5 s
-// before the rendezvous, beating meanwhile). Rank 0 sees its count stand
-// still for the heartbeat timeout and a second, calls that generation
-// off, and the launcher kills it and starts RANK 2 once more. Before, the
-// others waited in the rendezvous until supervision.connect_timeout_s and
-// the run ended. (One that ends is seen at once: the next test.)
-TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsStartedOnceMoreBitwise) {
-  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
-  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
-  ASSERT_EQ(a.code, 0) << describe(a);
-  testing_util::forming_held hold(2500);
-  background_launch run("kill_restarted", {"--nprocs", "4", long_healing_config("kill_restarted"), "--save", healed});
+// The scene of the two tests below: RANK 2 of a run held 2.5 s before
+// each rendezvous (every rank but 0, beating meanwhile) is killed once it
+// trains; `again` is the process its launcher starts in its place.
+void kill_rank_2_for_a_restart(background_launch& run, pid_t& again) {
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
@@ -967,8 +958,34 @@ TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsSta
   const std::string started = "started worker rank 2 again (pid ";
   ASSERT_TRUE(run.wait_for_output(started)) << run.output();
   const std::string before = run.output();
-  const pid_t again = std::atoi(before.c_str() + before.find(started) + started.size());
+  again = std::atoi(before.c_str() + before.find(started) + started.size());
   ASSERT_GT(again, 0) << before;
+}
+
+// What both end with: RANK 2 started once more, two restarts, every stage
+// from memory, and the clean run's weights.
+void expect_started_once_more_bitwise(const std::string& out, const std::string& clean, const std::string& healed) {
+  const std::string started = "started worker rank 2 again (pid ";
+  EXPECT_NE(out.find(started, out.find(started) + 1), std::string::npos) << out;
+  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
+  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+}
+
+// RANK 2 killed; the process the launcher starts again for it is stopped
+// (SIGSTOP) while its generation forms. Rank 0 sees its count stand still
+// for the heartbeat timeout and a second, calls that generation off, and
+// the launcher kills it and starts RANK 2 once more. Before, the others
+// waited in the rendezvous until supervision.connect_timeout_s and the
+// run ended. (One that ends is seen at once: the next test.)
+TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsStartedOnceMoreBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  testing_util::forming_held hold(2500);
+  background_launch run("kill_restarted", {"--nprocs", "4", long_healing_config("kill_restarted"), "--save", healed});
+  pid_t again = -1;
+  ASSERT_NO_FATAL_FAILURE(kill_rank_2_for_a_restart(run, again));
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // it beats, held before the rendezvous
   ::kill(again, SIGSTOP);
   const int code = run.wait(120);
@@ -982,11 +999,7 @@ TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsSta
                      "generation 1 formed"),
             std::string::npos)
       << out;
-  const size_t second = out.find(started, out.find(started) + 1);
-  EXPECT_NE(second, std::string::npos) << out;
-  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
-  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
-  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+  expect_started_once_more_bitwise(out, clean, healed);
 }
 
 // The process started again for RANK 2 is killed at once, before its
@@ -999,16 +1012,8 @@ TEST(HealFromOutside, AProcessStartedAgainThatDiesBeforeItsFirstBeatIsSeenAtOnce
   ASSERT_EQ(a.code, 0) << describe(a);
   testing_util::forming_held hold(2500);
   background_launch run("die_at_once", {"--nprocs", "4", long_healing_config("die_at_once"), "--save", healed});
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
-  const pid_t victim = run.worker(2, std::chrono::milliseconds(0));
-  ASSERT_GT(victim, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  const std::string started = "started worker rank 2 again (pid ";
-  ASSERT_TRUE(run.wait_for_output(started)) << run.output();
-  const std::string before = run.output();
-  const pid_t again = std::atoi(before.c_str() + before.find(started) + started.size());
-  ASSERT_GT(again, 0) << before;
+  pid_t again = -1;
+  ASSERT_NO_FATAL_FAILURE(kill_rank_2_for_a_restart(run, again));
   ::kill(again, SIGKILL);
   ASSERT_EQ(run.wait(120), 0) << run.output();
   const std::string out = run.output();
@@ -1021,11 +1026,7 @@ TEST(HealFromOutside, AProcessStartedAgainThatDiesBeforeItsFirstBeatIsSeenAtOnce
                      std::to_string(again) + ") while generation 1 formed"),
             std::string::npos)
       << out;
-  const size_t second = out.find(started, out.find(started) + 1);
-  EXPECT_NE(second, std::string::npos) << out;
-  EXPECT_NE(out.find("restarts: 2,"), std::string::npos) << out;
-  EXPECT_EQ(out.find("every stage from the"), std::string::npos) << out;  // from memory, not disk
-  EXPECT_TRUE(bytes_of(clean) == bytes_of(healed)) << out;
+  expect_started_once_more_bitwise(out, clean, healed);
 }
 
 // Two deaths where supervision.max_restarts allows one: exit 4, and the
