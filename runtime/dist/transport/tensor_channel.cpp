@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -112,6 +113,14 @@ remote_tensor tensor_channel::post(const at::Tensor& t, int to) {
     }
   });
   return d;
+}
+
+void tensor_channel::wait_sent() {
+  // The reaper runs its jobs in order and drops each before the next.
+  auto reached = std::make_shared<std::promise<void>>();
+  auto future = reached->get_future();
+  impl_->reaper->push([reached] { reached->set_value(); });
+  future.wait();
 }
 
 void tensor_channel::fetch(const remote_tensor& d, std::function<void(at::Tensor)> done,

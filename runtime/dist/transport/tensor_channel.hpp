@@ -50,6 +50,11 @@ public:
   void fetch(const remote_tensor& d, std::function<void(at::Tensor)> done,
              std::function<void(const std::string&)> failed, buffer_for into = nullptr);
 
+  /// Blocks until every send posted before it has finished or failed, and
+  /// the channel holds none of their tensors (a shared copy sent on is
+  /// free again once the caller drops it too).
+  void wait_sent();
+
   /// The first failed send, empty when none failed.
   std::string send_failure() const;
 

@@ -372,6 +372,9 @@ void scenario_shared(p2p_group g) {
     say(std::string("copy 2 again: ") + e.what());
   }
   say(std::string("second copy bitwise equal: ") + (same_snapshot(*second, two) ? "yes" : "no"));
+  // Copy 1 went back through the channel: its send holds it until the
+  // channel's reaper lets the send go.
+  ch.wait_sent();
   first.reset();
   second.reset();
   ch.post(at::ones({1}, at::kLong), 0);  // tag 3
