@@ -620,7 +620,9 @@ TEST(Grow, JoinersWithAnotherConfigOrNothingToTakeAreRefused) {
     EXPECT_EQ(run.output().find("takes in rank"), std::string::npos) << run.output();
     EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
   }
-  const std::string closed = write_config("closed", config(2, 1, 20, 8, "{max_restarts: 3, heartbeat_timeout_s: 2}"));
+  // Long enough (about 7 s) that a joiner started under load still finds
+  // it running: one that finds no store retries for a minute.
+  const std::string closed = write_config("closed", config(2, 1, 80, 8, "{max_restarts: 3, heartbeat_timeout_s: 2}"));
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "closed.out").string(), {"--nprocs", "2", closed});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     2/")) << run.output();
