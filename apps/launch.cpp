@@ -32,7 +32,7 @@ static_assert(coordinator_lost_exit == exit_code_for(run_errc::coordinator_lost)
 
 const command_spec launch_spec = {
     "usage: actorpipe launch --nprocs N [--nnodes K --node-rank I] [--master-addr HOST] [--master-port PORT]\n"
-    "                        [--coordinator rank0|process|etcd://HOST:PORT[,...] [--run-id ID]]\n"
+    "                        [--coordinator process|rank0|etcd://HOST:PORT[,...] [--run-id ID]]\n"
     "                        CONFIG [train options]\n"
     "       actorpipe launch --join HOST:PORT|etcd://HOST:PORT[,...] [--run-id ID] [--nprocs N]\n"
     "                        CONFIG [train options]",
@@ -40,23 +40,26 @@ const command_spec launch_spec = {
     "each with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,\n"
     "MASTER_PORT, ...), like `torchrun --standalone --nproc-per-node N`. Everything\n"
     "after CONFIG goes to every worker unchanged. Progress and the files asked for\n"
-    "(--save, --results, ...) come from rank 0; all workers share this terminal.\n"
+    "(--save, --results, ...) come from the coordinator; all share this terminal.\n"
     "Ctrl-C or SIGTERM is forwarded to every worker; when one worker fails the\n"
-    "others get SIGTERM, then SIGKILL after 5 s. Rank 0 holds the supervisor and\n"
-    "the store: when it dies or stops answering, every other worker stops by itself.\n"
+    "others get SIGTERM, then SIGKILL after 5 s.\n"
+    "\n"
+    "The supervisor and the store run in a coordinator, a process of their own on\n"
+    "node 0 that holds no stage, beside the workers (RANK 0 .. K*N-1, WORLD_SIZE\n"
+    "K*N): any worker, RANK 0 included, is healed from its peers' memory like any\n"
+    "other; only the coordinator's death (or node 0's launcher's) ends the run, and\n"
+    "then every worker stops by itself (exit 5). With --coordinator rank0, worker\n"
+    "RANK 0 holds them beside its stage, as under torchrun, Slurm or mpirun: one\n"
+    "process fewer, and RANK 0's loss ends the run.\n"
     "\n"
     "On K hosts, run it once on each with --nnodes K, its own --node-rank and the\n"
     "same --master-addr (node 0's address) and --master-port, like torchrun's\n"
     "static rendezvous: node I runs ranks I*N .. I*N+N-1. With\n"
-    "supervision.max_restarts, rank 0 replaces a dead or cut-off rank of any node\n"
+    "supervision.max_restarts, node 0 replaces a dead or cut-off rank of any node\n"
     "by starting it on node 0.\n"
     "\n"
-    "With --coordinator process (on every node), the supervisor and the store run\n"
-    "in a process of their own on node 0 that holds no stage, beside the workers\n"
-    "(RANK 0 .. K*N-1, WORLD_SIZE K*N). Then any worker, RANK 0 included, is healed\n"
-    "from its peers' memory like any other; only the coordinator's death (or node\n"
-    "0's launcher's) ends the run. With --coordinator etcd://HOST:PORT[,...] the\n"
-    "coordinator runs apart too, and keeps the run's record in that etcd cluster\n"
+    "Every node names the same --coordinator. With --coordinator etcd://HOST:PORT[,...]\n"
+    "the coordinator keeps the run's record in that etcd cluster\n"
     "(generation, members, placement, the last decided step) under a lease on the\n"
     "name --run-id: a second live run of that name is refused, and a coordinator\n"
     "that loses its lease stops. Every node's launcher stands by: when the\n"
@@ -65,7 +68,7 @@ const command_spec launch_spec = {
     "stage from the workers' memory; the workers wait for it.\n"
     "\n"
     "With --join, the N processes join a running job instead (its config must set\n"
-    "supervision.replace_timeout_s; its rank 0 prints HOST:PORT). At its next step\n"
+    "supervision.replace_timeout_s; its coordinator prints HOST:PORT). At its next step\n"
     "boundary the job's supervisor gives each a stage of a process that holds\n"
     "several, with that stage's state from memory. CONFIG must be the job's own.\n"
     "One of them that dies leaves the others be: the run they joined goes on.\n"
@@ -80,13 +83,13 @@ const command_spec launch_spec = {
      {"--master-port", "PORT", "its port (default 0: a free port picked here; 29500 with --nnodes > 1)"},
      {"--join", "WHERE", "HOST:PORT: join the running job whose store is there (default --nprocs 1); "
                          "etcd://HOST:PORT[,...]: the one --run-id names there"},
-     {"--coordinator", "WHERE", "rank0 (default: worker RANK 0 supervises), process (a process apart, no stage), or "
-                                "etcd://HOST:PORT[,...] (apart, its record in etcd)"},
+     {"--coordinator", "WHERE", "process (default: a process apart that holds no stage), rank0 (worker RANK 0 "
+                                "supervises), or etcd://HOST:PORT[,...] (apart, its record in etcd)"},
      {"--run-id", "ID", "the run's name in etcd (default: the config file's name without .yaml)"}},
     "exit codes: 0 every worker exited 0; otherwise the first failing worker's exit\n"
     "code (1 if it was killed by a signal; see `actorpipe train --help`); 130 or 143\n"
     "after Ctrl-C or SIGTERM; 2 bad arguments or a missing CONFIG (no worker started);\n"
-    "5 the coordinator (rank 0) was lost: every worker stops, and the same command\n"
+    "5 the coordinator (or RANK 0 under rank0) was lost: every worker stops, and the same command\n"
     "with --resume goes on from the newest checkpoint\n",
     22};
 
@@ -227,6 +230,9 @@ int cmd_launch(int argc, char** argv) {
       throw usage_error("--master-port 0 (a free port) works with one node only; with --nnodes " +
                         std::to_string(o.nnodes) + " every node must name the same port");
   }
+  // A coordinator apart by default: no worker's loss ends the run (as
+  // torchrun's agent, not a worker, hosts its store).
+  o.apart = !a.has("--join");
   if (a.has("--coordinator")) {
     const std::string v = a.options["--coordinator"];
     const bool etcd = v.rfind("etcd://", 0) == 0;

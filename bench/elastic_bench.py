@@ -64,7 +64,7 @@ def steps_of(lines):
 
 def shrink_round(exe, dir_, steps):
     cfg = config(dir_, "shrink", "{max_restarts: 2, heartbeat_timeout_s: 2, replace_timeout_s: 0}", steps)
-    _, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    _, code, lines = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "4", cfg])
     if code != 0 or not any("re-placed" in l for _, l in lines):
         sys.exit("the shrink run failed:\n" + "\n".join(l for _, l in lines))
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
@@ -79,13 +79,13 @@ def shrink_round(exe, dir_, steps):
 
 
 def restart_round(exe, dir_, steps):
-    t0, code, lines = stamped([exe, "launch", "--nprocs", "4", config(dir_, "restart", "{max_restarts: 0}", steps)])
+    t0, code, lines = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "4", config(dir_, "restart", "{max_restarts: 0}", steps)])
     if code == 0:
         sys.exit("the restart model's first run did not fail")
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
     stopped = lines[-1][0]
     resumed = config(dir_, "resumed", "{max_restarts: 0}", steps, fault=False)
-    t1, code, lines2 = stamped([exe, "launch", "--nprocs", "2", resumed, "--resume", os.path.join(dir_, "ckpt")])
+    t1, code, lines2 = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "2", resumed, "--resume", os.path.join(dir_, "ckpt")])
     if code != 0:
         sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
     t_step, l_step = first(lines2, lambda l: STEP.match(l) and int(STEP.match(l).group(1)) == KILL_STEP + 1)
@@ -96,7 +96,7 @@ def restart_round(exe, dir_, steps):
 
 def fresh_two(exe, dir_, steps):
     cfg = config(dir_, "fresh2", "{max_restarts: 0}", steps, fault=False)
-    _, code, lines = stamped([exe, "launch", "--nprocs", "2", cfg])
+    _, code, lines = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "2", cfg])
     if code != 0:
         sys.exit("the fresh run failed:\n" + "\n".join(l for _, l in lines))
     return statistics.median(m for s, m in steps_of(lines) if s > KILL_STEP + 1)

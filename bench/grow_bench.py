@@ -60,7 +60,7 @@ def grow_round(exe, dir_, steps):
     cfg = without_checkpoints(
         config(dir_, "grow", "{max_restarts: 2, heartbeat_timeout_s: 2, replace_timeout_s: 0}", steps))
     t0 = time.monotonic()
-    p = subprocess.Popen([exe, "launch", "--nprocs", "4", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    p = subprocess.Popen([exe, "launch", "--coordinator", "rank0", "--nprocs", "4", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, bufsize=1)
     lines, joiner = [], {}
 
@@ -99,7 +99,7 @@ def grow_round(exe, dir_, steps):
 
 def cost_round(exe, dir_, supervision, steps):
     cfg = without_checkpoints(config(dir_, "cost", supervision, steps, fault=False))
-    _, code, lines = stamped([exe, "launch", "--nprocs", "4", cfg])
+    _, code, lines = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "4", cfg])
     if code != 0:
         sys.exit("the cost run failed:\n" + "\n".join(l for _, l in lines))
     return statistics.median(m for s, m in steps_of(lines) if s > 3)

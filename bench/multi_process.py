@@ -72,7 +72,7 @@ def run_once(binary, nprocs, config, steps, results):
     if nprocs == 1:
         cmd = [binary, "train", config]
     else:
-        cmd = [binary, "launch", "--nprocs", str(nprocs), config]
+        cmd = [binary, "launch", "--coordinator", "rank0", "--nprocs", str(nprocs), config]
     cmd += ["--steps", str(steps), "--quiet", "--results", results]
     # A worker may hang on its way out after rank 0 wrote the results: it
     # is stopped EXIT_GRACE_S later, the steps are kept, the hang counted.

@@ -237,7 +237,7 @@ def main():
                 for sched in scheds:
                     peers.append((m, f"launch {sched}{mark}", f"launch --nprocs {S}, a rank per stage, 1 thread each",
                                   lambda m, s=sched, b=binary: run_actorpipe(
-                                      [b, "launch", "--nprocs", S, configs[m], "--schedule", s] + steps, res, log)))
+                                      [b, "launch", "--coordinator", "rank0", "--nprocs", S, configs[m], "--schedule", s] + steps, res, log)))
             if has_pipelining:
                 for sched in scheds:
                     t = TORCH_SCHEDULE[sched]

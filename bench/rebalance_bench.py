@@ -111,7 +111,7 @@ def run(args, work, name, text, throttle=None):
     with open(path, "w") as f:
         f.write(text)
     results = os.path.join(work, name + ".json")
-    p = subprocess.Popen([os.path.join(args.build, "actorpipe"), "launch", "--nprocs", "3", path, "--quiet",
+    p = subprocess.Popen([os.path.join(args.build, "actorpipe"), "launch", "--coordinator", "rank0", "--nprocs", "3", path, "--quiet",
                           "--results", results], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if throttle:
         pid = rank_pid(p.pid, 1)

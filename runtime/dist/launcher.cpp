@@ -122,6 +122,20 @@ private:
     return "worker rank " + std::to_string(o_.apart ? rank - 1 : rank);
   }
   // Who supervises: rank 0's supervisor, or the coordinator apart.
+  // "; stopping the other 3 workers" (and the coordinator apart, named
+  // apart from them), or nothing when none is left.
+  std::string stopping_the_others() const {
+    size_t workers = 0;
+    bool coordinator = false;
+    for (const auto& w : ws_) {
+      if (!w.live) continue;
+      if (o_.apart && w.rank == 0) coordinator = true;
+      else ++workers;
+    }
+    if (!workers) return coordinator ? "; stopping the coordinator" : "";
+    return "; stopping the other " + std::to_string(workers) + " worker" + (workers > 1 ? "s" : "") +
+           (coordinator ? " and the coordinator" : "");
+  }
   std::string boss() const { return o_.apart ? "the coordinator" : "rank 0's supervisor"; }
 
   // This node's workers; a failed start kills the ones already started.
@@ -207,9 +221,7 @@ private:
       return;
     }
     if (!got_signal_) failed_code_ = code;
-    const size_t others = count_live(ws_);
-    stop(what + (others ? "; stopping the other " + std::to_string(others) + " worker" + (others > 1 ? "s" : "")
-                        : std::string()));
+    stop(what + stopping_the_others());
   }
 
   // launch --coordinator etcd://: the coordinator here ended before the

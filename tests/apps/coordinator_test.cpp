@@ -72,7 +72,7 @@ void lose_the_coordinator_then_resume(const std::string& tag, int stages, int dp
 
   const int nprocs = stages * dp;
   std::vector<std::string> where = {"--nprocs", std::to_string(nprocs)};
-  if (apart) where.insert(where.end(), {"--coordinator", "process"});
+  where.insert(where.end(), {"--coordinator", apart ? "process" : "rank0"});
   std::vector<std::string> args = where;
   args.push_back(cfg);
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + ".out")).string(), args);
@@ -150,7 +150,7 @@ TEST(CoordinatorApart, ACoordinatorThatStopsAnsweringIsKilledAndEveryWorkerStops
   lose_the_coordinator_then_resume("apart_stop_dp2_pp2", 2, 2, hit::stop, true);
 }
 
-// Rank 0 hit while it heals another rank (20 to 40 ms after RANK 2's kill:
+// Under --coordinator rank0, rank 0 hit while it heals another rank (20 to 40 ms after RANK 2's kill:
 // during the heal's rendezvous, channel or groups, or as the replacement
 // starts): the survivor and the replacement each stop by themselves with
 // exit 5 (at once for a kill; a stopped rank 0's store accepts connections
@@ -164,7 +164,7 @@ void hit_the_coordinator_mid_heal(hit how) {
     const std::string what = std::string("rank 0 ") + (how == hit::kill ? "killed " : "stopped ") +
                              std::to_string(delay_ms) + " ms after rank 2's kill\n";
     testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / (tag + std::to_string(delay_ms) + ".out")).string(),
-                                        {"--nprocs", "3", cfg});
+                                        {"--coordinator", "rank0", "--nprocs", "3", cfg});
     ASSERT_TRUE(run.started());
     ASSERT_TRUE(run.wait_for_output("step    13/")) << run.output();
     const pid_t rank0 = run.worker(0, std::chrono::milliseconds(0)), rank2 = run.worker(2, std::chrono::milliseconds(0));

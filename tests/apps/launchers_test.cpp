@@ -215,7 +215,8 @@ std::vector<std::string> torchrun_args(int nprocs, const std::vector<std::string
   GTEST_SKIP() << (package) << " is not installed (scripts/setup.sh installs it): test skipped"
 
 // actorpipe's own launcher on one host: 4 processes on
-// configs/digits_mlp.yaml save the one-process bytes.
+// configs/digits_mlp.yaml save the one-process bytes. By default a
+// coordinator apart, a fifth process, holds the supervisor and the store.
 TEST(Launch, FourProcessesSaveTheOneProcessBytes) {
   const std::string one = (test_dir() / "one.pt").string(), many = (test_dir() / "many.pt").string();
   const std::string ref = one_process({digits_config, "--steps", "4"}, one);
@@ -226,7 +227,9 @@ TEST(Launch, FourProcessesSaveTheOneProcessBytes) {
   ASSERT_EQ(run.wait(120), 0) << run.output();
   const std::string out = run.output();
   EXPECT_TRUE(ref == bytes_of(many)) << "launch --nprocs 4 saved other bytes than one process\n" << out;
-  EXPECT_NE(out.find("processes: 4 (torchrun/env)"), std::string::npos) << out;
+  EXPECT_NE(out.find("processes: 4 (torchrun/env) and a coordinator apart that holds no stage, 1 stage actor(s) each"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(count(out, "actorpipe: "), 1u) << "a rank other than 0 spoke\n" << out;
 }
 
@@ -307,25 +310,25 @@ TEST(TwoHosts, RanksStartedByHandSaveTheOneProcessBytes) {
 }
 
 // actorpipe's own launcher, torchrun's static rendezvous flags: 2 ranks
-// per host.
-TEST(TwoHosts, LaunchOnEachHostSavesTheOneProcessBytes) {
+// per host, worker RANK 0 coordinating (--coordinator rank0 on both).
+TEST(TwoHosts, LaunchOnEachHostWithRankZeroCoordinatingSavesTheOneProcessBytes) {
   auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
     std::vector<std::string> args = {ACTORPIPE_BIN, "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
                                      "--nprocs", "2", "--master-addr", master, "--master-port", port,
-                                     digits_config, "--steps", "4", "--quiet"};
+                                     "--coordinator", "rank0", digits_config, "--steps", "4", "--quiet"};
     if (!save.empty()) args.insert(args.end(), {"--save", save});
     return args;
   };
   expect_two_hosts_save_the_one_process_bytes(node, "processes: 4 (torchrun/env), 1 stage actor(s) each");
 }
 
-// The same with a coordinator apart (--coordinator process on both): node
-// 0 starts it beside its 2 workers; it holds no stage.
-TEST(TwoHosts, LaunchOnEachHostWithACoordinatorApartSavesTheOneProcessBytes) {
+// The same as launch runs by default, with a coordinator apart: node 0
+// starts it beside its 2 workers; it holds no stage.
+TEST(TwoHosts, LaunchOnEachHostSavesTheOneProcessBytes) {
   auto node = [](int k, const std::string& master, const std::string& port, const std::string& save) {
     std::vector<std::string> args = {ACTORPIPE_BIN, "launch", "--nnodes", "2", "--node-rank", std::to_string(k),
                                      "--nprocs", "2", "--master-addr", master, "--master-port", port,
-                                     "--coordinator", "process", digits_config, "--steps", "4", "--quiet"};
+                                     digits_config, "--steps", "4", "--quiet"};
     if (!save.empty()) args.insert(args.end(), {"--save", save});
     return args;
   };

@@ -380,8 +380,9 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
               r0_after, r0.code, r1_after, r1.code, r0.err().c_str(), r1.err().c_str());
 }
 
-// The same lasting cut, with each host's ranks started by `launch` (one
-// node each, torchrun's --nnodes/--node-rank) and restarts allowed. Past
+// The same lasting cut, with each host's ranks started by `launch
+// --coordinator rank0` (one node each, torchrun's --nnodes/--node-rank)
+// and restarts allowed. Past
 // the heartbeat timeout rank 0 either asks node 0's launcher for rank 1,
 // which starts it on host A and heals stage 1 from rank 0's copy (its
 // keeper at dp 1), or, with supervision.replace_timeout_s 0, goes on alone
@@ -403,7 +404,7 @@ void cut_for_good_under_launch(bool go_on, bool apart = false) {
     auto args = std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
                                          "--nprocs",      "1",          "--master-addr", ns.net + ".1",
                                          "--master-port", std::to_string(port)};
-    if (apart) args.insert(args.end(), {"--coordinator", "process"});
+    args.insert(args.end(), {"--coordinator", apart ? "process" : "rank0"});
     return args;
   };
   rank_group group;
@@ -461,12 +462,13 @@ TEST(TwoHosts, ALinkDownForGoodUnderLaunchIsHealedOnRankZerosSide) { cut_for_goo
 
 TEST(TwoHosts, ALinkDownForGoodWithoutReplacementsGoesOnAloneOnRankZerosSide) { cut_for_good_under_launch(true); }
 
-// The same with a coordinator apart on host A (--coordinator process on
-// both launchers): host A's worker, RANK 0, takes stage 1 too.
+// The same with a coordinator apart on host A (launch's default, named
+// on both launchers): host A's worker, RANK 0, takes stage 1 too.
 TEST(TwoHosts, ALinkDownForGoodUnderACoordinatorApartGoesOnOnItsSide) { cut_for_good_under_launch(true, true); }
 
 // A host that becomes free joins a running job: host A runs dp 2 x pp 2
-// on 2 processes (each holding two slots), host B runs `launch --join`
+// on 2 processes (each holding two slots, rank 0 coordinating), host B
+// runs `launch --join`
 // with A's address. At a step boundary B's process takes replica 0's
 // stage 1 from rank 0's process (the lowest of the most crowded), over the
 // veth pair (the stage's allreduce group now spans both hosts), and the
@@ -484,8 +486,8 @@ TEST(TwoHosts, AProcessOnAnotherHostJoinsAndTakesAStageBitwise) {
   const std::string at = ns.net + ".1:" + std::to_string(port);
   rank_group group;
   group.start(ns.a, dir_a, {},
-              {"launch", "--nprocs", "2", "--master-addr", ns.net + ".1", "--master-port", std::to_string(port), cfg_a,
-               "--save", (dir_a / "w.pt").string()});
+              {"launch", "--coordinator", "rank0", "--nprocs", "2", "--master-addr", ns.net + ".1", "--master-port",
+               std::to_string(port), cfg_a, "--save", (dir_a / "w.pt").string()});
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("host A");
   group.start(ns.b, dir_b, {}, {"launch", "--join", at, cfg_b});
   const bool in_time = group.wait_all(120);
