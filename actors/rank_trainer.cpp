@@ -242,6 +242,14 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   const bool standby = takeover && *takeover;
   start.record = take_run_record(cfg, env, host, standby);
   if (standby) start.takeover = take_over_the_run(rt, env, timeout);
+  // The record's end is written here, before the process may leave
+  // without running destructors (run_rank's bounded teardown).
+  struct record_closer {
+    std::shared_ptr<run_record> record;
+    ~record_closer() {
+      if (record) record->close();
+    }
+  } close_record{start.record};
   return supervise(sys, [&rt, &start] { return make_rank_host(rt, start); }, opts);
 }
 

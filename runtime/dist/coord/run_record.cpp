@@ -1,6 +1,7 @@
 #include "runtime/dist/coord/run_record.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace actorpipe {
@@ -38,13 +39,41 @@ run_record::run_record(const std::string& url, const std::string& run, const std
   thread_ = std::thread([this] { loop(); });
 }
 
-run_record::~run_record() {
+run_record::~run_record() { close(); }
+
+void run_record::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void run_record::close_out(std::string text) {
+  const auto bound = clock_type::now() + std::chrono::milliseconds(ttl_s_ * 1000 + 3000);
+  std::string why;
+  for (;;) {
+    try {
+      // Only while etcd keeps the lease: once it expired a standby may
+      // hold the run, and its record is not this coordinator's to write.
+      if (client_.keep_alive(lease_) <= 0) {
+        why = "its lease " + std::to_string(lease_) + " expired";
+        break;
+      }
+      if (!text.empty()) client_.put(run_key(run_, "record"), text);
+      text.clear();
+      client_.revoke(lease_);
+      return;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (clock_type::now() + std::chrono::milliseconds(100) >= bound) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!text.empty())
+    std::fprintf(stderr, "actorpipe: note: the run's last record (%s) was not written to etcd: %s\n", text.c_str(),
+                 why.c_str());
 }
 
 void run_record::generation(uint32_t number, const std::string& members, const std::string& placement,
@@ -113,13 +142,13 @@ void run_record::loop() {
         dirty_ = false;
       }
     }
+    if (stopping) {
+      close_out(std::move(text));
+      return;
+    }
     try {
       if (!text.empty()) {
         client_.put(run_key(run_, "record"), text);
-      }
-      if (stopping) {
-        client_.revoke(lease_);
-        return;
       }
       if (clock_type::now() >= next_renew) {
         const auto asked = clock_type::now();
@@ -128,7 +157,6 @@ void run_record::loop() {
         next_renew = clock_type::now() + renew_every;
       }
     } catch (const std::exception& e) {
-      if (stopping) return;
       if (!text.empty()) {
         std::lock_guard<std::mutex> lock(mutex_);
         dirty_ = true;  // written on the next try

@@ -66,9 +66,17 @@ public:
   void decided(int64_t step);
   /// The run ended with `code`.
   void finish(int code);
+  /// Writes what is left (the end, after finish()) and revokes the lease,
+  /// then stops the thread; the destructor's work, for a process that may
+  /// leave without running destructors. While etcd elects a leader (a
+  /// member lost just before) it tries again, within the lease's time and
+  /// 3 s, as long as etcd still keeps the lease; otherwise it says on
+  /// stderr what was not written. A second call returns at once.
+  void close();
 
 private:
   void loop();
+  void close_out(std::string text);
 
   etcd_client client_;
   std::string run_, holder_;
