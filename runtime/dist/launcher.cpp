@@ -121,7 +121,6 @@ private:
     if (o_.apart && rank == 0) return "the coordinator";
     return "worker rank " + std::to_string(o_.apart ? rank - 1 : rank);
   }
-  // Who supervises: rank 0's supervisor, or the coordinator apart.
   // "; stopping the other 3 workers" (and the coordinator apart, named
   // apart from them), or nothing when none is left.
   std::string stopping_the_others() const {
@@ -136,6 +135,7 @@ private:
     return "; stopping the other " + std::to_string(workers) + " worker" + (workers > 1 ? "s" : "") +
            (coordinator ? " and the coordinator" : "");
   }
+  // Who supervises: rank 0's supervisor, or the coordinator apart.
   std::string boss() const { return o_.apart ? "the coordinator" : "rank 0's supervisor"; }
 
   // This node's workers; a failed start kills the ones already started.

@@ -85,9 +85,9 @@ void kill_nine_and_go_on(int stages, int dp, int victim) {
   const std::string clean = clean_run(stages, dp, 40);
   const std::string saved = (test_dir() / "elastic.pt").string();
   const int nprocs = stages * dp;
-  testing_util::background_launch run(
-      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--coordinator", "rank0", "--nprocs", std::to_string(nprocs), write_config("elastic", config(stages, dp, 40, 4, kShrink)), "--save", saved});
+  testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+                                      {"--coordinator", "rank0", "--nprocs", std::to_string(nprocs),
+                                       write_config("elastic", config(stages, dp, 40, 4, kShrink)), "--save", saved});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const pid_t pid = run.worker(victim, std::chrono::milliseconds(0));
@@ -142,8 +142,8 @@ TEST(Shrink, EveryRankButZeroAndTwoDeathsInARowEndBitwise) {
     const std::string fault = "faults:\n  inject:\n    - {kind: kill_process, stage: " + std::to_string(rank) +
                               ", step: " + std::to_string(draw % 6) + ", after_op: " + op + "}\n";
     fs::remove(saved);
-    auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4", write_config("kill", config(4, 1, 6, 0, kShrink, fault)), "--quiet",
-                        "--save", saved});
+    auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4",
+                        write_config("kill", config(4, 1, 6, 0, kShrink, fault)), "--quiet", "--save", saved});
     ASSERT_EQ(r.code, 0) << fault << describe(r);
     EXPECT_TRUE(read_or_empty(saved) == clean) << fault << describe(r);
     EXPECT_NE(r.err.find("goes on over 3 processes without rank " + std::to_string(rank)), std::string::npos)
@@ -157,8 +157,8 @@ TEST(Shrink, EveryRankButZeroAndTwoDeathsInARowEndBitwise) {
       "    - {kind: kill_process, stage: 1, step: 1, after_op: F2}\n"
       "    - {kind: kill_process, stage: 3, step: 4, after_op: B1}\n";
   fs::remove(saved);
-  auto r = actorpipe(
-      {"launch", "--coordinator", "rank0", "--nprocs", "4", write_config("twice", config(4, 1, 6, 0, kShrink, twice)), "--quiet", "--save", saved});
+  auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4",
+                      write_config("twice", config(4, 1, 6, 0, kShrink, twice)), "--quiet", "--save", saved});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(read_or_empty(saved) == clean) << describe(r);
   EXPECT_NE(r.err.find("stages by process 0 | 1 | 2 | 3 -> 0 1 | 2 | 3 (ranks 0 2 3)"), std::string::npos)
@@ -223,8 +223,9 @@ TEST(Shrink, APlacementThatNeedsMoreMemoryThanAProcessHasIsRefused) {
 // each lost stage to its keeper's process, down to 2 processes, and
 // --verify-against-clean's own fault-free run agrees bit for bit.
 TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
-  auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4", std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/shrink_pipeline.yaml",
-                      "--quiet", "--verify-against-clean"});
+  auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4",
+                      std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/shrink_pipeline.yaml", "--quiet",
+                      "--verify-against-clean"});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << describe(r);
   EXPECT_NE(r.err.find("generation 1 goes on over 3 processes without rank 2"), std::string::npos) << describe(r);
@@ -356,7 +357,8 @@ struct on_two_processes {
         saved((test_dir() / "elastic.pt").string()),
         cfg(write_config("elastic",
                          config(4, 1, steps, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 5}"))),
-        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(), {"--coordinator", "rank0", "--nprocs", "2", cfg, "--save", saved}) {}
+        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+            {"--coordinator", "rank0", "--nprocs", "2", cfg, "--save", saved}) {}
   // Empty once it trains and named its join address, else why not.
   std::string started() {
     if (!run.started() || !run.wait_for_output("step     3/")) return "no step 3\n" + run.output();
@@ -516,7 +518,8 @@ struct join_after_a_kill {
         saved((test_dir() / "elastic.pt").string()),
         cfg(write_config("elastic", config(4, 1, steps, 8, kShrink))),
         hold(2000),
-        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(), {"--coordinator", "rank0", "--nprocs", "4", cfg, "--save", saved}) {}
+        run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+            {"--coordinator", "rank0", "--nprocs", "4", cfg, "--save", saved}) {}
 
   // The kill and the join; empty when they went as planned, else why not.
   std::string play() {

@@ -897,7 +897,8 @@ TEST(HealFromOutside, AStoppedWorkerIsReplacedAndTheRunEndsBitwise) {
   const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
   auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
   ASSERT_EQ(a.code, 0) << describe(a);
-  background_launch run("stop", {"--coordinator", "rank0", "--nprocs", "4", long_healing_config("stop"), "--save", healed});
+  background_launch run("stop",
+                        {"--coordinator", "rank0", "--nprocs", "4", long_healing_config("stop"), "--save", healed});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const pid_t victim = run.worker(3, std::chrono::milliseconds(0));
@@ -927,7 +928,8 @@ TEST(HealFromOutside, AWorkerStoppedWhileAnotherIsStartedAgainIsReplacedTooBitwi
   auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
   ASSERT_EQ(a.code, 0) << describe(a);
   testing_util::forming_held hold(2500);
-  background_launch run("stop_in_heal", {"--coordinator", "rank0", "--nprocs", "4", long_healing_config("stop_in_heal"), "--save", healed});
+  background_launch run("stop_in_heal", {"--coordinator", "rank0", "--nprocs", "4", long_healing_config("stop_in_heal"),
+                                         "--save", healed});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   pid_t stopped = -1;
@@ -983,7 +985,8 @@ TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsSta
   auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
   ASSERT_EQ(a.code, 0) << describe(a);
   testing_util::forming_held hold(2500);
-  background_launch run("kill_restarted", {"--coordinator", "rank0", "--nprocs", "4", long_healing_config("kill_restarted"), "--save", healed});
+  background_launch run("kill_restarted", {"--coordinator", "rank0", "--nprocs", "4",
+                                           long_healing_config("kill_restarted"), "--save", healed});
   pid_t again = -1;
   ASSERT_NO_FATAL_FAILURE(kill_rank_2_for_a_restart(run, again));
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // it beats, held before the rendezvous
