@@ -248,6 +248,7 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
   // Every copy kept so far is of the old partition's slots: none may
   // start a later generation (each slot keeps its new start below).
   if (!moving.empty()) cx.boundary->clear();
+  if (cx.boundary) cx.boundary->buffers().age();
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];

@@ -246,9 +246,10 @@ std::string apply_update(stage_ptr self, const apply_msg& m) {
     s.before_update = std::move(before);
   }
   // Aside: the boundary copy that shares the tensors before this step
-  // keeps them as they are.
+  // keeps them as they are. Into the process's pool where it has one: it
+  // outlives the generation (tensor_pool).
   if (check || s.shared)
-    step_aside(*s.opt, &s.pool);
+    step_aside(*s.opt, s.setup.boundary ? &s.setup.boundary->buffers() : &s.pool);
   else
     s.opt->step();
   s.shared = false;

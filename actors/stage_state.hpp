@@ -95,7 +95,8 @@ struct stage_state {
   // (step_aside: a flushing schedule, Adam or SGD, weights on the CPU):
   // a boundary copy is then the weights and state themselves, not clones,
   // and `shared` says that one holds them now, so that the next update
-  // steps aside (into the pool's buffers) rather than in place.
+  // steps aside (into the pool's buffers: the process's boundary memory's
+  // where it has one, else this one) rather than in place.
   bool aside = false;
   bool shared = false;
   tensor_pool pool;

@@ -5,6 +5,12 @@
 // system and fault it in again (on two cores that doubled a healing run's
 // system time). Thread-safe: a keeper's receiving thread takes buffers
 // while its stage's thread drops old copies.
+//
+// A process's pool outlives its generations: the stages of the next one
+// take the buffers the last one's updates and copies left (a re-placement
+// or a heal otherwise faults in depth x the stages' state again, a step's
+// time several times over on two cores). age() at each generation's start
+// lets go of the free buffers no one took during the generation before.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -22,10 +28,18 @@ public:
   at::Tensor like(const at::Tensor& t) { return take(t.sizes(), t.options()); }
   /// How many buffers the pool holds.
   size_t size() const;
+  /// A new generation starts: the free buffers not taken since the last
+  /// call are let go (the layers they served are held elsewhere now).
+  void age();
 
 private:
+  struct entry {
+    at::Tensor t;
+    uint64_t taken_in;  // the age at its last take
+  };
   mutable std::mutex mutex_;
-  std::vector<at::Tensor> held_;
+  std::vector<entry> held_;
+  uint64_t age_ = 0;
 };
 
 }  // namespace actorpipe

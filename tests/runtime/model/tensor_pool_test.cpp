@@ -50,6 +50,35 @@ TEST(TensorPool, GivesABufferAgainOnlyOnceNothingHoldsIt) {
   EXPECT_EQ(pool.take({3, 4}, options).data_ptr(), was);
 }
 
+// A pool outlives generations: a buffer taken during the generation that
+// ends serves the next one; one no one took during a whole generation is
+// let go at the next start, unless something still holds it.
+TEST(TensorPool, AgeLetsGoOfTheFreeBuffersNotTakenSinceTheLastStart) {
+  tensor_pool pool;
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  void* a_was = nullptr;
+  {
+    auto a = pool.take({8}, options);
+    auto b = pool.take({4}, options);
+    a_was = a.data_ptr();
+  }
+  auto held = pool.take({2}, options);  // kept by the caller throughout
+  pool.age();                           // generation 1 starts: all three were taken in generation 0
+  EXPECT_EQ(pool.size(), 3u);
+  {
+    auto a = pool.take({8}, options);  // generation 1 uses a again, not b
+    EXPECT_EQ(a.data_ptr(), a_was) << "a buffer the last generation left served the next";
+  }
+  pool.age();  // generation 2: b and the held one were not taken in generation 1
+  EXPECT_EQ(pool.size(), 2u) << "only b, free and untaken for a generation, goes";
+  auto b = pool.take({4}, options);  // a new one
+  EXPECT_EQ(pool.size(), 3u);
+  held.reset();
+  pool.age();  // generation 3: a (last taken in 1) and the one held until now go; b stays held
+  EXPECT_EQ(pool.size(), 1u);
+  EXPECT_NE(pool.take({4}, options).data_ptr(), b.data_ptr()) << "b, still held, is never given";
+}
+
 TEST(TensorPool, TwoThreadsNeverShareABuffer) {
   tensor_pool pool;
   const auto options = at::TensorOptions().dtype(at::kFloat);
