@@ -4,12 +4,21 @@ against the best static split for those speeds, and what rebalance costs a
 run without events.
 
     python3 bench/rebalance_bench.py [--build build] [--steps 90] [--pairs 3]
+                                     [--shares 0.667,0.333,0.667]
 
 The model of tests/apps/rebalance_test.cpp (14 layers, six 512-wide
 linears; 0-5 | 6-9 | 10-13 by compute) at pp 3 under `actorpipe launch
 --nprocs 3`, M 4, 1F1B, one intra-op thread a stage. RANK 1's process goes
 into a cgroup v1 cpu group held to a third of a core (cfs_quota_us 3333 of
-10000) as soon as it runs, before its first step.
+10000) as soon as it runs, before its first step. The other two processes
+share the two cores with it (and with each other): a process's speed then
+depends on how busy the others are.
+
+With --shares A,B,C each RANK goes into a group of its own held to that
+share of a core (0.667,0.333,0.667: three processes, one at half the
+others' speed, that never contend: 1.667 of the 2 cores). That stands for
+three devices of which one is slower, which is what the model (a stage's
+time = its speed x its layers' cost) assumes.
 
   rebalanced  rebalance {every: 3, threshold: 0.2}: the median step before
               the first re-partition, and over the last 20 steps (the
@@ -67,8 +76,8 @@ def config(steps, pipeline_extra="", rest=""):
 
 
 class Throttle:
-    def __init__(self, quota):
-        self.dir = f"/sys/fs/cgroup/cpu/actorpipe_bench_{os.getpid()}"
+    def __init__(self, quota, name="1"):
+        self.dir = f"/sys/fs/cgroup/cpu/actorpipe_bench_{os.getpid()}_{name}"
         os.makedirs(self.dir, exist_ok=True)
         self._write("cpu.cfs_period_us", "10000")
         self._write("cpu.cfs_quota_us", str(int(quota * 10000)))
@@ -106,18 +115,18 @@ def rank_pid(launcher, rank, timeout=30):
     return -1
 
 
-def run(args, work, name, text, throttle=None):
+def run(args, work, name, text, throttles=None):
     path = os.path.join(work, name + ".yaml")
     with open(path, "w") as f:
         f.write(text)
     results = os.path.join(work, name + ".json")
     p = subprocess.Popen([os.path.join(args.build, "actorpipe"), "launch", "--coordinator", "rank0", "--nprocs", "3", path, "--quiet",
                           "--results", results], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if throttle:
-        pid = rank_pid(p.pid, 1)
+    for rank, throttle in (throttles or {}).items():
+        pid = rank_pid(p.pid, rank)
         if pid < 0:
             p.kill()
-            sys.exit("no worker with RANK 1")
+            sys.exit(f"no worker with RANK {rank}")
         throttle.hold(pid)
     out, _ = p.communicate(timeout=600)
     if p.returncode != 0:
@@ -135,18 +144,35 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=90)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--every", type=int, default=3, help="rebalance.every (K)")
+    ap.add_argument("--no-static", action="store_true", help="leave out the 78 static splits")
+    ap.add_argument("--shares", default="", help="a share of a core for each RANK, e.g. 0.667,0.333,0.667 "
+                    "(default: RANK 1 alone held to 0.333)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rebalance_bench_")
-    th = Throttle(1 / 3)
+    if args.shares:
+        shares = [float(x) for x in args.shares.split(",")]
+        if len(shares) != 3 or not all(0 < x <= 2 for x in shares):
+            sys.exit("--shares: three shares of a core, each in (0, 2]")
+        th = {r: Throttle(x, str(r)) for r, x in enumerate(shares)}
+    else:
+        th = {1: Throttle(1 / 3)}
     try:
         ms, notices, _ = run(args, work, "rebalanced",
-                             config(args.steps, "  rebalance: {every: 3, threshold: 0.2}\n"), th)
+                             config(args.steps, f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), th)
         firsts = [int(re.search(r"after step (\d+)", n).group(1)) for n in notices]
         before = statistics.median(ms[1:firsts[0] + 1]) if firsts else float("nan")
         settled = statistics.median(ms[-20:])
         print(f"rebalanced: median step {before:.1f} ms before the first re-partition (after step "
               f"{firsts[0] if firsts else '-'}), {settled:.1f} ms over the last 20 steps; "
               f"{len(notices)} re-partition(s)")
+        # "Reached within 2K steps": the 20 steps after 2K (K = every), under
+        # whatever split the run had by then.
+        k2 = 2 * args.every
+        early = statistics.median(ms[k2:k2 + 20])
+        print(f"rebalanced: median step {early:.1f} ms over steps {k2 + 1}-{k2 + 20} (after 2K = {k2} steps)")
+        if args.no_static:
+            return
         for n in notices:
             print("  " + n)
         static = {}
@@ -159,10 +185,13 @@ def main():
         best = min(static, key=static.get)
         print(f"best static: 0-{best[0] - 1} | {best[0]}-{best[1] - 1} | {best[1]}-13 at {static[best]:.1f} ms; "
               f"rebalanced settled at {static[best] / settled:.3f} of its throughput "
-              f"(before the re-partition {static[best] / before:.3f})")
+              f"(before the re-partition {static[best] / before:.3f}; over steps 7-26 {static[best] / early:.3f})")
     finally:
-        th.close()
+        for t in th.values():
+            t.close()
     on, off = [], []
+    if args.pairs < 1:
+        return
     for i in range(args.pairs):
         order = [("on", "  rebalance: {every: 3, threshold: 0.2}\n"), ("off", "")]
         if i % 2:
