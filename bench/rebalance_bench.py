@@ -4,7 +4,7 @@ against the best static split for those speeds, and what rebalance costs a
 run without events.
 
     python3 bench/rebalance_bench.py [--build build] [--steps 90] [--pairs 3]
-                                     [--shares 0.667,0.333,0.667]
+                                     [--shares 0.667,0.333,0.667] [--every 3] [--no-static]
 
 The model of tests/apps/rebalance_test.cpp (14 layers, six 512-wide
 linears; 0-5 | 6-9 | 10-13 by compute) at pp 3 under `actorpipe launch
