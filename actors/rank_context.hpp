@@ -118,6 +118,11 @@ struct rank_context {
   // Rank 0 taking the run over (rank_takeover.cpp): the heal rolls to the
   // newest boundary every slot holds, whatever its log says.
   bool taking_over = false;
+  // dp 1, copies through shared memory: each slot's segments, by slot and
+  // keeper process, kept from one generation to the next (segments_for):
+  // a new ring's segments are faulted in by its first copies, a step's
+  // time several times over on two cores.
+  std::map<std::pair<int, int>, std::shared_ptr<segment_ring>> copy_rings{};
 };
 
 // -- rank_links.cpp ----------------------------------------------------------------
@@ -176,9 +181,14 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
                             bool hands_over);
 
 /// At dp 1, the segments a slot's copies go through to its keeper on the
-/// same machine (null: the keeper is elsewhere, or none).
-std::shared_ptr<segment_ring> segments_for(const rank_context& cx, const kv_store_ptr& store,
-                                           const generation_links& links, uint32_t g, int index, int keeper_process);
+/// same machine (null: the keeper is elsewhere, or none). The ring the
+/// last generation used for this slot and keeper serves again, unless the
+/// keeper was started again (its predecessor's holds never end) or
+/// something from before still holds the ring; `rings` holds the last
+/// generation's, cx.copy_rings gets this one's.
+std::shared_ptr<segment_ring> segments_for(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                                           uint32_t g, int index, int keeper_process, bool keeper_restarted,
+                                           std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings);
 
 // -- rank_directory.cpp --------------------------------------------------------------
 

@@ -266,17 +266,24 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
   return links;
 }
 
-std::shared_ptr<segment_ring> segments_for(const rank_context& cx, const kv_store_ptr& store,
-                                           const generation_links& links, uint32_t g, int index, int keeper_process) {
+std::shared_ptr<segment_ring> segments_for(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
+                                           uint32_t g, int index, int keeper_process, bool keeper_restarted,
+                                           std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings) {
   if (links.machine.empty() ||
       store->get(links.prefix + "/actorpipe/machine/" + std::to_string(keeper_process)) != links.machine)
     return nullptr;
+  const std::pair<int, int> key{index, keeper_process};
+  std::shared_ptr<segment_ring>& ring = cx.copy_rings[key];
+  // The last generation's stage let go of it (use_count: only `rings`).
+  if (auto it = rings.find(key); it != rings.end() && !keeper_restarted && it->second.use_count() == 1)
+    return ring = std::move(it->second);
   // Named by run, rank, generation and slot: a process started again
   // never meets its predecessor's files, and launch removes the run's.
   // As many as the keeper's memory holds, two more for copies in flight.
-  return std::make_shared<segment_ring>(shm_dir() + "/" + segment_run_id() + ".r" + std::to_string(cx.env.rank) +
-                                            ".g" + std::to_string(g) + ".s" + std::to_string(index),
-                                        static_cast<size_t>(cx.boundary->depth()) + 2);
+  return ring = std::make_shared<segment_ring>(shm_dir() + "/" + segment_run_id() + ".r" +
+                                                   std::to_string(cx.env.rank) + ".g" + std::to_string(g) + ".s" +
+                                                   std::to_string(index),
+                                               static_cast<size_t>(cx.boundary->depth()) + 2);
 }
 
 }  // namespace actorpipe::rank_detail

@@ -249,6 +249,10 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
   // start a later generation (each slot keeps its new start below).
   if (!moving.empty()) cx.boundary->clear();
   if (cx.boundary) cx.boundary->buffers().age();
+  // The last generation's copy segments: those this one's slots use again
+  // stay (cx.copy_rings), the others go when `last` does.
+  auto last = std::move(cx.copy_rings);
+  cx.copy_rings.clear();
   std::map<int, std::vector<layer>> layers_of;  // by replica
   for (const auto& slot : cx.places.owned(env.rank)) {
     auto& layers = layers_of[slot.replica];
@@ -304,9 +308,10 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
     if (links.copies) {
       st.keeper_stage = cx.places.keeper(slot.replica, slot.stage);
       st.copy_channel = links.copies;
-      if (st.keeper_stage >= 0)
-        st.copy_segments =
-            segments_for(cx, store, links, g, index, st.process_of.at(static_cast<size_t>(st.keeper_stage)));
+      if (st.keeper_stage >= 0) {
+        const int keeper = st.process_of.at(static_cast<size_t>(st.keeper_stage));
+        st.copy_segments = segments_for(cx, store, links, g, index, keeper, g > 0 && hp.was_replaced(keeper), last);
+      }
     }
     st.copy_every = cx.cfg.supervision.copy_every;
     st.live_boundary = cx.boundary && live_boundaries(cx.plan.dp);
