@@ -598,9 +598,12 @@ TEST(Grow, AJoinerWhoseGenerationIsCalledOffForAnothersLossIsTakenInLaterBitwise
 // why once the run ends: exit 1; the run itself ends bitwise); a run whose
 // config takes no joiners (exit 2).
 TEST(Grow, JoinersWithAnotherConfigOrNothingToTakeAreRefused) {
-  const std::string clean = clean_run(2, 1, 40);
+  // 120 steps: the idle joiner, started beside the refused one, must find
+  // the run still going on a loaded machine (a joiner that finds no store
+  // retries for a minute, then exits 1 with another line).
+  const std::string clean = clean_run(2, 1, 120);
   const std::string saved = (test_dir() / "elastic.pt").string();
-  const std::string cfg = write_config("elastic", config(2, 1, 40, 8, kShrink));
+  const std::string cfg = write_config("elastic", config(2, 1, 120, 8, kShrink));
   {
     testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
                                         {"--nprocs", "2", cfg, "--save", saved});
@@ -609,17 +612,18 @@ TEST(Grow, JoinersWithAnotherConfigOrNothingToTakeAreRefused) {
     const std::string at = join_address(run.output());
     ASSERT_FALSE(at.empty()) << run.output();
     const std::string other = write_config(
-        "other", config(2, 1, 40, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 1}"));
+        "other", config(2, 1, 120, 8, "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 1}"));
+    testing_util::background_launch idle(ACTORPIPE_BIN, (test_dir() / "idle.out").string(), {"--join", at, cfg});
+    ASSERT_TRUE(idle.started());
     const auto refused = actorpipe({"launch", "--join", at, other});
     EXPECT_EQ(refused.code, 2) << describe(refused);
     EXPECT_NE(refused.err.find("this process's config differs from the running job's at " + at), std::string::npos)
         << describe(refused);
-    const auto idle = actorpipe({"launch", "--join", at, cfg});
-    EXPECT_EQ(idle.code, 1) << describe(idle);
-    EXPECT_NE(idle.err.find("was not taken in: the run ended (exit code 0) before it re-placed its stages"),
-              std::string::npos)
-        << describe(idle);
     ASSERT_EQ(run.wait(180), 0) << run.output();
+    EXPECT_EQ(idle.wait(60), 1) << idle.output();
+    EXPECT_NE(idle.output().find("was not taken in: the run ended (exit code 0) before it re-placed its stages"),
+              std::string::npos)
+        << idle.output();
     EXPECT_EQ(run.output().find("takes in rank"), std::string::npos) << run.output();
     EXPECT_TRUE(read_or_empty(saved) == clean) << run.output();
   }
