@@ -20,7 +20,7 @@ others' speed, that never contend: 1.667 of the 2 cores). That stands for
 three devices of which one is slower, which is what the model (a stage's
 time = its speed x its layers' cost) assumes.
 
-  rebalanced  rebalance {every: 3, threshold: 0.2}: the median step before
+  rebalanced  rebalance {every: K (--every, 3), threshold: 0.2}: the median step before
               the first re-partition, and over the last 20 steps (the
               split it settled on), with the steps of the first
               re-partition; each `re-placed:` line.
@@ -193,7 +193,7 @@ def main():
     if args.pairs < 1:
         return
     for i in range(args.pairs):
-        order = [("on", "  rebalance: {every: 3, threshold: 0.2}\n"), ("off", "")]
+        order = [("on", f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), ("off", "")]
         if i % 2:
             order.reverse()
         for label, extra in order:
