@@ -146,9 +146,15 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--every", type=int, default=3, help="rebalance.every (K)")
     ap.add_argument("--no-static", action="store_true", help="leave out the 78 static splits")
+    ap.add_argument("--write-config", metavar="PATH", help="write the model's config (--steps steps, no rebalance) "
+                    "to PATH and stop")
     ap.add_argument("--shares", default="", help="a share of a core for each RANK, e.g. 0.667,0.333,0.667 "
                     "(default: RANK 1 alone held to 0.333)")
     args = ap.parse_args()
+    if args.write_config:
+        with open(args.write_config, "w") as f:
+            f.write(config(args.steps))
+        return
     work = tempfile.mkdtemp(prefix="rebalance_bench_")
     if args.shares:
         shares = [float(x) for x in args.shares.split(",")]
