@@ -206,6 +206,8 @@ rebalance_verdict rebalance_partition(const std::vector<int64_t>& costs, const p
   const partition_t best = closest_split(prefix, factor, least_slowest_time(prefix, factor) * (1 + tie), parts);
   verdict.predicted = slowest_time(prefix, factor, best) / slowest_time(prefix, factor, parts);
   verdict.move = verdict.over_share > threshold && verdict.predicted < 1 - threshold / 2;
+  const double mean_factor = std::accumulate(factor.begin(), factor.end(), 0.0) / static_cast<double>(factor.size());
+  for (double f : factor) verdict.speed.push_back(f / mean_factor);
   verdict.parts = verdict.move ? best : parts;
   return verdict;
 }

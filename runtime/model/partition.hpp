@@ -26,6 +26,7 @@ struct rebalance_verdict {
   double over_share = 0.0;  ///< its busy time over the mean's, minus 1 (0.5 = 50 % above its balanced share)
   double predicted = 1.0;   ///< the best split's slowest stage time over the old one's (model below),
                             ///< also when it does not move
+  std::vector<double> speed;  ///< each stage's busy time per unit of cost, over the stages' mean
 };
 
 /// Each stage s ran layers parts[s] on its own process and was busy busy[s]

@@ -1,6 +1,7 @@
 #include "runtime/model/rebalancer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "runtime/util/text.hpp"
@@ -121,6 +122,23 @@ std::optional<rebalance_move> rebalancer::check() {
     }
   }
   step_ms_[parts_] = now_ms;
+  const rebalance_verdict v = rebalance_partition(costs_, parts_, busy, threshold_);
+  // The model's last move, measured: where every stage's speed (busy time
+  // per unit of cost, over the mean's) is within the threshold of what the
+  // model moved on, its prediction holds, and the layers settle there. A
+  // stage that is still above the threshold then is the layers' grain, not
+  // a wrong model; the search by measure is for speeds that change with the
+  // work (processes that share cores, or a quota the work comes to fit).
+  const std::vector<double> moved_on = std::move(moved_on_);
+  moved_on_.clear();
+  if (!moved_on.empty() && misses_ < budget && moved_on.size() == v.speed.size()) {
+    bool holds = true;
+    for (size_t k = 0; k < v.speed.size(); ++k) holds = holds && std::abs(v.speed[k] / moved_on[k] - 1) <= threshold_;
+    if (holds) {
+      misses_ = budget;
+      return std::nullopt;
+    }
+  }
   // A split tried before that ran faster by more than half the threshold;
   // the one left for it is never gone back to (times measured apart drift:
   // no back and forth between two).
@@ -132,7 +150,6 @@ std::optional<rebalance_move> rebalancer::check() {
     return rebalance_move{*best, "a step took " + fmt("%.1f", now_ms) + " ms over " + steps + ", " +
                                      fmt("%.1f", best_ms) + " ms under the split " + describe_partition(*best) +
                                      " tried before: back to it"};
-  const rebalance_verdict v = rebalance_partition(costs_, parts_, busy, threshold_);
   std::string ms;
   for (double b : busy) ms += (ms.empty() ? "" : " ") + fmt("%.0f", b);
   const std::string seen = "stage " + std::to_string(v.slowest) + " busy " + fmt("%.0f", 100 * (1 + v.over_share)) +
@@ -143,6 +160,7 @@ std::optional<rebalance_move> rebalancer::check() {
   if (misses_ >= budget) return std::nullopt;
   if (v.move && !step_ms_.count(v.parts) && explored_.insert(parts_).second) {
     ++misses_;
+    moved_on_ = v.speed;
     return rebalance_move{v.parts, seen + "; the new split's slowest stage predicted at " +
                                        fmt("%.2f", v.predicted) + " of the old's)"};
   }

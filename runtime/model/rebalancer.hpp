@@ -10,7 +10,10 @@
 // time of every split tried is kept: a split that ran faster than the
 // current one by half the threshold is gone back to (and the one left for
 // it never again); one tried before is never tried again, and the model is
-// heard once from each split. Once it has moved (it saw a straggler), when
+// heard once from each split. Where the window after the model's move
+// measures every stage's speed (busy per unit of cost, over the mean's)
+// within the threshold of what the model moved on, its prediction holds and
+// the layers settle there. Otherwise, once it has moved (it saw a straggler), when
 // it has nothing untried to offer and a stage is still above the
 // threshold, the splits one layer of cost away are tried in turn, and the
 // measured step time decides (a local search).
@@ -71,6 +74,7 @@ private:
   partition_t calm_parts_;          // settled on, with its first window's time
   double calm_ms_ = 0;
   int slow_windows_ = 0;            // windows in a row slower than calm_ms_ by the threshold
+  std::vector<double> moved_on_;    // the speeds the model's last move was made on (until measured)
 };
 
 }  // namespace actorpipe
