@@ -187,25 +187,30 @@ TEST(LaunchEqualsOneProcessMore, AsyncOnThreeProcesses) {
                                    "async_supervised");
 }
 
-// Every double crosses processes as its bits: a learning rate halved every
-// two steps passes through the subnormals (7.12e-309 at step 2035, which
-// CAF's own float serializer turned into -inf) down to 0, and the 3
-// processes end on the one-process bytes, every weight finite.
+// Every double crosses processes as its bits: a learning rate divided by
+// 256 every step passes through the subnormals (1.42e-308 at step 128 down
+// to 4.94e-323 at step 134; CAF's own float serializer turned such a value
+// into -inf) down to 0 from step 135, and the 3 processes end on the
+// one-process bytes, every weight finite.
 TEST(LaunchEqualsOneProcessMore, ALearningRateDecayedThroughTheSubnormalsToZero) {
   std::string text = config_text(3, 3, "1f1b");
-  text.replace(text.find("steps: 4"), 8, "steps: 2200");
+  text.replace(text.find("steps: 4"), 8, "steps: 140");
   text.replace(text.find("optimizer: {type: adam, lr: 0.01}"), 33,
-               "optimizer: {type: adam, lr: 0.01}\n  lr_schedule: {type: step, step_size: 2, gamma: 0.5}");
+               "optimizer: {type: adam, lr: 0.01}\n  lr_schedule: {type: step, step_size: 1, gamma: 0.00390625}");
   text.replace(text.find("clip_grad_norm: 1.0"), 19, "clip_grad_norm: 0.5");
   text.replace(text.find("batch_size: 48"), 14, "batch_size: 24");
   const auto config = write_config("subnormal", text);
   const auto dir = test_dir();
   const std::string one = (dir / "subnormal_one.pt").string(), many = (dir / "subnormal_many.pt").string();
-  auto a = actorpipe({"train", config, "--log-every", "2200", "--save", one});
+  auto a = actorpipe({"train", config, "--log-every", "1", "--save", one});
   ASSERT_EQ(a.code, 0) << describe(a);
-  // The rate at the last step is 0 (0.01 / 2^1099 is below the smallest double).
-  EXPECT_NE(a.out.find("step  2200/2200"), std::string::npos) << a.out;
-  EXPECT_NE(a.out.find("lr 0.00e+00"), std::string::npos) << a.out;
+  // Subnormal rates, then 0 (0.01 / 2^1080 is below the smallest double).
+  EXPECT_NE(a.out.find("step   128/140  loss "), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("lr 1.42e-308\n"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("lr 4.94e-323\n"), std::string::npos) << a.out;
+  const size_t last = a.out.find("step   140/140  loss ");
+  ASSERT_NE(last, std::string::npos) << a.out;
+  EXPECT_EQ(a.out.substr(a.out.find('\n', last) - 11, 12), "lr 0.00e+00\n") << a.out;
   auto b = actorpipe({"launch", "--nprocs", "3", config, "--quiet", "--save", many});
   ASSERT_EQ(b.code, 0) << describe(b);
   EXPECT_EQ(b.err.find("non-finite"), std::string::npos) << describe(b);
