@@ -13,7 +13,8 @@ the store run in a process apart), at which step, and how it is lost:
 
   kill   `kill -9` of the worker
   stop   SIGSTOP of the worker: a hung or cut-off host, seen after the
-         heartbeat timeout (2 s here), then killed by launch
+         heartbeat timeout (2 s here; 4 s with --throttles), then killed by
+         launch
   join   `actorpipe launch --join HOST:PORT` (--joins of them, each 2 to 4
          steps after one of the first losses): a new process that takes a
          stage back at a step boundary once a process holds two
@@ -21,7 +22,10 @@ the store run in a process apart), at which step, and how it is lost:
          cpu group held to a twentieth of a core (a host starved of CPU; the
          run's ops are paced, so a lighter throttle would not show); the
          run has pipeline.rebalance {every: 3, threshold: 0.2}, and the row
-         times its `re-partitions the layers` line
+         times its `re-partitions the layers` line. The heartbeat timeout is
+         then 4 s: at a twentieth of a core, a worker that forms a
+         generation (its state through the socket) can go 2 s without a
+         beat on a loaded machine, and it would be lost, not slow
 
 At most nprocs - 1 events (each one takes a process for good). Every event
 prints one row: when it was fired, and the time from it to rank 0's
@@ -159,7 +163,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
         open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
-        sup = f"{{max_restarts: {a.events}, window_steps: {a.steps}, heartbeat_timeout_s: 2, replace_timeout_s: 0}}"
+        beat = 4 if a.throttles else 2
+        sup = f"{{max_restarts: {a.events}, window_steps: {a.steps}, heartbeat_timeout_s: {beat}, replace_timeout_s: 0}}"
         text = config(a.nprocs, a.steps, sup, 4)
         if a.throttles:
             text = text.replace("  pace_ms: 4\n", "  pace_ms: 4\n  rebalance: {every: 3, threshold: 0.2}\n")
