@@ -20,8 +20,8 @@ class skip_exit : public testing::EmptyTestEventListener {
   }
 };
 
-// gtest calls the end events of its listeners last-appended first: this one
-// runs after the printers have written everything.
+// The printers write the summary (and any XML report) at the iteration's
+// end, before this program-end event: the output is whole when it exits.
 const bool added = [] {
   testing::UnitTest::GetInstance()->listeners().Append(new skip_exit);
   return true;
