@@ -1,6 +1,14 @@
 #include "runtime/dist/join.hpp"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "runtime/dist/transport/poll_backoff.hpp"
@@ -98,11 +106,42 @@ std::string exited_key(const std::string& store_prefix, int rank) {
 
 void tell_exited(const std::string& host, uint16_t port, const std::string& store_prefix, int rank,
                  uint32_t generation, const std::string& how) {
-  try {
-    open_client_store(host, port, std::chrono::milliseconds(3000))
-        ->set(exited_key(store_prefix, rank), std::to_string(generation) + " " + how);
-  } catch (const std::exception&) {
-    // The coordinator is gone too: its own loss is handled apart.
+  const std::string k = exited_key(store_prefix, rank), v = std::to_string(generation) + " " + how;
+  const auto tell = [&] {
+    try {
+      open_client_store(host, port, std::chrono::milliseconds(3000))->set(k, v);
+    } catch (const std::exception&) {
+      // The coordinator is gone too: its own loss is handled apart.
+    }
+  };
+  // A c10d 1.13 client starts a thread that reads its socket and throws
+  // when the store resets it; a throw out of a thread ends the process.
+  // The store here may close at any moment (its run ending), so a child
+  // tells it, and the launcher only waits for the child.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    tell();
+    return;
+  }
+  if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The launcher's handlers write to its signal pipe: not from here.
+    for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) ::signal(signo, SIG_DFL);
+    ::signal(SIGPIPE, SIG_IGN);
+    tell();
+    std::_Exit(0);  // the launcher's statics are not this child's to destroy
+  }
+  // The connect gives up after 3 s; a child past 5 s is stuck.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  poll_backoff wait(std::chrono::milliseconds(2));
+  for (pid_t r; (r = ::waitpid(child, nullptr, WNOHANG)) == 0 || (r < 0 && errno == EINTR);) {
+    if (std::chrono::steady_clock::now() >= until) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, nullptr, 0);
+      return;
+    }
+    wait.pause();
   }
 }
 

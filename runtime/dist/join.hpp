@@ -60,7 +60,8 @@ void beat(const kv_store& store, const std::string& store_prefix, int rank);
 std::string exited_key(const std::string& store_prefix, int rank);
 /// The launcher's word, best effort: the store at host:port (this node's)
 /// is asked for 3 s at most (c10d counts its connect timeout in whole
-/// seconds), and a set waits for no answer.
+/// seconds), and a set waits for no answer. A child process tells it: a
+/// store that closes meanwhile ends c10d's client with an uncaught throw.
 void tell_exited(const std::string& host, uint16_t port, const std::string& store_prefix, int rank,
                  uint32_t generation, const std::string& how);
 /// The `how` of exited/<rank> when it names `generation`; "" otherwise.
