@@ -114,10 +114,12 @@ void tell_exited(const std::string& host, uint16_t port, const std::string& stor
       // The coordinator is gone too: its own loss is handled apart.
     }
   };
-  // A c10d 1.13 client starts a thread that reads its socket and throws
-  // when the store resets it; a throw out of a thread ends the process.
-  // The store here may close at any moment (its run ending), so a child
-  // tells it, and the launcher only waits for the child.
+  // A c10d 1.13 client starts a listener thread that throws when the
+  // store resets its socket, and a throw out of a thread ends the process.
+  // make_tcp_store quiets that thread, but only once connected: a store
+  // that closes in between (the coordinator's, as its run ends, which is
+  // when a worker here exits) ended the launcher with exit 134. So a child
+  // tells the store, and the launcher only waits for the child.
   std::fflush(nullptr);
   const pid_t child = ::fork();
   if (child < 0) {
