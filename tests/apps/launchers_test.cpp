@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +95,19 @@ void kill_processes_naming(const fs::path& dir) {
 
 // The pid of the `actorpipe` process whose command line names `config` and
 // whose environment holds every one of `env` ("NAME=VALUE"); -1 if none.
+// Whether the progress in `out` shows step `n` or a later one. The bar is
+// drawn at most so often, so a given step may never be printed.
+bool reached_step(const std::string& out, int n) {
+  for (size_t at = out.find(" step "); at != std::string::npos; at = out.find(" step ", at + 1)) {
+    size_t end = at + 6;
+    int step = 0;
+    while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end])))
+      step = step * 10 + (out[end++] - '0');
+    if (end > at + 6 && end < out.size() && out[end] == '/' && step >= n) return true;
+  }
+  return false;
+}
+
 pid_t find_rank(const std::string& config, const std::vector<std::string>& env) {
   DIR* proc = ::opendir("/proc");
   if (!proc) return -1;
@@ -482,7 +496,7 @@ TEST(Mpirun, WithEnableRecoveryAKillNineGoesOnAndAJoinerTakesTheStageBackBitwise
   ASSERT_TRUE(run.started());
   pid_t victim = -1;
   for (int i = 0; i < 6000 && victim < 0; ++i) {  // up to 60 s
-    if (run.output().find(" step 3/") != std::string::npos) victim = find_rank(config, {"OMPI_COMM_WORLD_RANK=1"});
+    if (reached_step(run.output(), 3)) victim = find_rank(config, {"OMPI_COMM_WORLD_RANK=1"});
     if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GT(victim, 0) << "no step 3, or no rank 1\n" << run.output();
