@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/commands.hpp"
 #include "apps/common.hpp"
 #include "messages/errors.hpp"
 #include "runtime/dist/coord/etcd_client.hpp"
@@ -19,9 +20,6 @@
 #include "runtime/dist/launcher.hpp"
 #include "runtime/dist/rank_env.hpp"  // default_master_port
 #include "runtime/util/text.hpp"
-
-// apps/main.cpp: a command line run as `actorpipe ARGS` runs it.
-int run_command(int argc, char** argv);
 
 namespace actorpipe::app {
 

@@ -4,7 +4,7 @@
 // load_config() either returns a fully validated config or throws
 // config_error whose what() is one line of the form
 //   FILE:LINE:COL: KEY.PATH: message
-// Callers (apps/main.cpp) print it and exit with code 2.
+// Callers (apps/commands.cpp) print it and exit with code 2.
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,27 +33,29 @@ struct child_result {
   bool timed_out = false;
 };
 
-/// Runs `program args...` with stdin from /dev/null and stdout and stderr
-/// captured to files (no pipe can fill up), and waits for it.
-inline child_result run_child(const std::string& program, const std::vector<std::string>& args,
-                              const child_limits& limits = {}) {
+namespace detail {
+
+/// Forks; the child, its stdin from /dev/null and its stdout and stderr to
+/// files (no pipe can fill up), runs `in_child(argv)`, which does not
+/// return. Waits for it under `limits`.
+template <class InChild>
+child_result run_forked(std::vector<std::string> all, const child_limits& limits, InChild in_child) {
   static int counter = 0;
   const auto base = std::filesystem::path(::testing::TempDir()) /
                     ("actorpipe_child_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   const std::string out_file = base.string() + ".out", err_file = base.string() + ".err";
-  std::vector<std::string> all = {program};
-  all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   child_result r;
+  std::fflush(nullptr);  // nothing buffered here is written by the child too
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   if (pid < 0) {
     ADD_FAILURE() << "fork failed";
     return r;
   }
-  if (pid == 0) {  // only async-signal-safe calls until exec
+  if (pid == 0) {  // only async-signal-safe calls before in_child
     const int in = open("/dev/null", O_RDONLY);
     const int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -61,8 +64,7 @@ inline child_result run_child(const std::string& program, const std::vector<std:
       const rlimit lim{limits.address_space, limits.address_space};
       setrlimit(RLIMIT_AS, &lim);
     }
-    execv(program.c_str(), argv.data());
-    _exit(127);
+    in_child(argv.data());
   }
   int status = 0;
   rusage usage{};
@@ -86,6 +88,41 @@ inline child_result run_child(const std::string& program, const std::vector<std:
   std::filesystem::remove(out_file);
   std::filesystem::remove(err_file);
   return r;
+}
+
+}  // namespace detail
+
+/// Runs `program args...` with stdin from /dev/null and stdout and stderr
+/// captured to files, and waits for it.
+inline child_result run_child(const std::string& program, const std::vector<std::string>& args,
+                              const child_limits& limits = {}) {
+  std::vector<std::string> all = {program};
+  all.insert(all.end(), args.begin(), args.end());
+  return detail::run_forked(std::move(all), limits, [&program](char** argv) {
+    execv(program.c_str(), argv);  // only async-signal-safe calls until here
+    _exit(127);
+  });
+}
+
+/// The same without an exec: the forked child calls `main_like(argc, argv)`
+/// (argv[0] is `name`) and exits with what it returns, its output flushed.
+/// For a command whose process start (LibTorch's load, 0.7 s) would cost
+/// more than the command.
+template <class Main>
+child_result run_in_fork(const std::string& name, const std::vector<std::string>& args, Main main_like,
+                         const child_limits& limits = {}) {
+  std::vector<std::string> all = {name};
+  all.insert(all.end(), args.begin(), args.end());
+  const int argc = static_cast<int>(all.size());
+  return detail::run_forked(std::move(all), limits, [&main_like, argc](char** argv) {
+    int rc = 127;
+    try {
+      rc = main_like(argc, argv);
+    } catch (...) {
+    }
+    std::fflush(nullptr);
+    _exit(rc);
+  });
 }
 
 /// A child's exit and output, for a failed expectation's message.

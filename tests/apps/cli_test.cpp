@@ -1,6 +1,7 @@
-// apps/actorpipe: the real binary as a child process. Exit codes, the exact
-// config-error line on stderr, help texts, the bubble table, and a small
-// training run whose --save and --trace files Python's torch/json read back.
+// apps/actorpipe: the real binary as a child process. Exit codes, help
+// texts, the bubble table, and a small training run whose --save and
+// --trace files Python's torch/json read back. (The bad-config table's
+// exact lines on stderr: bad_config_cli_test.cpp.)
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -29,7 +30,6 @@
 #include "runtime/files/state_dict.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/test_util.hpp"
-#include "tests/runtime/config/bad_configs.hpp"
 
 extern char** environ;
 
@@ -98,33 +98,6 @@ void expect_bitwise(const std::string& a, const std::string& b) {
     EXPECT_TRUE(wa[i].second.equal(wb[i].second)) << wa[i].first;
   }
 }
-
-// -- bad configs ----------------------------------------------------------------
-
-class BadConfigCli : public ::testing::TestWithParam<tests::bad_config> {};
-
-TEST_P(BadConfigCli, ExitsTwoWithTheExactMessageOnStderr) {
-  const auto& c = GetParam();
-  if (c.assumes_no_cuda && torch::cuda::is_available())
-    GTEST_SKIP() << "the config's device exists on a machine with CUDA";
-  const fs::path dir = test_dir();
-  const std::string file = write(dir / "config.yaml", c.yaml);
-  auto r = actorpipe({"train", file});
-  EXPECT_EQ(r.code, 2) << describe(r);
-  std::string want = tests::expected_message(c, file), got = first_line(r.err);
-  {
-    // A message may count this machine's GPUs (for a device beyond them):
-    // the rest must match exactly.
-    const std::regex count("has [0-9]+ CUDA devices?$");
-    want = std::regex_replace(want, count, "has N CUDA devices");
-    got = std::regex_replace(got, count, "has N CUDA devices");
-  }
-  EXPECT_EQ(got, want) << describe(r);
-  EXPECT_EQ(r.out, "") << "nothing should run before the config is valid";
-}
-
-INSTANTIATE_TEST_SUITE_P(Table, BadConfigCli, ::testing::ValuesIn(tests::bad_configs()),
-                         [](const auto& info) { return std::string(info.param.name); });
 
 // -- usage ----------------------------------------------------------------------
 
