@@ -326,6 +326,11 @@ void Takeover::take_over_while_forming(const std::string& run_id, int signal) {
   ASSERT_GT(victim, 0) << run.output();
   ::kill(victim, SIGKILL);
   const bool replaced = run.wait_for_output("re-placed: generation 1 goes on over 2 processes without rank 1");
+  // Rank 0 says the line before it tells the workers: a kill at once may
+  // land before they hear of generation 1 at all (they lose it in
+  // generation 0, as in the tests above). Half a second of the 2.5 s hold
+  // lets them read the plan and enter the held rendezvous.
+  if (replaced) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::kill(coordinator, signal);
   const int code = replaced ? run.wait(120) : -2;
   ::kill(coordinator, SIGKILL);  // in every path
