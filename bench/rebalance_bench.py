@@ -177,10 +177,10 @@ def main():
         k2 = 2 * args.every
         early = statistics.median(ms[k2:k2 + 20])
         print(f"rebalanced: median step {early:.1f} ms over steps {k2 + 1}-{k2 + 20} (after 2K = {k2} steps)")
-        if args.no_static:
-            return
         for n in notices:
             print("  " + n)
+        if args.no_static:
+            return
         static = {}
         for a, b in itertools.combinations(STARTS, 2):
             parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
