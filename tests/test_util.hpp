@@ -37,6 +37,9 @@ inline std::string slurp_file(const fs::path& file) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+/// The first line of `s` (all of it when it has no newline).
+inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
 /// `text` as a GoogleTest parameter name: letters, digits and '_' only.
 inline std::string param_name(std::string text) {
   for (auto& c : text)

@@ -27,7 +27,7 @@ using testing_util::describe;
 
 fs::path test_dir() { return testing_util::test_dir("actorpipe_bad_config_cli_test"); }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+using testing_util::first_line;
 
 child_result forked(const std::vector<std::string>& args) {
   return testing_util::run_in_fork(ACTORPIPE_BIN, args, [](int argc, char** argv) { return run_command(argc, argv); });

@@ -53,7 +53,7 @@ run_result run_program(const std::string& program, const std::vector<std::string
 
 run_result actorpipe(const std::vector<std::string>& args) { return run_program(ACTORPIPE_BIN, args); }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+using testing_util::first_line;
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
