@@ -26,6 +26,7 @@
 #include <mutex>
 
 #include "actors/rank_context.hpp"
+#include "messages/atoms.hpp"
 #include "runtime/dist/join.hpp"
 
 namespace actorpipe::rank_detail {
@@ -69,6 +70,7 @@ struct forming_watch::shared {
   std::condition_variable changed;
   bool done = false, formed = false;
   std::optional<forming_loss> loss;
+  caf::actor me;  // the watch's thread's actor: a stop_atom ends its wait at once
 };
 
 forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const rank_env& env, uint32_t g,
@@ -82,6 +84,10 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
                          restarted = std::move(restarted), name_of = std::move(name_of), beat_limit, off, gate,
                          prefix, during, env, g] {
     caf::scoped_actor me{sys};
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->me = caf::actor_cast<caf::actor>(me);
+    }
     std::map<caf::actor_addr, int> watched;
     for (const auto& [q, dir] : old) {
       me->monitor(dir);
@@ -117,7 +123,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
           std::lock_guard<std::mutex> lock(s->mutex);
           if (s->done || s->formed) return;
         }
-        me->receive(on_down(""), caf::after(milliseconds(50)) >> [] {});
+        me->receive(on_down(""), [](stop_atom) {}, caf::after(milliseconds(50)) >> [] {});
         for (auto& [r, b] : seen) {
           if (b.count == -2) continue;  // counted lost already
           // One started again whose launcher saw it end (before its first
@@ -163,10 +169,14 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
 }
 
 forming_watch::~forming_watch() {
+  caf::actor me;
   {
     std::lock_guard<std::mutex> lock(s_->mutex);
     s_->done = true;
+    me = s_->me;
   }
+  // Not a poll's 50 ms: the next generation waits on this join.
+  if (me) caf::anon_send(me, stop_atom::value);
   if (thread_.joinable()) thread_.join();
 }
 
