@@ -76,7 +76,15 @@ def worker_pid(launcher, rank):
     except OSError:
         return -1
     for k in kids:
+        # A worker the launcher forked is named for its RANK (its
+        # /proc/PID/environ is the launcher's); a spawned one is found by
+        # its environment.
         try:
+            comm = open(f"/proc/{k}/comm").read().strip()
+            if comm == f"actorpipe r{rank}":
+                return int(k)
+            if comm.startswith("actorpipe "):
+                continue
             env = open(f"/proc/{k}/environ", "rb").read().split(b"\0")
         except OSError:
             continue

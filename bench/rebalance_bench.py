@@ -106,8 +106,11 @@ def rank_pid(launcher, rank, timeout=30):
         except OSError:
             kids = []
         for k in kids:
-            try:
-                if f"RANK={rank}\0".encode() in open(f"/proc/{k}/environ", "rb").read():
+            try:  # forked by the launcher: named for its RANK (chaos.worker_pid)
+                comm = open(f"/proc/{k}/comm").read().strip()
+                if comm == f"actorpipe r{rank}":
+                    return int(k)
+                if not comm.startswith("actorpipe ") and f"RANK={rank}\0".encode() in open(f"/proc/{k}/environ", "rb").read():
                     return int(k)
             except OSError:
                 pass

@@ -123,11 +123,27 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
   return pid;
 }
 
-// A replacement forked from this process: what posix_spawn sets up for a
+// A worker forked from this process: what posix_spawn sets up for a
 // worker (its own process group, default signals, an empty mask, none of
 // the launcher's descriptors, the worker's environment), then
 // in_process(argv). -1: not forked (more than one thread here); the
 // caller spawns it instead.
+namespace {
+
+// A forked worker's name (at most 15 characters): "actorpipe r" and its
+// RANK, "actorpipe c" for a coordinator apart, "actorpipe j" for a process
+// that joins (its RANK is a stand-in until it is taken in).
+std::string process_name() {
+  const char* rank = std::getenv("RANK");
+  const char* coordinator = std::getenv("ACTORPIPE_COORDINATOR");
+  const char* join = std::getenv("ACTORPIPE_JOIN");
+  if (coordinator && std::string(coordinator) == "self") return "actorpipe c";
+  if (join && *join) return "actorpipe j";
+  return ("actorpipe r" + std::string(rank ? rank : "")).substr(0, 15);
+}
+
+}  // namespace
+
 pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int keep_fd) {
   if (!o.in_process || thread_count() != 1) return -1;
   worker_argv a(o);
@@ -153,6 +169,9 @@ pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int kee
   }
   ::clearenv();
   for (auto& e : env) ::putenv(::strdup(e.c_str()));
+  // /proc/PID/environ still shows the launcher's: the name says which
+  // process this is (ps, top; the tests find a worker by it).
+  ::prctl(PR_SET_NAME, process_name().c_str());
   int rc = 1;
   try {
     rc = o.in_process(a.argc(), a.argv.data());

@@ -29,8 +29,9 @@ std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t 
 /// signals and an empty mask. Throws std::runtime_error when it cannot.
 pid_t spawn_worker(const launch_options& o, std::vector<std::string> env);
 
-/// The same forked from this process, which then runs o.in_process; -1
-/// when not forked (no in_process, or more than one thread here).
+/// The same forked from this process, which then runs o.in_process under
+/// the name "actorpipe r<RANK>" (launch_options::in_process); -1 when not
+/// forked (no in_process, or more than one thread here).
 pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int keep_fd = -1);
 
 }  // namespace actorpipe::launcher_detail

@@ -69,13 +69,13 @@ public:
   /// `after` (-1 if none within 30 s). Never the coordinator apart
   /// (launch --coordinator process), whose RANK is 0 too.
   pid_t worker(int rank, std::chrono::milliseconds after) const {
-    return child_with(nul + "RANK=" + std::to_string(rank) + nul, after, true);
+    return child_with("actorpipe r" + std::to_string(rank), nul + "RANK=" + std::to_string(rank) + nul, after, true);
   }
 
   /// The pid of the coordinator apart (launch --coordinator process), -1 if
   /// none within 30 s.
   pid_t coordinator() const {
-    return child_with(nul + "ACTORPIPE_COORDINATOR=self" + nul, std::chrono::milliseconds(0), false);
+    return child_with("actorpipe c", nul + "ACTORPIPE_COORDINATOR=self" + nul, std::chrono::milliseconds(0), false);
   }
 
   /// The launcher's live children (its workers) now.
@@ -134,13 +134,20 @@ public:
 private:
   inline static const std::string nul = std::string(1, '\0');
 
-  // The first child whose environment holds `entry` (NUL on both sides).
-  pid_t child_with(const std::string& entry, std::chrono::milliseconds after, bool workers_only) const {
+  // The first child named `name` (a worker the launcher forked: its
+  // /proc/PID/environ is the launcher's) or, spawned, whose environment
+  // holds `entry` (NUL on both sides).
+  pid_t child_with(const std::string& name, const std::string& entry, std::chrono::milliseconds after,
+                   bool workers_only) const {
     const auto since = std::chrono::steady_clock::now();
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (std::chrono::steady_clock::now() - since < after) continue;
       for (pid_t p : workers()) {
+        std::string comm = read_or_empty("/proc/" + std::to_string(p) + "/comm");
+        if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+        if (comm == name) return p;
+        if (comm.rfind("actorpipe ", 0) == 0) continue;  // forked: another one
         const std::string env = nul + read_or_empty("/proc/" + std::to_string(p) + "/environ");
         if (env.find(entry) == std::string::npos) continue;
         if (workers_only && env.find(nul + "ACTORPIPE_COORDINATOR=self" + nul) != std::string::npos) continue;
