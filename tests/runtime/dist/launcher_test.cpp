@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -177,12 +178,14 @@ TEST(Launcher, RankZeroReplacesADeadWorkerWithTheSameRankAndANewGeneration) {
   EXPECT_NE(all.find("started worker rank 1 again"), std::string::npos) << all;
 }
 
-// With in_process set, the replacement is forked from the launcher (one
-// thread here) rather than spawned: it runs in_process with the worker's
-// arguments and environment (RANK 1, ACTORPIPE_GENERATION 1, no control
-// fd), in its own process group, as the launcher's child, with none of the
-// launcher's descriptors; its result is its exit code.
-TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
+// With in_process set, every worker is forked from the launcher (one
+// thread here) rather than spawned: the first ones (which run the script
+// from there, as the launcher's children) and the replacement, which runs
+// in_process with the worker's arguments and environment (RANK 1,
+// ACTORPIPE_GENERATION 1, no control fd), in its own process group, as the
+// launcher's child, with none of the launcher's descriptors; its result is
+// its exit code.
+TEST(Launcher, EveryWorkerIsForkedFromTheLauncherWhenItCanRunInProcess) {
   const fs::path dir = test_dir();
   const std::string d = dir.string();
   pid_guard guard;
@@ -191,6 +194,11 @@ TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
   auto o = sh_workers(2, replacing_script(d, "", "exit 9"), &notices);
   const pid_t launcher = ::getpid();
   o.in_process = [d, launcher](int argc, char** argv) {
+    if (!std::getenv("ACTORPIPE_GENERATION")) {  // a first worker: the script, forked
+      std::ofstream(d + "/forked_" + std::getenv("RANK")) << (::getppid() == launcher) << "\n";
+      ::execv("/bin/sh", argv);
+      return 127;
+    }
     int fds = 0;  // open descriptors above stderr, the listing's own aside
     for (const auto& e : fs::directory_iterator("/proc/self/fd")) fds += std::atoi(e.path().filename().c_str()) > 3;
     std::ostringstream os;
@@ -210,6 +218,8 @@ TEST(Launcher, AReplacementIsForkedFromTheLauncherWhenItCanRunInProcess) {
     if (!p.empty()) guard.pids.push_back(std::atoi(p.c_str()));
   }
   EXPECT_EQ(rc, 0);
+  EXPECT_EQ(testing_util::slurp_file(dir / "forked_0"), "1\n");
+  EXPECT_EQ(testing_util::slurp_file(dir / "forked_1"), "1\n");
   auto seen = read_env(dir / "back");
   EXPECT_EQ(seen["argc"], "3");
   EXPECT_EQ(seen["argv1"], "-c");
