@@ -368,8 +368,10 @@ bool goes_on_without(const rank_context& cx);
 /// Rank 0, once generation hp.generation failed: the ranks whose process
 /// is gone, sorted, seen on their directories (which cx.self monitors; a
 /// connection lost closes every proxy of it at once, so up to 300 ms, and
-/// 20 ms more once one is among them).
-std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs);
+/// 20 ms more once one is among them whose host, by its endpoint, holds
+/// other live ranks and not rank 0).
+std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs,
+                            const std::vector<std::string>& endpoints);
 
 /// Rank 0: heals after `failure` (restartable, within supervision's
 /// limits, from memory or disk, the dead started again by the launcher):

@@ -205,12 +205,27 @@ std::string short_of_room(rank_context& cx, const generation_peers& peers, const
 
 }  // namespace
 
-std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs) {
+std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dirs,
+                            const std::vector<std::string>& endpoints) {
   const rank_env& env = cx.env;
   caf::scoped_actor& self = cx.self;
   std::vector<int> dead;
-  // Up to 300 ms; 20 ms more once one is among them (the others of a
-  // lost host go down with it). A failure first seen by a survivor (a
+  const auto host_of = [&](int q) {
+    return static_cast<size_t>(q) < endpoints.size() ? split_endpoint(endpoints[static_cast<size_t>(q)]).first
+                                                     : std::string();
+  };
+  // Whether a live process other than rank 0 shares a host with the dead
+  // one, and that host is not rank 0's (which lives): it may be lost too.
+  const auto host_may_go = [&](int q) {
+    const std::string h = host_of(q);
+    if (h.empty() || h == host_of(0)) return false;
+    for (int r = 1; r < env.world_size; ++r)
+      if (host_of(r) == h && std::find(dead.begin(), dead.end(), r) == dead.end()) return true;
+    return false;
+  };
+  // Up to 300 ms; 20 ms more once one is among them where the others of
+  // its host may go down with it (none on rank 0's host: a process of
+  // this machine died alone). A failure first seen by a survivor (a
   // transfer or an allreduce with the dead) names the survivor's stage,
   // so any process gone ends the wait, not only the failed stage's.
   auto until = clock_type::now() + milliseconds(300);
@@ -220,7 +235,7 @@ std::vector<int> gone_ranks(rank_context& cx, const std::vector<caf::actor>& dir
           for (int q = 1; q < env.world_size; ++q)
             if (dm.source == dirs[static_cast<size_t>(q)].address()) {
               dead.push_back(q);
-              until = std::min(until, clock_type::now() + milliseconds(20));
+              until = std::min(until, clock_type::now() + milliseconds(host_may_go(q) ? 20 : 0));
             }
         },
         caf::after(std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(until - clock_type::now()))) >>

@@ -132,7 +132,7 @@ public:
     cx_.failed_at = clock_type::now();
     before_ = before_forming(cx_);
     const bool planned = f.code == run_errc::regroup;
-    dead_ = planned ? std::vector<int>{} : gone_ranks(cx_, gen_.peers.dirs);
+    dead_ = planned ? std::vector<int>{} : gone_ranks(cx_, gen_.peers.dirs, gen_.links.met.endpoints);
     demonitor();
     host_decision out;
     std::optional<heal_plan> next;
