@@ -14,8 +14,10 @@ so both models lose the same work: the step that was running.
            supervisor re-places stage 2 in rank 1's process (which holds
            its copy), and the three processes go on from memory.
   restart  supervision.max_restarts 0: launch stops every worker (as
-           torchrun's agent does), then `launch --nprocs 2 --resume` starts
-           the new world from the newest checkpoint (2: the smallest world
+           torchrun's agent does), then two `actorpipe train --resume`
+           processes, each executed afresh with torchrun's variables (as
+           the agent starts them), start the new world from the newest
+           checkpoint (2: the smallest world
            a run may start with that divides 4 stages and has lost a host).
 
 Time to continue is from the launcher's line that names the kill to the end
@@ -35,9 +37,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from heal_bench import HEAL, STEP, first, stamped  # noqa: E402
+from heal_bench import HEAL, STEP, first, stamped, torchrun_like  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KILL_STEP = 6
@@ -83,9 +86,9 @@ def restart_round(exe, dir_, steps):
     if code == 0:
         sys.exit("the restart model's first run did not fail")
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
-    stopped = lines[-1][0]
+    stopped = time.monotonic() - t0  # the launcher returned: every worker is gone
     resumed = config(dir_, "resumed", "{max_restarts: 0}", steps, fault=False)
-    t1, code, lines2 = stamped([exe, "launch", "--coordinator", "rank0", "--nprocs", "2", resumed, "--resume", os.path.join(dir_, "ckpt")])
+    t1, code, lines2 = torchrun_like(exe, 2, [resumed, "--resume", os.path.join(dir_, "ckpt")])
     if code != 0:
         sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
     t_step, l_step = first(lines2, lambda l: STEP.match(l) and int(STEP.match(l).group(1)) == KILL_STEP + 1)

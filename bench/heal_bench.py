@@ -16,8 +16,10 @@ models lose the same work: the step that was running.
            rank 3 again, every rank rolls back in memory, the new process
            gets its stage from replica 0's memory.
   restart  supervision.max_restarts 0: launch stops every worker (as
-           torchrun's agent does), then a second `launch --resume` starts
-           all four from the newest checkpoint.
+           torchrun's agent does), then four `actorpipe train --resume`
+           processes start from the newest checkpoint, each executed
+           afresh with torchrun's variables (as the agent starts them;
+           `launch` would fork them with LibTorch already loaded).
 
 Every line of output is stamped as it arrives. Recovery is from the
 launcher's line that names the kill to the end of the re-run step, less that
@@ -93,6 +95,41 @@ def stamped(cmd):
     return t0, p.returncode, lines
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_like(exe, nprocs, args):
+    """Starts nprocs `actorpipe train ARGS` as torchrun's agent starts its
+    workers: each one executed afresh (LibTorch loaded anew), with RANK,
+    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT;
+    rank 0 holds the store. Returns (t0, exit code, rank 0's stamped
+    lines); the first nonzero code of the others if rank 0's is 0."""
+    port = free_port()
+    others = []
+    t0 = time.monotonic()
+    for r in range(nprocs - 1, 0, -1):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        others.append(subprocess.Popen([exe, "train", *args, "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True))
+    env = dict(os.environ, RANK="0", WORLD_SIZE=str(nprocs), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(nprocs),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    p = subprocess.Popen([exe, "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         bufsize=1)
+    lines = [(time.monotonic() - t0, l.rstrip("\n")) for l in p.stdout]
+    code = p.wait()
+    for o in others:
+        _, err = o.communicate()
+        if o.returncode != 0 and code == 0:
+            code = o.returncode
+            lines.append((time.monotonic() - t0, err))
+    return t0, code, lines
+
+
 def first(lines, pred):
     return next((t, l) for t, l in lines if pred(l))
 
@@ -117,8 +154,9 @@ def restart_round(exe, cfg, resumed_cfg, dir_):
     t_kill, _ = first(lines, lambda l: "killed by SIGKILL" in l)
     t_end = lines[-1][0] if lines else t_kill
     stopped = time.monotonic() - t0  # the launcher returned: every worker is gone
-    # The fault has fired: the restarted workers run without it.
-    t1, code, lines2 = stamped([exe, "launch", "--nprocs", "4", *COORDINATOR, resumed_cfg, "--resume", os.path.join(dir_, "ckpt")])
+    # The fault has fired: the restarted workers run without it, each
+    # executed afresh as torchrun's agent starts them.
+    t1, code, lines2 = torchrun_like(exe, 4, [resumed_cfg, "--resume", os.path.join(dir_, "ckpt")])
     if code != 0:
         sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
     t_step, l_step = first(lines2, lambda l: STEP.match(l) and STEP.match(l).group(1) == "5")
