@@ -171,14 +171,19 @@ void join_options(const args& a, launch_options& o, const std::string& config) {
 
 // --coordinator etcd://...: before any process starts, the cluster
 // answers and no live run holds the name (the coordinator then takes it,
-// and is refused the same way if another took it in between).
+// and is refused the same way if another took it in between). A node
+// other than 0 starts no coordinator: the live one at its own master
+// ("HOST:PORT pid N") is its run's, started on node 0 a moment before.
 void check_etcd(launch_options& o, const std::string& run) {
   o.run_id = run;
   const std::vector<etcd_endpoint> members = etcd_members(o.etcd, "--coordinator");
   try {
     etcd_client c(members);
-    if (auto holder = c.get(run_key(run, "coordinator")))
-      throw usage_error(run_held_line(run, *holder, o.etcd.substr(7)));
+    if (auto holder = c.get(run_key(run, "coordinator"))) {
+      const std::string master = o.master_addr + ":" + std::to_string(o.master_port);
+      if (o.node_rank == 0 || holder->substr(0, holder->find(' ')) != master)
+        throw usage_error(run_held_line(run, *holder, o.etcd.substr(7)));
+    }
   } catch (const etcd_error& e) {
     throw usage_error(std::string("--coordinator: ") + e.what());
   }

@@ -189,6 +189,24 @@ TEST(EtcdRecord, ARunNameHeldNothingListeningAndNoMajorityAreOneLineWithExit2) {
   EXPECT_EQ(r.err, "actorpipe: run 'refused' is held by a live coordinator (10.0.0.9:29500 pid 77) in etcd at " +
                        cluster.url().substr(7) + ": give this run another --run-id, or wait until that one ends\n")
       << describe(r);
+  // Node 1 of 3 starts no coordinator: refused where the holder is not
+  // its master; where it is, that is its own run's (node 0 took the name
+  // first), and its workers go on to that master (none there: exit 1 once
+  // they cannot reach it within connect_timeout_s).
+  const std::vector<std::string> node1 = {"launch", "--nnodes", "3", "--node-rank", "1", "--nprocs", "1",
+                                          "--coordinator", cluster.url(), "--master-addr", "10.0.0.9"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  r = actorpipe(with(node1, {"--master-port", "29501", cfg}));
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_NE(r.err.find("is held by a live coordinator (10.0.0.9:29500 pid 77)"), std::string::npos) << describe(r);
+  const std::string near = config("refused_node1", 40, ", connect_timeout_s: 1");
+  r = actorpipe(with(node1, {"--master-port", "29500", near}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(r.err.find("is held by a live coordinator"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("10.0.0.9:29500"), std::string::npos) << describe(r);
   c.revoke(lease);
   // Two of three members gone: no majority.
   cluster.kill(1);
