@@ -61,6 +61,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from etcd_local import free_port  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r"^step +(\d+)/(\d+) .* step +([\d.]+) ms")
 HEAL = re.compile(r"(\d+) ms to decide, (\d+) ms to the rendezvous.*?, (\d+) ms for the channel and groups, (\d+) ms")
@@ -93,13 +96,6 @@ def stamped(cmd):
     lines = [(time.monotonic() - t0, l.rstrip("\n")) for l in p.stdout]
     p.wait()
     return t0, p.returncode, lines
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun_like(exe, nprocs, args):

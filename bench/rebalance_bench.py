@@ -44,6 +44,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chaos import worker_pid  # noqa: E402
+
 LAYERS = """model:
   layers:
     - {type: linear, in: 32, out: 512}
@@ -99,21 +102,12 @@ class Throttle:
 
 
 def rank_pid(launcher, rank, timeout=30):
+    """chaos.worker_pid, retried until the worker is there (-1 after timeout s)."""
     end = time.time() + timeout
     while time.time() < end:
-        try:
-            kids = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
-        except OSError:
-            kids = []
-        for k in kids:
-            try:  # forked by the launcher: named for its RANK (chaos.worker_pid)
-                comm = open(f"/proc/{k}/comm").read().strip()
-                if comm == f"actorpipe r{rank}":
-                    return int(k)
-                if not comm.startswith("actorpipe ") and f"RANK={rank}\0".encode() in open(f"/proc/{k}/environ", "rb").read():
-                    return int(k)
-            except OSError:
-                pass
+        pid = worker_pid(launcher, rank)
+        if pid > 0:
+            return pid
         time.sleep(0.01)
     return -1
 

@@ -46,6 +46,18 @@ int thread_count() {
   return n;
 }
 
+// A forked worker's name (at most 15 characters): "actorpipe r" and its
+// RANK, "actorpipe c" for a coordinator apart, "actorpipe j" for a process
+// that joins (its RANK is a stand-in until it is taken in).
+std::string process_name() {
+  const char* rank = std::getenv("RANK");
+  const char* coordinator = std::getenv("ACTORPIPE_COORDINATOR");
+  const char* join = std::getenv("ACTORPIPE_JOIN");
+  if (coordinator && std::string(coordinator) == "self") return "actorpipe c";
+  if (join && *join) return "actorpipe j";
+  return ("actorpipe r" + std::string(rank ? rank : "")).substr(0, 15);
+}
+
 }  // namespace
 
 std::vector<std::string> worker_env(const launch_options& o, int rank, uint16_t port, const std::string& run_id,
@@ -128,22 +140,6 @@ pid_t spawn_worker(const launch_options& o, std::vector<std::string> env) {
 // the launcher's descriptors, the worker's environment), then
 // in_process(argv). -1: not forked (more than one thread here); the
 // caller spawns it instead.
-namespace {
-
-// A forked worker's name (at most 15 characters): "actorpipe r" and its
-// RANK, "actorpipe c" for a coordinator apart, "actorpipe j" for a process
-// that joins (its RANK is a stand-in until it is taken in).
-std::string process_name() {
-  const char* rank = std::getenv("RANK");
-  const char* coordinator = std::getenv("ACTORPIPE_COORDINATOR");
-  const char* join = std::getenv("ACTORPIPE_JOIN");
-  if (coordinator && std::string(coordinator) == "self") return "actorpipe c";
-  if (join && *join) return "actorpipe j";
-  return ("actorpipe r" + std::string(rank ? rank : "")).substr(0, 15);
-}
-
-}  // namespace
-
 pid_t fork_worker(const launch_options& o, std::vector<std::string> env, int keep_fd) {
   if (!o.in_process || thread_count() != 1) return -1;
   worker_argv a(o);
