@@ -318,6 +318,8 @@ void spawn_rank_stages(rank_runtime& rt, rank_context& cx, const heal_plan& hp, 
     out.actors.push_back(spawn_stage(*rt.sys, std::move(st)));
     out.devices.push_back(cx.plan.replica_devices.at(slot.replica).at(slot.stage));
   }
+  // Before any stage is wired (connect_ranks), so before its first copy.
+  adopt_spare_segments(cx, last);
 }
 
 }  // namespace actorpipe::rank_detail

@@ -45,6 +45,11 @@ std::string link_of(const char* path) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Segment names and copy numbers, each counted for the whole process: a
+// segment that moves to another ring (adopt_free) never meets a number it
+// held.
+std::atomic<uint64_t> next_name{1}, next_seq{1};
+
 }  // namespace
 
 std::string machine_id() {
@@ -106,7 +111,7 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
   }
   if (!index) {
     segment s;
-    s.path = stem_ + "." + std::to_string(next_seq_);  // a name never used before in this ring
+    s.path = stem_ + "." + std::to_string(next_name.fetch_add(1));  // a name never used before
     s.length = data_at + bytes;
     const int fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return refuse("cannot create " + s.path + ": " + errno_text());
@@ -137,7 +142,7 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
   lease l;
   l.data = static_cast<char*>(segs_[*index].base) + data_at;
   l.path = segs_[*index].path;
-  l.seq = next_seq_++;
+  l.seq = next_seq.fetch_add(1);
   l.index = *index;
   return l;
 }
@@ -148,6 +153,23 @@ void segment_ring::publish(const lease& l) {
 
 void segment_ring::give_back(const lease& l) {
   header_of(segs_.at(l.index).base)->held.store(0, std::memory_order_release);
+}
+
+size_t segment_ring::adopt_free(segment_ring& other) {
+  size_t adopted = 0;
+  for (size_t i = 0; i < other.segs_.size() && segs_.size() < most_;) {
+    // Claimed first: a keeper's last tensor over it may be going now.
+    uint32_t free_word = 0;
+    if (!header_of(other.segs_[i].base)->held.compare_exchange_strong(free_word, 1, std::memory_order_acq_rel)) {
+      ++i;
+      continue;
+    }
+    segs_.push_back(std::move(other.segs_[i]));
+    other.segs_.erase(other.segs_.begin() + static_cast<std::ptrdiff_t>(i));
+    header_of(segs_.back().base)->held.store(0, std::memory_order_release);
+    ++adopted;
+  }
+  return adopted;
 }
 
 at::Tensor map_segment(const std::string& path, uint64_t seq, at::ScalarType dtype, int64_t numel) {
