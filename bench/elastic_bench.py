@@ -23,7 +23,9 @@ so both models lose the same work: the step that was running.
 Time to continue is from the launcher's line that names the kill to the end
 of the re-run step, less that step's own time (as printed): the kill to the
 next step's first op, within one print. Shrink's split is its `heal:` line's;
-detection is the rest. Throughput after the shrink is the median step time
+detection is the rest. The time to the end of the re-run step is printed
+too: work a model does after the first op (the shrink's copies of the start
+to changed keepers) shows there. Throughput after the shrink is the median step time
 of the steps before the kill over the median of the steps after it (the
 first after it left out), in the same run; and, for reference, a fresh
 `launch --nprocs 2` run's median over the shrunk run's. Rounds alternate.
@@ -78,7 +80,7 @@ def shrink_round(exe, dir_, steps):
     ms = steps_of(lines)
     before = statistics.median(m for s, m in ms if 2 <= s <= KILL_STEP)
     later = statistics.median(m for s, m in ms if s > after)
-    return total, [total - sum(split)] + split, before, later
+    return total, [total - sum(split)] + split, before, later, float(STEP.match(l_step).group(3))
 
 
 def restart_round(exe, dir_, steps):
@@ -93,8 +95,9 @@ def restart_round(exe, dir_, steps):
         sys.exit("the resumed run failed:\n" + "\n".join(l for _, l in lines2))
     t_step, l_step = first(lines2, lambda l: STEP.match(l) and int(STEP.match(l).group(1)) == KILL_STEP + 1)
     stop_ms = (stopped - t_kill) * 1e3
-    start_ms = ((t1 - t0) - stopped) * 1e3 + t_step * 1e3 - float(STEP.match(l_step).group(3))
-    return stop_ms + start_ms, [stop_ms, start_ms]
+    first_ms = float(STEP.match(l_step).group(3))
+    start_ms = ((t1 - t0) - stopped) * 1e3 + t_step * 1e3 - first_ms
+    return stop_ms + start_ms, [stop_ms, start_ms], first_ms
 
 
 def fresh_two(exe, dir_, steps):
@@ -116,19 +119,21 @@ def main():
     exe = os.path.join(a.build, "actorpipe")
     med = statistics.median
     shrink, split, before, later, full, full_split, fresh = [], [], [], [], [], [], []
+    shrink_first, full_first = [], []  # the re-run step's own time
     with tempfile.TemporaryDirectory() as d:
         for r in range(a.rounds):
             for kind in ("shrink", "restart", "fresh"):
                 subprocess.run(["rm", "-rf", os.path.join(d, "ckpt")])
                 if kind == "shrink":
-                    ms, s, b, l = shrink_round(exe, d, a.steps)
-                    shrink.append(ms), split.append(s), before.append(b), later.append(l)
-                    print(f"round {r + 1} shrink: {ms:.0f} ms {[round(x) for x in s]}, step {b:.1f} -> {l:.1f} ms",
-                          file=sys.stderr)
+                    ms, s, b, l, f = shrink_round(exe, d, a.steps)
+                    shrink.append(ms), split.append(s), before.append(b), later.append(l), shrink_first.append(f)
+                    print(f"round {r + 1} shrink: {ms:.0f} ms {[round(x) for x in s]}, step {b:.1f} -> {l:.1f} ms, "
+                          f"the re-run step {f:.1f} ms", file=sys.stderr)
                 elif kind == "restart":
-                    ms, s = restart_round(exe, d, a.steps)
-                    full.append(ms), full_split.append(s)
-                    print(f"round {r + 1} restart: {ms:.0f} ms {[round(x) for x in s]}", file=sys.stderr)
+                    ms, s, f = restart_round(exe, d, a.steps)
+                    full.append(ms), full_split.append(s), full_first.append(f)
+                    print(f"round {r + 1} restart: {ms:.0f} ms {[round(x) for x in s]}, the re-run step {f:.1f} ms",
+                          file=sys.stderr)
                 else:
                     fresh.append(fresh_two(exe, d, a.steps))
                     print(f"round {r + 1} fresh on 2: step {fresh[-1]:.1f} ms", file=sys.stderr)
@@ -141,6 +146,12 @@ def main():
     print(f"| restart every worker from disk on 2 | {med(full):.0f} ms | stop every worker {fs[0]:.0f}, "
           f"start two and resume {fs[1]:.0f} ms |")
     print(f"\nrestart / shrink: {med(full) / med(shrink):.1f}x")
+    # Work moved past the first op (a copy made after it) shows here.
+    with_step = [a_ + b_ for a_, b_ in zip(shrink, shrink_first)]
+    full_with_step = [a_ + b_ for a_, b_ in zip(full, full_first)]
+    print(f"kill to the end of the re-run step: shrink {med(with_step):.0f} ms (the step {med(shrink_first):.1f}), "
+          f"restart {med(full_with_step):.0f} ms (the step {med(full_first):.1f}): "
+          f"{med(full_with_step) / med(with_step):.1f}x")
     print(f"step before the kill {med(before):.1f} ms, after the shrink {med(later):.1f} ms: "
           f"throughput after / before {med(before) / med(later):.3f}")
     print(f"fresh launch --nprocs 2: step {med(fresh):.1f} ms: throughput after the shrink / fresh on 2 "
