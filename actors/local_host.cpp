@@ -90,7 +90,7 @@ public:
       o.on_step = [this, &log, user, balances, first](const step_record& r) {
         log.steps.push_back(r);
         log.boundary_at = clock_type::now();
-        if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, busy_ms(r));  // the first warms up
+        if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, stage_busy_ms(r));  // the first warms up
         if (user) user(r);
       };
       if (balances) {
@@ -177,12 +177,6 @@ private:
       watch_.emplace(layer_compute_costs(cfg_.model.layers, seq), rb.every, rb.threshold);
     }
     return true;
-  }
-
-  static std::vector<double> busy_ms(const step_record& r) {
-    std::vector<double> out;
-    for (const auto& st : r.stages) out.push_back(static_cast<double>(st.busy_ns) * 1e-6);
-    return out;
   }
 
   config cfg_;  // its faults shrink as restarts go; its partition moves with rebalance

@@ -108,11 +108,7 @@ public:
     opts.on_step = [this, &log, user, balances, first](const step_record& r) {
       log.steps.push_back(r);
       log.boundary_at = clock_type::now();
-      if (balances && r.step > first) {  // a generation's first step warms up
-        std::vector<double> busy;
-        for (const auto& st : r.stages) busy.push_back(static_cast<double>(st.busy_ns) * 1e-6);
-        watch_->add(r.step, r.step_s * 1e3, busy);
-      }
+      if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, stage_busy_ms(r));  // the first warms up
       if (user) user(r);
     };
     log.boundary_at = clock_type::now();

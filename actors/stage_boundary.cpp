@@ -12,6 +12,7 @@
 
 #include "actors/stage_state.hpp"
 #include "runtime/dist/boundary_memory.hpp"
+#include "runtime/util/cpu_quota.hpp"
 #include "runtime/util/fnv1a.hpp"
 #include "runtime/dist/collectives.hpp"
 #include "runtime/model/lr.hpp"
@@ -102,6 +103,18 @@ void inject_update_nan(stage_state& s, int64_t step) {
   s.params.front().detach().view(-1)[0].fill_(std::numeric_limits<float>::quiet_NaN());
 }
 
+// The process's CPU quota (cores; 0: none), what pipeline.rebalance
+// measures a throttled process by. Read again at most once a second: a
+// process can be moved into a group, or its quota changed, mid-run.
+double cpu_quota(stage_state& s) {
+  const auto now = clock_type::now();
+  if (s.quota_read_at == clock_type::time_point{} || now - s.quota_read_at > std::chrono::seconds(1)) {
+    s.quota_cores = cpu_quota_cores();
+    s.quota_read_at = now;
+  }
+  return s.quota_cores;
+}
+
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& o,
@@ -141,6 +154,7 @@ void report_grads(stage_ptr self) {
   r.nonfinite = first_nonfinite(s);
   r.stats = std::move(s.stats);
   r.stats.pid = static_cast<int32_t>(::getpid());
+  r.stats.cpu_quota = cpu_quota(s);
   r.stats.duplicates = s.dropped;  // since the last report, between steps too
   s.dropped = 0;
   r.stats.stale_epochs = s.stale;
@@ -176,6 +190,7 @@ void async_step(stage_ptr self, int64_t t) {
   s.step_loss.erase(t);
   r.stats = std::move(s.step_stats[t]);
   r.stats.pid = static_cast<int32_t>(::getpid());
+  r.stats.cpu_quota = cpu_quota(s);
   s.step_stats.erase(t);
   // Peaks since the last report; counts of what was dropped.
   r.stats.peak_stash = s.stats.peak_stash;

@@ -1,6 +1,7 @@
 // The stage's ops: a step begins, inputs arrive, the policy's choice
 // fires, and what it produced goes on through the link.
 #include <sys/prctl.h>
+#include <time.h>
 
 #include <cmath>
 #include <csignal>
@@ -12,6 +13,14 @@
 namespace actorpipe::stage_detail {
 
 namespace {
+
+// This thread's CPU time: an op's, against its wall time, tells a stage
+// held to a CPU quota from one with more work (stage_stats::cpu_ns).
+int64_t thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 // The sim device's op ends on time: a sleep overshoots by tens of
 // microseconds here, so the last stretch is a yielding spin.
@@ -213,6 +222,7 @@ bool fire_one(stage_ptr self) {
   // the sim device's time count from (two reads drift apart under load).
   const auto start = clock_type::now();
   const int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start - s.setup.origin).count();
+  const int64_t cpu_start = thread_cpu_ns();
   s.board.fire(*op);
   s.padded = false;
   if (op->kind == op_kind::F) {
@@ -234,6 +244,7 @@ bool fire_one(stage_ptr self) {
   }
   if (!s.padded) pad(s, start, op->kind);  // an op that sent nothing: padded here, once
   int64_t end_ns = now_ns(s);
+  const int64_t cpu_ns = thread_cpu_ns() - cpu_start;
   ++s.fired_total;
   const int kind = static_cast<int>(op->kind);
   s.measured[kind] += (static_cast<double>(end_ns - start_ns) - s.measured[kind]) /
@@ -244,6 +255,7 @@ bool fire_one(stage_ptr self) {
     st.memory.emplace_back(end_ns, s.compute.stash_bytes());
     st.events.push_back({{op->kind, op->mb % s.setup.step_microbatches, op->chunk}, start_ns, end_ns, weight_versions::version_of(t)});
     st.busy_ns += end_ns - start_ns;
+    st.cpu_ns += cpu_ns;
     if (op->kind == op_kind::B && op->mb % s.setup.step_microbatches == s.setup.step_microbatches - 1)
       async_step(self, t);
     return true;
@@ -260,6 +272,7 @@ bool fire_one(stage_ptr self) {
   s.stats.memory.emplace_back(end_ns, s.compute.stash_bytes());
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;
+  s.stats.cpu_ns += cpu_ns;
   if (step_done(s)) {
     if (s.queue) s.queue->join();  // before the allreduce, the sums and the update
     report_grads(self);

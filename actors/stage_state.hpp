@@ -114,6 +114,8 @@ struct stage_state {
   int64_t fired_total = 0;  // every op of the run, for the watchdog
   uint64_t dropped = 0;     // duplicate or stale messages since the last report
   uint64_t stale = 0;       // messages of another epoch since the last report
+  double quota_cores = 0;  // the process's CPU quota (cpu_quota_cores), as last read
+  clock_type::time_point quota_read_at{};
   // Messages of a step this stage has not begun (it begins with the apply
   // that closes the step before): they wait here, so that no mailbox order
   // between different senders is assumed.

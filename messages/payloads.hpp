@@ -69,6 +69,11 @@ struct gradient_msg {
 struct stage_stats {
   std::vector<op_event> events;  ///< fired ops, in firing order
   int64_t busy_ns = 0;
+  /// The CPU time of the stage's own thread over its ops (its intra-op
+  /// pool's other threads not counted).
+  int64_t cpu_ns = 0;
+  /// The cores the process's CPU cgroup quota allows (0: none).
+  double cpu_quota = 0.0;
   int peak_stash = 0;            ///< most microbatches stashed at once
   int64_t peak_stash_bytes = 0;  ///< most activation bytes held at once
   uint64_t duplicates = 0;       ///< duplicate or stale messages dropped
@@ -194,7 +199,8 @@ typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_stats& x) {
-  return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.peak_stash, x.peak_stash_bytes, x.duplicates,
+  return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.cpu_ns, x.cpu_quota, x.peak_stash,
+           x.peak_stash_bytes, x.duplicates,
            x.stale_epochs, x.peak_versions, x.injected_duplicates, x.injected_delays, x.injected_drops,
            x.resend_requests, x.retransmits, x.two_stream_pairs, x.allreduce_start_ns, x.allreduce_end_ns,
            x.optimizer_start_ns, x.optimizer_end_ns, x.memory, x.cuda_memory, x.pid);

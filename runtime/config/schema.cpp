@@ -122,7 +122,8 @@ constexpr key_doc table[] = {
      "layers' state moves between the processes' memories, in one process every stage restarts from the boundary "
      "in memory. The weights stay bitwise equal to a run without it."},
     {"pipeline.rebalance.every", "int", "required",
-     "Every this many steps, the supervisor compares the stages' measured busy time."},
+     "Every this many steps, the supervisor compares the stages' measured busy time (a process held to a CPU "
+     "quota: its stages' CPU time over the quota, where longer)."},
     {"pipeline.rebalance.threshold", "number in (0, 10]", "0.1",
      "Re-partition at that step boundary when the slowest stage is more than this fraction (0.1: 10 %) above its "
      "balanced share (the mean)."},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "runtime/observe/metrics.hpp"
 #include "runtime/util/text.hpp"
 
 namespace actorpipe {
@@ -73,6 +74,23 @@ std::vector<partition_t> neighbours(const partition_t& parts, const std::vector<
 
 }  // namespace
 
+double stage_busy_ms(int64_t busy_ns, double cpu_ns, double quota) {
+  const double busy = static_cast<double>(busy_ns) * 1e-6;
+  if (!(quota > 0) || !(cpu_ns > 0)) return busy;
+  return std::max(busy, cpu_ns * 1e-6 / quota);
+}
+
+std::vector<double> stage_busy_ms(const step_record& r) {
+  std::vector<double> out;
+  for (const auto& st : r.stages) {
+    double process = 0;
+    for (const auto& other : r.stages)
+      if (other.pid == st.pid) process += static_cast<double>(other.cpu_ns);
+    out.push_back(stage_busy_ms(st.busy_ns, process, st.cpu_quota));
+  }
+  return out;
+}
+
 rebalancer::rebalancer(std::vector<int64_t> costs, int every, double threshold)
     : costs_(std::move(costs)), every_(every), threshold_(threshold) {
   if (every < 1 || !(threshold > 0)) throw std::invalid_argument("rebalancer: every >= 1 and threshold > 0");
@@ -125,16 +143,19 @@ std::optional<rebalance_move> rebalancer::check() {
   const rebalance_verdict v = rebalance_partition(costs_, parts_, busy, threshold_);
   // The model's last move, measured: where every stage's speed (busy time
   // per unit of cost, over the mean's) is within the threshold of what the
-  // model moved on, its prediction holds, and the layers settle there. A
-  // stage that is still above the threshold then is the layers' grain, not
-  // a wrong model; the search by measure is for speeds that change with the
-  // work (processes that share cores, or a quota the work comes to fit).
+  // model moved on, or the step is as fast as the model promised (its
+  // predicted share of the step before, within the threshold), its
+  // prediction holds, and the layers settle there. A stage that is still
+  // above the threshold then is the layers' grain, or the layers' costs
+  // (multiply-adds) a little off, not a wrong model; the search by measure
+  // is for speeds that change with the work (processes that share cores).
   const std::vector<double> moved_on = std::move(moved_on_);
   moved_on_.clear();
   if (!moved_on.empty() && misses_ < budget && moved_on.size() == v.speed.size()) {
-    bool holds = true;
-    for (size_t k = 0; k < v.speed.size(); ++k) holds = holds && std::abs(v.speed[k] / moved_on[k] - 1) <= threshold_;
-    if (holds) {
+    bool same_speeds = true;
+    for (size_t k = 0; k < v.speed.size(); ++k)
+      same_speeds = same_speeds && std::abs(v.speed[k] / moved_on[k] - 1) <= threshold_;
+    if (same_speeds || now_ms <= promised_ms_ * (1 + threshold_)) {
       misses_ = budget;
       return std::nullopt;
     }
@@ -161,6 +182,7 @@ std::optional<rebalance_move> rebalancer::check() {
   if (v.move && !step_ms_.count(v.parts) && explored_.insert(parts_).second) {
     ++misses_;
     moved_on_ = v.speed;
+    promised_ms_ = now_ms * v.predicted;
     return rebalance_move{v.parts, seen + "; the new split's slowest stage predicted at " +
                                        fmt("%.2f", v.predicted) + " of the old's)"};
   }

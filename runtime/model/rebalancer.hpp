@@ -4,16 +4,20 @@
 // wall time) and says whether the layers move, and where to.
 //
 // The model (rebalance_partition) takes a stage's time as its speed times
-// its layers' cost. That holds for a slower device; a process held to a
-// CPU quota, or sharing cores with the others, runs at full speed again
-// once its work fits the quota, so a move may not pay. The measured step
+// its layers' cost. That holds for a slower device. A process held to a CPU
+// quota runs at full speed again once its work fits the quota, so its busy
+// time misleads the model; its stages are measured by their CPU time over
+// the quota instead (stage_busy_ms), which holds at any split. A process
+// sharing cores with the others has no such measure, so a move may not
+// pay. The measured step
 // time of every split tried is kept: a split that ran faster than the
 // current one by half the threshold is gone back to (and the one left for
 // it never again); one tried before is never tried again, and the model is
 // heard once from each split. Where the window after the model's move
 // measures every stage's speed (busy per unit of cost, over the mean's)
-// within the threshold of what the model moved on, its prediction holds and
-// the layers settle there. Otherwise, once it has moved (it saw a straggler), when
+// within the threshold of what the model moved on, or a step as fast as it
+// predicted (within the threshold), its prediction holds and the layers
+// settle there. Otherwise, once it has moved (it saw a straggler), when
 // it has nothing untried to offer and a stage is still above the
 // threshold, the splits one layer of cost away are tried in turn, and the
 // measured step time decides (a local search).
@@ -32,6 +36,20 @@
 #include "runtime/model/partition.hpp"
 
 namespace actorpipe {
+
+struct step_record;
+
+/// What a stage is measured by, in ms: its busy time or, its process held
+/// to a CPU quota of `quota` cores (0: none), `cpu_ns` over that quota where
+/// that is longer: what the work takes at the quota's pace, whether or not
+/// it fits this split's steps.
+double stage_busy_ms(int64_t busy_ns, double cpu_ns, double quota);
+
+/// stage_busy_ms of each slot of `r`, in its order, `cpu_ns` being the ops'
+/// CPU time of every stage of its process (by pid), which share the quota.
+/// (A process's other threads, the data plane's and the actor system's,
+/// are left out: some of them wait by polling, which spends any quota.)
+std::vector<double> stage_busy_ms(const step_record& r);
 
 struct rebalance_move {
   partition_t parts;  ///< the new split
@@ -75,6 +93,7 @@ private:
   double calm_ms_ = 0;
   int slow_windows_ = 0;            // windows in a row slower than calm_ms_ by the threshold
   std::vector<double> moved_on_;    // the speeds the model's last move was made on (until measured)
+  double promised_ms_ = 0;          // the step time it predicted (the step before x its prediction)
 };
 
 }  // namespace actorpipe

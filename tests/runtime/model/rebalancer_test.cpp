@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/observe/metrics.hpp"
+
 namespace actorpipe {
 namespace {
 
@@ -32,6 +34,84 @@ TEST(Rebalancer, WaitsForAWholeWindowThenMovesLayersOffASlowStage) {
   EXPECT_EQ(move->parts, (partition_t{{0, 3}, {4, 4}, {5, 8}}));
   EXPECT_NE(move->why.find("stage 1 busy 180 % of the mean over steps 1-3"), std::string::npos) << move->why;
   EXPECT_EQ(r.tried().at(kEven), 30);
+}
+
+// A stage whose process is held to a CPU quota is measured by CPU time
+// over the quota where that is longer than its busy time; without a quota
+// by its busy time. In a step record, the CPU time is that of every stage
+// of its process, which share the quota.
+TEST(Rebalancer, AStageHeldToAQuotaIsMeasuredByItsProcesssCpuTimeOverTheQuota) {
+  EXPECT_DOUBLE_EQ(stage_busy_ms(10'000'000, 9e6, 0.0), 10.0);
+  EXPECT_DOUBLE_EQ(stage_busy_ms(10'000'000, 9e6, 1.5), 10.0);
+  EXPECT_DOUBLE_EQ(stage_busy_ms(10'000'000, 9e6, 0.25), 36.0);  // its work fit the quota this step
+  EXPECT_DOUBLE_EQ(stage_busy_ms(50'000'000, 9e6, 0.25), 50.0);  // stalled longer (a slow_stage on top)
+  step_record r;
+  r.stages.resize(3);
+  // Stages 0 and 1 share a process held to half a core (their ops 10 and
+  // 5 ms of CPU); stage 2's has no quota.
+  for (int k : {0, 1}) r.stages[k].pid = 7, r.stages[k].cpu_quota = 0.5, r.stages[k].busy_ns = 12'000'000;
+  r.stages[0].cpu_ns = 10'000'000, r.stages[1].cpu_ns = 5'000'000;
+  r.stages[2].pid = 8, r.stages[2].cpu_ns = 20'000'000, r.stages[2].busy_ns = 21'000'000;
+  EXPECT_EQ(stage_busy_ms(r), (std::vector<double>{30.0, 30.0, 21.0}));
+}
+
+// Three processes held to 2/3, 1/3 and 2/3 of a core, nine layers of 10 ms
+// of CPU each. A step takes as long as the slowest stage's CPU over its
+// share; a stage whose work fits its quota in that time runs at full
+// speed, so its busy time is its CPU time. Measured by busy time alone,
+// the model's move (which fits stage 0 and 2 no more) does not hold and the
+// search goes on; by stage_busy_ms the first move is the best split, its
+// prediction holds, and the layers stay.
+TEST(Rebalancer, UnderCpuQuotasTheModelsFirstMoveIsTheBestSplitAndStays) {
+  const std::vector<double> share{2.0 / 3, 1.0 / 3, 2.0 / 3};
+  const auto step_of = [&](const partition_t& parts) {
+    double t = 0;
+    for (size_t k = 0; k < parts.size(); ++k)
+      t = std::max(t, 10.0 * (parts[k].second - parts[k].first + 1) / share[k]);
+    return t;
+  };
+  for (const bool by_quota : {true, false}) {
+    SCOPED_TRACE(by_quota ? "stage_busy_ms" : "busy time alone");
+    rebalancer r(kCosts, 3, 0.2);
+    partition_t parts = kEven;
+    int moves = 0;
+    for (int64_t step = 1; step <= 36; step += 3) {
+      r.start(parts);
+      const double t = step_of(parts);
+      std::vector<double> busy;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        const double cpu = 10.0 * (parts[k].second - parts[k].first + 1);
+        const double wall = cpu / share[k] >= t ? t : cpu;  // the slowest stalls; the others fit
+        busy.push_back(by_quota ? stage_busy_ms(static_cast<int64_t>(wall * 1e6), cpu * 1e6, share[k]) : wall);
+      }
+      feed(r, step, 3, t, busy);
+      if (const auto move = r.check()) parts = move->parts, ++moves;
+    }
+    EXPECT_EQ(step_of(kEven), 90);
+    if (by_quota) {
+      EXPECT_EQ(moves, 1);
+      EXPECT_EQ(step_of(parts), 60) << describe_partition(parts);  // the least any split of the nine takes
+    } else {
+      EXPECT_GT(moves, 1);
+    }
+  }
+}
+
+// The model's move under speeds it did not move on (the layers' costs a
+// little off), but a step as fast as it predicted: the layers stay there.
+TEST(Rebalancer, AMoveThatRunsAsFastAsPredictedStays) {
+  rebalancer r(kCosts, 2, 0.05);
+  r.start(kEven);
+  feed(r, 1, 2, 90, {30, 90, 30});
+  const auto move = r.check();
+  ASSERT_TRUE(move);
+  const partition_t moved{{0, 3}, {4, 4}, {5, 8}};
+  ASSERT_EQ(move->parts, moved);  // predicted at 40 / 90 of the step before: 40 ms
+  r.start(move->parts);
+  for (int64_t step = 3; step < 15; step += 2) {
+    feed(r, step, 2, 41, {35, 30, 41});  // stage 2 25 % slower per unit than predicted
+    EXPECT_FALSE(r.check()) << step;
+  }
 }
 
 TEST(Rebalancer, StagesWithinTheThresholdStay) {
