@@ -236,7 +236,7 @@ void check_world_divides(const rank_env& env, int dp, int pp) {
     throw rank_env_error(std::string(world_size_variable(env.launcher)) + " " + std::to_string(env.workers()) +
                              " does not divide parallel.dp " + std::to_string(dp) + " x pipeline stages " +
                              std::to_string(pp),
-                         env.rank != 0);
+                         env.rank != 0 && (env.local_rank != 0 || env.shown(env.rank) == 0));
   check_rank_placement(dp, pp, env.workers());
 }
 

@@ -131,8 +131,9 @@ rank_env read_rank_env(const env_lookup& env);
 /// Throws rank_env_error unless the world size of a multi-process run
 /// divides dp x pp, naming the variable it came from:
 ///   "SLURM_NTASKS 4 does not divide parallel.dp 1 x pipeline stages 3".
-/// Every rank throws it; on ranks other than 0 it is quiet(), so that the
-/// line is printed once. Also checks dp and pp as check_rank_placement
+/// Every rank throws it; it is quiet() on every rank but rank 0 and the
+/// first process (LOCAL_RANK 0) of each node without rank 0, so that each
+/// node's launcher shows the line once. Also checks dp and pp as check_rank_placement
 /// does (runtime/dist/rank_placement.hpp). One process: nothing to check.
 void check_world_divides(const rank_env& env, int dp, int pp);
 

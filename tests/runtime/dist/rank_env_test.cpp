@@ -383,6 +383,20 @@ TEST(WorldDivides, RankZeroAloneSaysIt) {
   }
 }
 
+// A node without rank 0 (`launch --nnodes 2 --node-rank 1`) says it too,
+// once: through its first process.
+TEST(WorldDivides, TheFirstProcessOfANodeWithoutRankZeroSaysItToo) {
+  for (int local = 0; local < 4; ++local) {
+    const rank_env e = read_rank_env(with(torchrun_env, {{"RANK", std::to_string(4 + local)},
+                                                         {"LOCAL_RANK", std::to_string(local)}}));
+    EXPECT_EQ(divide_error(e, 1, 3).second, local != 0) << local;
+  }
+  const rank_env first_node = read_rank_env(with(torchrun_env, {{"RANK", "0"}, {"LOCAL_RANK", "0"}}));
+  EXPECT_FALSE(divide_error(first_node, 1, 3).second);
+  const rank_env second = read_rank_env(with(torchrun_env, {{"RANK", "1"}, {"LOCAL_RANK", "1"}}));
+  EXPECT_TRUE(divide_error(second, 1, 3).second);
+}
+
 TEST(WorldDivides, AWorldThatDividesOrOneProcessPasses) {
   EXPECT_NO_THROW(check_world_divides(read_rank_env(torchrun_env), 2, 4));   // 8 of 8
   EXPECT_NO_THROW(check_world_divides(read_rank_env(torchrun_env), 4, 4));   // 2 stage actors each
