@@ -97,18 +97,19 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
   std::optional<size_t> index;
   for (size_t i = 0; i < segs_.size() && !index; ++i)
     if (header_of(segs_[i].base)->bytes >= bytes && claim(i)) index = i;
-  if (!index && segs_.size() >= most_) {
-    // A free one too small for this copy (a stage's first copy has no
-    // optimizer state yet) makes way for one that fits.
-    for (size_t i = 0; i < segs_.size(); ++i)
-      if (claim(i)) {
-        ::munmap(segs_[i].base, segs_[i].length);
-        ::unlink(segs_[i].path.c_str());
-        segs_.erase(segs_.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
+  // A free one too small for this copy (a stage's first copy has no
+  // optimizer state yet; a stage that took on layers) grows to fit: its
+  // pages stay, and only the rest are new, where a new segment's pages all
+  // are (zeroed and faulted in, several times the copy's time).
+  for (size_t i = 0; i < segs_.size() && !index; ++i)
+    if (claim(i)) {
+      if (std::string failed = grow(segs_[i], bytes); !failed.empty()) {
+        header_of(segs_[i].base)->held.store(0, std::memory_order_release);
+        return refuse(std::move(failed));
       }
-    if (segs_.size() >= most_) return refuse("all " + std::to_string(most_) + " segments are held");
-  }
+      index = i;
+    }
+  if (!index && segs_.size() >= most_) return refuse("all " + std::to_string(most_) + " segments are held");
   if (!index) {
     segment s;
     s.path = stem_ + "." + std::to_string(next_name.fetch_add(1));  // a name never used before
@@ -145,6 +146,24 @@ std::optional<segment_ring::lease> segment_ring::take(size_t bytes, std::string*
   l.seq = next_seq.fetch_add(1);
   l.index = *index;
   return l;
+}
+
+std::string segment_ring::grow(segment& s, size_t bytes) {
+  const size_t length = data_at + bytes;
+  const int fd = ::open(s.path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return "cannot open " + s.path + ": " + errno_text();
+  if (const int reserved = ::posix_fallocate(fd, 0, static_cast<off_t>(length)); reserved != 0) {
+    ::close(fd);
+    return "cannot reserve " + std::to_string(length) + " bytes in " + s.path + ": " + std::strerror(reserved);
+  }
+  void* base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) return "cannot map " + s.path + ": " + errno_text();
+  ::munmap(s.base, s.length);
+  s.base = base;
+  s.length = length;
+  header_of(base)->bytes = bytes;
+  return {};
 }
 
 void segment_ring::publish(const lease& l) {

@@ -44,8 +44,8 @@ std::string shm_dir();
 
 /// The sender's segments: files `stem`.N (N, and each copy's sequence
 /// number, never the same twice in the process) made as
-/// needed, at most `most` of them (a free one too small for a copy makes
-/// way for one that fits); unmapped and removed when the ring goes (a
+/// needed, at most `most` of them (a free one too small for a copy grows to
+/// fit); unmapped and removed when the ring goes (a
 /// keeper's mapping outlives the file).
 class segment_ring {
  public:
@@ -84,6 +84,9 @@ class segment_ring {
     void* base = nullptr;
     size_t length = 0;
   };
+  /// Makes the claimed segment `s` hold `bytes`: its file extended and
+  /// mapped again; what failed ("" when it grew).
+  static std::string grow(segment& s, size_t bytes);
   std::string stem_;
   size_t most_;
   std::vector<segment> segs_;
