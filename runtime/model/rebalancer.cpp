@@ -122,9 +122,11 @@ std::optional<rebalance_move> rebalancer::check() {
   start(parts_);
   // A gain: faster than every window measured before, under any split, by
   // half the threshold. Moves since the last gain are counted; after
-  // `budget` of them the layers stay (back moves aside).
+  // `budget` of them the layers stay (back moves aside). Once they stay, a
+  // gain (the steps after a move that warm up, then run at speed) does not
+  // start the search again.
   const size_t budget = 2 * parts_.size();
-  if (fastest_ms_ > 0 && now_ms < fastest_ms_ * (1 - threshold_ / 2)) misses_ = 0;
+  if (misses_ < budget && fastest_ms_ > 0 && now_ms < fastest_ms_ * (1 - threshold_ / 2)) misses_ = 0;
   fastest_ms_ = fastest_ms_ > 0 ? std::min(fastest_ms_, now_ms) : now_ms;
   // Settled, the speeds change (two windows in a row slower than the
   // first settled one by the threshold: a new straggler): what was

@@ -98,7 +98,8 @@ TEST(Rebalancer, UnderCpuQuotasTheModelsFirstMoveIsTheBestSplitAndStays) {
 }
 
 // The model's move under speeds it did not move on (the layers' costs a
-// little off), but a step as fast as it predicted: the layers stay there.
+// little off), but a step as fast as it predicted: the layers stay there,
+// also once the steps run faster than ever (a gain).
 TEST(Rebalancer, AMoveThatRunsAsFastAsPredictedStays) {
   rebalancer r(kCosts, 2, 0.05);
   r.start(kEven);
@@ -110,6 +111,12 @@ TEST(Rebalancer, AMoveThatRunsAsFastAsPredictedStays) {
   r.start(move->parts);
   for (int64_t step = 3; step < 15; step += 2) {
     feed(r, step, 2, 41, {35, 30, 41});  // stage 2 25 % slower per unit than predicted
+    EXPECT_FALSE(r.check()) << step;
+  }
+  // Then faster still (the steps after a move warm up): a gain, which does
+  // not start the search again, whatever stage 2's share.
+  for (int64_t step = 15; step < 27; step += 2) {
+    feed(r, step, 2, 30, {25, 22, 32});
     EXPECT_FALSE(r.check()) << step;
   }
 }
