@@ -2,10 +2,11 @@
 """A chaos run: a long pipeline under `actorpipe launch` loses workers for
 good at seeded moments, goes on over the ones left each time
 (supervision.replace_timeout_s: 0), and must end bitwise equal to the
-fault-free run in one process.
+fault-free run in one process. With --replacements, a run of its own:
+every worker lost is started again instead (`replace` below).
 
     python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--throttles 0] [--nprocs 4] [--steps 60]
-                           [--coordinator rank0|process]
+                           [--coordinator rank0|process] [--replacements 0]
 
 Events are drawn from the seed: which worker (any RANK but 0, which holds
 the supervisor; with --coordinator process, any RANK: the supervisor and
@@ -27,16 +28,38 @@ the store run in a process apart), at which step, and how it is lost:
          generation (its state through the socket) can go 2 s without a
          beat on a loaded machine, and it would be lost, not slow
 
-At most nprocs - 1 events (each one takes a process for good). Every event
+  replace  (--replacements of them) `kill -9` of a worker that `launch`
+         starts again with the same RANK: the run heals onto the new
+         process, every stage where it was (no shrink). Drawn from a draw
+         of their own (a seed's other events stay what they were): the
+         RANK, any that may be drawn, and the step, 2 after a multiple of 5
+         (7, 12, ...: never the step of a loss). Such a run sets
+         supervision.replace_timeout_s: 30 in place of 0, and that key
+         decides for the whole run: rank 0 heals every lost RANK of launch's
+         own by asking node 0's launcher for a replacement
+         (actors/rank_heal.cpp, goes_on_without), so the --events losses
+         of that run are replaced too (their rows say so: a `stop` is then
+         a hung worker taken for dead, killed and started again), and
+         --joins are refused (with every loss replaced no process ever
+         holds two stages, so a joiner would never be placed). Under
+         `launch --nnodes K` it is the same: a dead rank of any node, its
+         node's launcher gone with it or not, is started again on node 0
+         (a host lost for good doubles up on node 0; nothing shrinks). Only
+         a process that joined is lost for good in such a run. A kill for
+         good and a kill with replacement of launch's own RANKs cannot be
+         drawn into one run.
+
+At most nprocs - 1 losses (each one takes a process for good; kills with
+replacement do not count). Every event
 prints one row: when it was fired, and the time from it to rank 0's
 decision (the `re-placed:` line, printed once the failure was seen and the
-new placement chosen), to the new generation ready (state and stages: the
+new placement chosen; for a loss replaced, the `heal: ... started again`
+line), to the new generation ready (state and stages: the
 `generation N runs` line), and to the first step printed after it. The last line is the verdict: the
 saved weights against the fault-free run's, byte for byte. Exit 0 when they
 are equal, 1 otherwise.
 
-Not drawn yet: kill with replacement (another run: the key decides for the
-whole run) and a link down (needs network namespaces).
+Not drawn yet: a link down (needs network namespaces).
 
 Python 3 standard library only.
 """
@@ -93,7 +116,7 @@ def worker_pid(launcher, rank):
     return -1
 
 
-def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1):
+def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1, replacements=0):
     rng = random.Random(seed)
     ranks = rng.sample(range(first, nprocs), n)
     at = sorted(rng.sample(range(5, steps - 10, 5), n))
@@ -106,7 +129,12 @@ def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1):
     lost = {q for _, q, _ in losses}
     spared = [q for q in range(first, nprocs) if q not in lost] or list(range(first, nprocs))
     throttled = [(slow.choice(range(3, 8)), slow.choice(spared), "throttle") for _ in range(throttles)]
-    return sorted(losses + joined + throttled)
+    # Kills with replacement: a draw of their own too, 2 steps off the
+    # losses' grid (none at a loss's step).
+    again = random.Random(seed * 1000 + 13)
+    replaced = [(s, again.choice(range(first, nprocs)), "replace")
+                for s in sorted(again.sample(range(7, steps - 10, 5), replacements))]
+    return sorted(losses + joined + throttled + replaced)
 
 
 class Throttle:
@@ -158,6 +186,8 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--coordinator", choices=("rank0", "process"), default="rank0",
                     help="process: the supervisor runs apart (launch --coordinator process), RANK 0 is drawn too")
+    ap.add_argument("--replacements", type=int, default=0,
+                    help="kills -9 that launch replaces (same RANK); the run then replaces every loss")
     a = ap.parse_args()
     if not 2 <= a.nprocs <= 8 or not 1 <= a.events < a.nprocs or a.steps < 5 * a.events + 20:
         sys.exit("chaos: --nprocs wants 2..8, --events 1..nprocs-1, --steps at least 5 x events + 20")
@@ -166,13 +196,22 @@ def main():
     exe = os.path.join(a.build, "actorpipe")
     if not 0 <= a.throttles <= 2:
         sys.exit("chaos: --throttles wants 0..2")
-    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles, 0 if a.coordinator == "process" else 1)
+    if not 0 <= a.replacements <= (a.steps - 11) // 5:
+        sys.exit("chaos: --replacements wants 0..(steps - 11) / 5")
+    if a.replacements and a.joins:
+        sys.exit("chaos: --joins and --replacements do not go together: a run that replaces (replace_timeout_s > 0) "
+                 "replaces every lost RANK, so no process ever holds two stages for a joiner to take")
+    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles, 0 if a.coordinator == "process" else 1,
+                  a.replacements)
     throttle = Throttle(1 / 20) if a.throttles else None
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
         open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
         beat = 4 if a.throttles else 2
-        sup = f"{{max_restarts: {a.events}, window_steps: {a.steps}, heartbeat_timeout_s: {beat}, replace_timeout_s: 0}}"
+        # A kill with replacement is a restart too; replace_timeout_s above
+        # 0 has launch start every lost RANK again (see the docstring).
+        sup = (f"{{max_restarts: {a.events + a.replacements}, window_steps: {a.steps}, heartbeat_timeout_s: {beat}, "
+               f"replace_timeout_s: {30 if a.replacements else 0}}}")
         text = config(a.nprocs, a.steps, sup, 4)
         if a.throttles:
             text = text.replace("  pace_ms: 4\n", "  pace_ms: 4\n  rebalance: {every: 3, threshold: 0.2}\n")
@@ -181,7 +220,10 @@ def main():
         r = subprocess.run([exe, "train", clean_cfg, "--quiet", "--save", clean], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit("the fault-free run failed:\n" + r.stdout + r.stderr)
-        print(f"seed {a.seed}: {a.events} events on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
+        print(f"seed {a.seed}: {a.events} events" +
+              (f" and {a.replacements} kill(s) with replacement (replace_timeout_s: 30: every loss is replaced)"
+               if a.replacements else "") +
+              f" on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
               ", ".join(f"{k} at step {s}" if k == "join" else f"{k} rank {q} at step {s}" for s, q, k in events))
         t0 = time.monotonic()
         p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), "--coordinator", a.coordinator, chaos_cfg,
@@ -208,7 +250,7 @@ def main():
                     if kind == "throttle":
                         throttle.hold(pid)
                     else:
-                        os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+                        os.kill(pid, signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
                     fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
             p.wait()
             joined = [(j.wait(30), j.stdout.read()) for j in joiners]
@@ -219,7 +261,9 @@ def main():
             for q in [p] + joiners:
                 if q.poll() is None:
                     q.kill()
-        print("| event | fired at | detected and decided (`re-placed:`) | state and stages ready | first step after |")
+        print("| event | fired at | detected and decided (`re-placed:`" +
+              (" or `heal: ... started again`" if a.replacements else "") +
+              ") | state and stages ready | first step after |")
         print("| --- | --- | --- | --- | --- |")
         for t, step, rank, kind, at in fired:
             after = lines[at:]
@@ -230,11 +274,20 @@ def main():
             who = "a process joins" if kind == "join" else f"{kind} rank {rank}"
             what = {"throttle": "re-partitions the layers", "join": " takes in rank "}.get(kind, " goes on over ")
             decided = (lambda l, what=what: l.startswith("re-placed:") and what in l)
+            if kind == "replace" or (a.replacements and kind in ("kill", "stop")):
+                # Healed onto a process started again: rank 0's `heal:`
+                # line that names it, before launch starts it.
+                who = f"kill rank {rank} with replacement" if kind == "replace" else f"{kind} rank {rank} (replaced)"
+                decided = (lambda l, rank=rank: l.startswith("heal: ") and "started again" in l and f"rank {rank}" in l)
             print(f"| {who} after step {step} | {t:.2f} s | {when(decided)} "
                   f"| {when(lambda l: 'runs from after step' in l)} "
                   f"| {when(lambda l: STEP.match(l) is not None)} |")
         for _, l in lines:
             if l.startswith("re-placed:"):
+                print(l)
+            elif a.replacements and (l.startswith("heal: ") and "started again" in l or
+                                     l.startswith("actorpipe launch: started ") or
+                                     "was taken for dead by" in l):
                 print(l)
         for code, out in joined:
             print(f"joiner exit {code}: " + " / ".join(l for l in out.splitlines() if l.strip())[:300])
