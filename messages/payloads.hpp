@@ -199,7 +199,7 @@ typename Inspector::result_type inspect(Inspector& f, gradient_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_stats& x) {
-  return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.cpu_ns, x.cpu_quota, x.peak_stash,
+  return f(caf::meta::type_name("stage_stats"), x.events, x.busy_ns, x.cpu_ns, exact(x.cpu_quota), x.peak_stash,
            x.peak_stash_bytes, x.duplicates,
            x.stale_epochs, x.peak_versions, x.injected_duplicates, x.injected_delays, x.injected_drops,
            x.resend_requests, x.retransmits, x.two_stream_pairs, x.allreduce_start_ns, x.allreduce_end_ns,

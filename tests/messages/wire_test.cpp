@@ -343,6 +343,9 @@ TEST_F(Wire, EveryFloatingFieldComesBackBitForBit) {
     eval_result e;
     e.loss_sum = v;
     EXPECT_TRUE(same_bits(v, round_trip(e).loss_sum)) << "eval_result.loss_sum " << bits_text(v);
+    grads_report q;
+    q.stats.cpu_quota = v;
+    EXPECT_TRUE(same_bits(v, round_trip(q).stats.cpu_quota)) << "stage_stats.cpu_quota " << bits_text(v);
     // As the network layer sends it: a whole message, the body type-erased.
     auto msg = caf::make_message(apply_atom::value, m);
     std::vector<char> buf;
