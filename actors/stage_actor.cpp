@@ -28,7 +28,7 @@ using namespace stage_detail;
 
 caf::behavior running(stage_ptr self);
 stage_snapshot snapshot_of(stage_state& st, bool for_checkpoint = false);
-std::string keep_boundary(stage_ptr self, int64_t step, bool start, bool post = true);
+std::string keep_boundary(stage_ptr self, int64_t step, bool start);
 std::string post_copy(stage_state& st, const stage_snapshot& snap);
 void keep_after(stage_ptr self, int64_t step);
 void send_copy(stage_ptr self, int64_t step, std::string described);
@@ -116,7 +116,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         st.link->wire(std::move(ranks));
         st.driver = std::move(driver);
         const int64_t start = st.setup.resumed_after;
-        keep_boundary(self, start, true, /*post=*/false);
+        keep_boundary(self, start, true);
         self->become(running(self));
         // The keeper's copy of the start is made once the wire is answered,
         // off the path to the first step (a stage that changed keepers
@@ -219,10 +219,10 @@ void apply(stage_ptr self, const apply_msg& m) {
 
 // Healing: at a lasting boundary (the generation's start, or after every
 // copy_every-th step), the state after `step` into the process's boundary
-// memory and, with a keeper, its tensors posted to the keeper's process;
-// the line that describes them, for the keep message (empty: nothing
-// sent).
-std::string keep_boundary(stage_ptr self, int64_t step, bool start, bool post) {
+// memory and, after a step and with a keeper, its tensors posted to the
+// keeper's process; the line that describes them, for the keep message
+// (empty: nothing sent; the start's copy goes from keep_start).
+std::string keep_boundary(stage_ptr self, int64_t step, bool start) {
   auto& st = self->state;
   if (!st.setup.boundary) return {};
   // Only lasting boundaries are kept (supervision.copy_every): the others
@@ -232,7 +232,7 @@ std::string keep_boundary(stage_ptr self, int64_t step, bool start, bool post) {
   std::optional<stage_snapshot> held;
   if (start && st.setup.start_kept) held = st.setup.boundary->at(slot_of(st), step);
   stage_snapshot snap = held ? std::move(*held) : snapshot_of(st);
-  std::string described = post ? post_copy(st, snap) : std::string();
+  std::string described = start ? std::string() : post_copy(st, snap);
   if (!held) st.setup.boundary->keep(slot_of(st), step, std::move(snap));
   return described;
 }
