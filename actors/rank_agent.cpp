@@ -46,6 +46,13 @@ struct agent_state {
   bool standby = false;
   bool orphaned = false;
   uint32_t epoch = 0;
+  // The generation this rank's context is of, and the other one it could
+  // be taken over in: the record in etcd names the generation rank 0 last
+  // wrote, which a rank may not have (the coordinator lost after its
+  // formed word but before its record, or before a slow rank heard the
+  // word). The takeover names it, and this rank takes that context.
+  std::optional<uint32_t> formed;
+  std::optional<std::pair<uint32_t, context_before>> other;
   static inline const char* name = "rank_agent";
 };
 
@@ -121,6 +128,7 @@ caf::behavior joining(agent_ptr self) {
       if (!off && s.standby && s.rank0) {
         if (judged_lost || loss_of(*s.rt, *s.cx, e) != e) {
           if (!s.cx->moved_from.empty() && s.cx->boundary) s.cx->boundary->clear();
+          s.other.emplace(g, before_forming(*s.cx));  // rank 0 may have formed it
           put_back(*s.cx, before);
           self->become(serving(self));
           orphan(self, what_of(e) + ", while generation " + std::to_string(g) + " formed");
@@ -165,6 +173,11 @@ caf::behavior joining(agent_ptr self) {
       return;
     }
     watch.reset();
+    if (s.formed)
+      s.other.emplace(*s.formed, before);
+    else
+      s.other.reset();  // a joiner's stand-in context is of no generation
+    s.formed = g;
     s.rank0 = s.gen->peers.dirs[0];
     s.rank0_at = s.gen->links.met.endpoints[0];
     s.prefix = s.gen->links.prefix;
@@ -205,6 +218,22 @@ void orphan(agent_ptr self, const std::string& why) {
                      s.epoch);
 }
 
+// A takeover of the generation this rank's context is not of: it takes the
+// other one it knows. Boundary memory laid out by another partition goes
+// (the takeover then starts from disk).
+void take_context_of(agent_ptr self, uint32_t taken) {
+  auto& s = self->state;
+  context_before now = before_forming(*s.cx);
+  if (now.parts != s.other->second.parts && s.cx->boundary) s.cx->boundary->clear();
+  put_back(*s.cx, s.other->second);
+  if (s.cx->opts.on_notice)
+    s.cx->opts.on_notice(s.cx->where + ": the takeover is of generation " + std::to_string(taken) + ", not " +
+                         (s.formed ? std::to_string(*s.formed) : std::string("none")) +
+                         ": it takes that generation's place");
+  s.other.emplace(s.formed.value_or(0), std::move(now));
+  s.formed = taken;
+}
+
 // Between two generations too (one called off): rank 0's next plan or its
 // stop comes here.
 caf::behavior serving(agent_ptr self) {
@@ -223,10 +252,16 @@ caf::behavior serving(agent_ptr self) {
       // is the new coordinator's, and only that coordinator commands it
       // from now on. An epoch not above the last one accepted is fenced
       // off: an older coordinator's.
-      [=](takeover_atom, uint32_t epoch, std::string host, int32_t port,
-          caf::actor dir) -> caf::result<uint32_t> {
+      [=](takeover_atom, uint32_t epoch, std::string host, int32_t port, caf::actor dir,
+          uint32_t taken) -> caf::result<uint32_t> {
         auto& s = self->state;
         if (!s.standby || epoch <= s.epoch) return caf::sec::request_receiver_down;
+        if (s.formed != taken && !(s.other && s.other->first == taken)) {
+          if (s.cx->opts.on_notice)
+            s.cx->opts.on_notice(s.cx->where + ": refused takeover " + std::to_string(epoch) + " of generation " +
+                                 std::to_string(taken) + ": this process holds no place in it");
+          return caf::sec::request_receiver_down;
+        }
         const auto t0 = clock_type::now();
         try {
           s.rt->store = open_client_store(host, static_cast<uint16_t>(port), s.cx->timeout);
@@ -235,6 +270,7 @@ caf::behavior serving(agent_ptr self) {
         }
         if (s.rank0) self->demonitor(s.rank0);
         s.gen.reset();  // this generation's stages go
+        if (s.formed != taken) take_context_of(self, taken);
         s.epoch = epoch;
         s.orphaned = false;
         s.cx->env.master_addr = host;

@@ -53,8 +53,8 @@ caf::behavior directory(caf::stateful_actor<directory_state>* self, caf::actor w
       [=](stop_atom, int32_t code) { self->delegate(self->state.waiter, stop_atom::value, code); },
       [=](heal_atom, uint32_t g) { self->delegate(self->state.waiter, heal_atom::value, g); },
       // A coordinator that took the run over: the waiter answers.
-      [=](takeover_atom a, uint32_t epoch, std::string host, int32_t port, caf::actor dir) {
-        return self->delegate(self->state.waiter, a, epoch, std::move(host), port, std::move(dir));
+      [=](takeover_atom a, uint32_t epoch, std::string host, int32_t port, caf::actor dir, uint32_t generation) {
+        return self->delegate(self->state.waiter, a, epoch, std::move(host), port, std::move(dir), generation);
       },
       // Rank 0, healing: after which steps this process holds slot `slot`.
       [=](held_atom, int32_t slot) {

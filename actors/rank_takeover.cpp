@@ -86,7 +86,7 @@ std::optional<heal_plan> take_over(rank_context& cx, const kv_store_ptr& store, 
     uint32_t got = 0;
     if (dir)
       cx.self->request(*dir, ask_within, takeover_atom::value, t.epoch, cx.host, static_cast<int32_t>(store->port()),
-                       cx.dir)
+                       cx.dir, was.generation)
           .receive([&](uint32_t e) { got = e; }, [](caf::error&) {});
     if (got != t.epoch) {
       dead.push_back(q);

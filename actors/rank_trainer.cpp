@@ -97,6 +97,9 @@ joined_generation join_generation(rank_runtime& rt, rank_context& cx, heal_plan 
     if (commit) commit();
     rt.store->set(formed_key(cx.env, g), "1");
   } else if (g > 0) {
+    // For the test of a coordinator lost before a rank heard its word.
+    if (const char* hold = std::getenv("ACTORPIPE_TEST_HOLD_FORMED_MS"); hold && *hold)
+      std::this_thread::sleep_for(milliseconds(std::atol(hold)));
     rt.store->get(formed_key(cx.env, g));
   }
   return j;

@@ -375,6 +375,49 @@ TEST_F(Takeover, ACoordinatorStoppedWhileAGenerationFormsIsTakenOverBitwise) {
   take_over_while_forming("forming-stopped", SIGSTOP);
 }
 
+// The coordinator killed after it formed a generation and wrote it in its
+// record, before the workers heard its word (each held 2.5 s before it
+// reads it): they lose the coordinator while the generation forms and go
+// back to the generation before, but the record names the new one. The
+// takeover names it, and each worker takes its place in it again. Before,
+// the workers went into the takeover's rendezvous with the world of the
+// generation before and the run stopped.
+TEST_F(Takeover, AWorkerThatHadNotHeardItsGenerationFormedTakesItsPlaceInTheTakeover) {
+  const std::string cfg = config("unheard", 40, ", replace_timeout_s: 0");
+  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
+  testing_util::formed_word_held hold(2500);
+  testing_util::background_launch run(
+      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
+      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", "unheard", cfg, "--save", saved});
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
+  const pid_t coordinator = run.coordinator(), victim = run.worker(1, std::chrono::milliseconds(0));
+  ASSERT_GT(coordinator, 0) << run.output();
+  ASSERT_GT(victim, 0) << run.output();
+  ::kill(victim, SIGKILL);
+  const bool formed = run.wait_for_output("heal: generation 1 runs from after step");
+  ::kill(coordinator, SIGKILL);
+  ASSERT_TRUE(formed) << run.output();
+  ASSERT_EQ(run.wait(120), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find(", while generation 1 formed); its stages stopped, its boundary memory kept"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("heal: the coordinator was lost; takeover 1 of generation 1 (2 of 2 workers answered"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 0/3: the takeover is of generation 1, not 0: it takes that generation's place"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("error"), std::string::npos) << out;
+  const size_t line = out.find("\ntakeover 1: generation 2 runs from after step ");
+  ASSERT_NE(line, std::string::npos) << out;
+  const int after = std::atoi(out.c_str() + line + std::strlen("\ntakeover 1: generation 2 runs from after step "));
+  std::vector<int> want;
+  for (int s = after + 2; s <= 40; ++s) want.push_back(s);
+  EXPECT_EQ(steps_printed(out, line), want) << out;
+  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
+}
+
 // A coordinator that stops answering (SIGSTOP: as one cut off, it renews
 // no lease) loses the run when its lease expires; the launcher, seeing the
 // name gone, kills it and the standby takes over.
