@@ -195,9 +195,8 @@ std::shared_ptr<segment_ring> segments_for(rank_context& cx, const kv_store_ptr&
 /// them) go to this generation's new rings, a slot's own first. They are
 /// faulted in already, and a new ring's first copy (the generation's start,
 /// before its first step) would otherwise fault in a copy's worth of new
-/// pages: 34 ms for a 45 MB stage on dev-2c, against 5 for the copy. How
-/// many moved.
-size_t adopt_spare_segments(rank_context& cx, std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings);
+/// pages: 34 ms for a 45 MB stage on dev-2c, against 5 for the copy.
+void adopt_spare_segments(rank_context& cx, std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings);
 
 // -- rank_directory.cpp --------------------------------------------------------------
 

@@ -286,15 +286,13 @@ std::shared_ptr<segment_ring> segments_for(rank_context& cx, const kv_store_ptr&
                                                static_cast<size_t>(cx.boundary->depth()) + 2);
 }
 
-size_t adopt_spare_segments(rank_context& cx, std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings) {
-  size_t adopted = 0;
+void adopt_spare_segments(rank_context& cx, std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings) {
   for (const bool own_slot : {true, false})
     for (auto& [key, ring] : cx.copy_rings) {
       if (!ring || ring->size() > 0) continue;
       for (auto& [was, old] : rings)
-        if (old && old.use_count() == 1 && (was.first == key.first) == own_slot) adopted += ring->adopt_free(*old);
+        if (old && old.use_count() == 1 && (was.first == key.first) == own_slot) ring->adopt_free(*old);
     }
-  return adopted;
 }
 
 }  // namespace actorpipe::rank_detail

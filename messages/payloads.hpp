@@ -69,8 +69,8 @@ struct gradient_msg {
 struct stage_stats {
   std::vector<op_event> events;  ///< fired ops, in firing order
   int64_t busy_ns = 0;
-  /// The CPU time of the stage's own thread over its ops (its intra-op
-  /// pool's other threads not counted).
+  /// The CPU time of the stage's own thread over its ops, timed under a CPU
+  /// quota only (0 without one; its intra-op pool's threads not counted).
   int64_t cpu_ns = 0;
   /// The cores the process's CPU cgroup quota allows (0: none).
   double cpu_quota = 0.0;

@@ -1,5 +1,7 @@
 #include "runtime/util/cpu_quota.hpp"
 
+#include "runtime/util/first_line.hpp"
+
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -7,13 +9,6 @@
 namespace actorpipe {
 
 namespace {
-
-std::string first_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
 
 bool exists(const std::string& path) { return static_cast<bool>(std::ifstream(path)); }
 
@@ -81,7 +76,7 @@ double cpu_quota_cores(const std::string& proc_cgroup, const std::string& root) 
     std::istringstream names(controllers);
     for (std::string name; std::getline(names, name, ',');)
       if (name == "cpu") {
-        for (const std::string mount : {root + "/cpu", root + "/cpu,cpuacct"})
+        for (const std::string& mount : {root + "/cpu", root + "/cpu,cpuacct"})
           if (exists(mount + "/cpu.cfs_period_us"))
             return least_up(mount, path, [](const std::string& dir) {
               return v1_quota_cores(first_line(dir + "/cpu.cfs_quota_us"), first_line(dir + "/cpu.cfs_period_us"));

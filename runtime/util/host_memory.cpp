@@ -1,18 +1,13 @@
 #include "runtime/util/host_memory.hpp"
 
+#include "runtime/util/first_line.hpp"
+
 #include <fstream>
 #include <sstream>
 
 namespace actorpipe {
 
 namespace {
-
-std::string first_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
 
 // The process's memory cgroup directory: v1's "N:memory:/path", else v2's
 // "0::/path" (empty when neither is mounted where expected).
