@@ -5,6 +5,7 @@ run without events.
 
     python3 bench/rebalance_bench.py [--build build] [--steps 90] [--pairs 3]
                                      [--shares 0.667,0.333,0.667] [--every 3] [--no-static]
+                                     [--cost-only]
 
 The model of tests/apps/rebalance_test.cpp (14 layers, six 512-wide
 linears; 0-5 | 6-9 | 10-13 by compute) at pp 3 under `actorpipe launch
@@ -144,6 +145,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=90)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--cost-only", action="store_true", help="only the cost pairs (no throttle)")
     ap.add_argument("--every", type=int, default=3, help="rebalance.every (K)")
     ap.add_argument("--no-static", action="store_true", help="leave out the 78 static splits")
     ap.add_argument("--confirm", type=int, default=3, help="rounds that run the rebalanced run and the three best "
@@ -158,66 +160,67 @@ def main():
             f.write(config(args.steps))
         return
     work = tempfile.mkdtemp(prefix="rebalance_bench_")
-    if args.shares:
+    if args.shares and not args.cost_only:
         shares = [float(x) for x in args.shares.split(",")]
         if len(shares) != 3 or not all(0 < x <= 2 for x in shares):
             sys.exit("--shares: three shares of a core, each in (0, 2]")
         th = {r: Throttle(x, str(r)) for r, x in enumerate(shares)}
     else:
-        th = {1: Throttle(1 / 3)}
+        th = {} if args.cost_only else {1: Throttle(1 / 3)}
     try:
-        ms, notices, _ = run(args, work, "rebalanced",
-                             config(args.steps, f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), th)
-        firsts = [int(re.search(r"after step (\d+)", n).group(1)) for n in notices]
-        before = statistics.median(ms[1:firsts[0] + 1]) if firsts else float("nan")
-        settled = statistics.median(ms[-20:])
-        print(f"rebalanced: median step {before:.1f} ms before the first re-partition (after step "
-              f"{firsts[0] if firsts else '-'}), {settled:.1f} ms over the last 20 steps; "
-              f"{len(notices)} re-partition(s)")
-        # "Reached within 2K steps": the 20 steps after 2K (K = every), under
-        # whatever split the run had by then.
-        k2 = 2 * args.every
-        early = statistics.median(ms[k2:k2 + 20])
-        print(f"rebalanced: median step {early:.1f} ms over steps {k2 + 1}-{k2 + 20} (after 2K = {k2} steps)")
-        for n in notices:
-            print("  " + n)
-        if args.no_static:
-            return
-        static = {}
-        for a, b in itertools.combinations(STARTS, 2):
-            parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
-            ms_s, _, _ = run(args, work, f"static_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
-                "  stages: 3\n", ""), th)
-            static[(a, b)] = median_after(ms_s)
-            print(f"static 0-{a - 1} | {a}-{b - 1} | {b}-13: median step {static[(a, b)]:.1f} ms")
-        best = min(static, key=static.get)
-        print(f"best static: 0-{best[0] - 1} | {best[0]}-{best[1] - 1} | {best[1]}-13 at {static[best]:.1f} ms; "
-              f"rebalanced settled at {static[best] / settled:.3f} of its throughput "
-              f"(before the re-partition {static[best] / before:.3f}; over steps 7-26 {static[best] / early:.3f})")
-        # The least of 78 noisy medians is a lucky one: the three best
-        # splits and the rebalanced run again, in turn, on equal terms.
-        top = sorted(static, key=static.get)[:3]
-        again = {ab: [] for ab in top}
-        runs = {"early": [], "settled": []}
-        for r in range(args.confirm):
-            ms_r, _, _ = run(args, work, f"rebalanced_{r}",
-                             config(args.steps, f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), th)
-            runs["early"].append(statistics.median(ms_r[k2:k2 + 20]))
-            runs["settled"].append(statistics.median(ms_r[-20:]))
-            for a, b in top:
+        if not args.cost_only:
+            ms, notices, _ = run(args, work, "rebalanced",
+                                 config(args.steps, f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), th)
+            firsts = [int(re.search(r"after step (\d+)", n).group(1)) for n in notices]
+            before = statistics.median(ms[1:firsts[0] + 1]) if firsts else float("nan")
+            settled = statistics.median(ms[-20:])
+            print(f"rebalanced: median step {before:.1f} ms before the first re-partition (after step "
+                  f"{firsts[0] if firsts else '-'}), {settled:.1f} ms over the last 20 steps; "
+                  f"{len(notices)} re-partition(s)")
+            # "Reached within 2K steps": the 20 steps after 2K (K = every), under
+            # whatever split the run had by then.
+            k2 = 2 * args.every
+            early = statistics.median(ms[k2:k2 + 20])
+            print(f"rebalanced: median step {early:.1f} ms over steps {k2 + 1}-{k2 + 20} (after 2K = {k2} steps)")
+            for n in notices:
+                print("  " + n)
+            if args.no_static:
+                return
+            static = {}
+            for a, b in itertools.combinations(STARTS, 2):
                 parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
-                ms_s, _, _ = run(args, work, f"again_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
+                ms_s, _, _ = run(args, work, f"static_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
                     "  stages: 3\n", ""), th)
-                again[(a, b)].append(median_after(ms_s))
-            print(f"round {r + 1}: rebalanced {runs['early'][-1]:.1f} ms over steps {k2 + 1}-{k2 + 20}, "
-                  f"{runs['settled'][-1]:.1f} over the last 20; " +
-                  "; ".join(f"0-{a - 1} | {a}-{b - 1} | {b}-13 {again[(a, b)][-1]:.1f}" for a, b in top))
-        if args.confirm:
-            best_again = min(statistics.median(v) for v in again.values())
-            print(f"again, medians of {args.confirm} rounds: the best of the three static splits {best_again:.1f} ms; "
-                  f"rebalanced over steps {k2 + 1}-{k2 + 20} {statistics.median(runs['early']):.1f} ms "
-                  f"({best_again / statistics.median(runs['early']):.3f}), over the last 20 "
-                  f"{statistics.median(runs['settled']):.1f} ms ({best_again / statistics.median(runs['settled']):.3f})")
+                static[(a, b)] = median_after(ms_s)
+                print(f"static 0-{a - 1} | {a}-{b - 1} | {b}-13: median step {static[(a, b)]:.1f} ms")
+            best = min(static, key=static.get)
+            print(f"best static: 0-{best[0] - 1} | {best[0]}-{best[1] - 1} | {best[1]}-13 at {static[best]:.1f} ms; "
+                  f"rebalanced settled at {static[best] / settled:.3f} of its throughput "
+                  f"(before the re-partition {static[best] / before:.3f}; over steps 7-26 {static[best] / early:.3f})")
+            # The least of 78 noisy medians is a lucky one: the three best
+            # splits and the rebalanced run again, in turn, on equal terms.
+            top = sorted(static, key=static.get)[:3]
+            again = {ab: [] for ab in top}
+            runs = {"early": [], "settled": []}
+            for r in range(args.confirm):
+                ms_r, _, _ = run(args, work, f"rebalanced_{r}",
+                                 config(args.steps, f"  rebalance: {{every: {args.every}, threshold: 0.2}}\n"), th)
+                runs["early"].append(statistics.median(ms_r[k2:k2 + 20]))
+                runs["settled"].append(statistics.median(ms_r[-20:]))
+                for a, b in top:
+                    parts = f"[[0, {a - 1}], [{a}, {b - 1}], [{b}, 13]]"
+                    ms_s, _, _ = run(args, work, f"again_{a}_{b}", config(30, f"  partition: {parts}\n").replace(
+                        "  stages: 3\n", ""), th)
+                    again[(a, b)].append(median_after(ms_s))
+                print(f"round {r + 1}: rebalanced {runs['early'][-1]:.1f} ms over steps {k2 + 1}-{k2 + 20}, "
+                      f"{runs['settled'][-1]:.1f} over the last 20; " +
+                      "; ".join(f"0-{a - 1} | {a}-{b - 1} | {b}-13 {again[(a, b)][-1]:.1f}" for a, b in top))
+            if args.confirm:
+                best_again = min(statistics.median(v) for v in again.values())
+                print(f"again, medians of {args.confirm} rounds: the best of the three static splits {best_again:.1f} ms; "
+                      f"rebalanced over steps {k2 + 1}-{k2 + 20} {statistics.median(runs['early']):.1f} ms "
+                      f"({best_again / statistics.median(runs['early']):.3f}), over the last 20 "
+                      f"{statistics.median(runs['settled']):.1f} ms ({best_again / statistics.median(runs['settled']):.3f})")
     finally:
         for t in th.values():
             t.close()
