@@ -243,6 +243,28 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
   // same one goes through shared memory.
   links.machine = keeps_copies ? machine_id() : std::string();
   if (keeps_copies) store->set(prefix + "/actorpipe/machine/" + std::to_string(env.rank), links.machine);
+  // Each stage's keeper on another host where there is one
+  // (rank_placement::keeper): every rank numbers the hosts alike.
+  // A machine not known anywhere (ACTORPIPE_SHM_DISABLE): no hosts, on
+  // every rank alike.
+  std::vector<int> hosts;
+  if (keeps_copies) {
+    std::vector<std::string> seen;
+    bool unknown = false;
+    for (int q = 0; q < cx.places.world(); ++q) {
+      if (cx.places.owned(q).empty()) {
+        hosts.push_back(-1);  // holds no stage: keeps no copy
+        continue;
+      }
+      const std::string m = q == env.rank ? links.machine : store->get(prefix + "/actorpipe/machine/" + std::to_string(q));
+      unknown = unknown || m.empty();
+      const auto at = std::find(seen.begin(), seen.end(), m);
+      hosts.push_back(static_cast<int>(at - seen.begin()));
+      if (at == seen.end()) seen.push_back(m);
+    }
+    if (unknown || seen.size() < 2) hosts.clear();  // one host: the rule without hosts
+  }
+  cx.places.set_hosts(std::move(hosts));
   links.copies = keeps_copies ? join_channel("copies") : nullptr;
   try {
     links.groups = join_replica_groups(cx.places, env.rank, store, prefix, cx.host, cx.timeout);

@@ -6,7 +6,7 @@ fault-free run in one process. With --replacements, a run of its own:
 every worker lost is started again instead (`replace` below).
 
     python3 bench/chaos.py [--build build] [--seed 1] [--events 3] [--joins 0] [--throttles 0] [--nprocs 4] [--steps 60]
-                           [--coordinator rank0|process] [--replacements 0]
+                           [--coordinator rank0|process] [--replacements 0] [--link-down]
 
 Events are drawn from the seed: which worker (any RANK but 0, which holds
 the supervisor; with --coordinator process, any RANK: the supervisor and
@@ -49,6 +49,15 @@ the store run in a process apart), at which step, and how it is lost:
          good and a kill with replacement of launch's own RANKs cannot be
          drawn into one run.
 
+  link     (--link-down, root only) the run is two hosts: network
+         namespaces A and B joined by a veth pair, `launch --nnodes 2`,
+         half the RANKs on each (node 0, with RANK 0, on A). At a drawn
+         step A's end of the link goes down for good: B's processes are
+         lost at once, seen after the heartbeat timeout, and stop by
+         themselves (exit 5); the run goes on over A's. The other losses
+         are drawn among A's RANKs. No --replacements with it: a cut host's
+         RANKs would be started again on node 0.
+
 At most nprocs - 1 losses (each one takes a process for good; kills with
 replacement do not count). Every event
 prints one row: when it was fired, and the time from it to rank 0's
@@ -58,8 +67,6 @@ line), to the new generation ready (state and stages: the
 `generation N runs` line), and to the first step printed after it. The last line is the verdict: the
 saved weights against the fault-free run's, byte for byte. Exit 0 when they
 are equal, 1 otherwise.
-
-Not drawn yet: a link down (needs network namespaces).
 
 Python 3 standard library only.
 """
@@ -116,9 +123,10 @@ def worker_pid(launcher, rank):
     return -1
 
 
-def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1, replacements=0):
+def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1, replacements=0, link=False):
     rng = random.Random(seed)
-    ranks = rng.sample(range(first, nprocs), n)
+    # With a link down, host B's RANKs (the upper half) go with the link.
+    ranks = rng.sample(range(first, nprocs // 2 if link else nprocs), n)
     at = sorted(rng.sample(range(5, steps - 10, 5), n))
     losses = [(at[i], ranks[i], rng.choice(("kill", "stop"))) for i in range(n)]
     # Joins and throttles from draws of their own, so that a seed's losses
@@ -134,7 +142,53 @@ def draw(seed, n, nprocs, steps, joins=0, throttles=0, first=1, replacements=0):
     again = random.Random(seed * 1000 + 13)
     replaced = [(s, again.choice(range(first, nprocs)), "replace")
                 for s in sorted(again.sample(range(7, steps - 10, 5), replacements))]
-    return sorted(losses + joined + throttled + replaced)
+    # The link: a draw of its own, on the losses' grid, at none of their steps.
+    cut = []
+    if link:
+        free = [x for x in range(5, steps - 10, 5) if x not in at]
+        cut = [(random.Random(seed * 1000 + 17).choice(free), -1, "link")]
+    return sorted(losses + joined + throttled + replaced + cut)
+
+
+def ip(*args):
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("ip " + " ".join(args) + ": " + (r.stderr or r.stdout).strip())
+
+
+class TwoHosts:
+    """Namespaces A and B joined by a veth pair (10.233.N.1 and .2); deleted on close."""
+
+    def __init__(self):
+        pid = os.getpid()
+        self.a, self.b = f"chaosA_{pid}", f"chaosB_{pid}"
+        self.va, self.vb = f"xA{pid}", f"xB{pid}"
+        net = f"10.233.{pid % 250}"
+        self.addr_a = net + ".1"
+        self.made = []
+        try:
+            for ns in (self.a, self.b):
+                ip("netns", "add", ns)
+                self.made.append(ns)
+            ip("link", "add", self.va, "type", "veth", "peer", "name", self.vb)
+            ip("link", "set", self.va, "netns", self.a)
+            ip("link", "set", self.vb, "netns", self.b)
+            ip("-n", self.a, "addr", "add", net + ".1/24", "dev", self.va)
+            ip("-n", self.b, "addr", "add", net + ".2/24", "dev", self.vb)
+            for ns, v in ((self.a, self.va), (self.b, self.vb)):
+                ip("-n", ns, "link", "set", v, "up")
+                ip("-n", ns, "link", "set", "lo", "up")
+        except (OSError, RuntimeError) as e:
+            self.close()
+            sys.exit(f"chaos: --link-down needs network namespaces (root and iproute2): {e}")
+
+    def cut(self):
+        ip("-n", self.a, "link", "set", self.va, "down")
+
+    def close(self):
+        for ns in self.made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.va], capture_output=True)  # if it never moved
 
 
 class Throttle:
@@ -188,6 +242,8 @@ def main():
                     help="process: the supervisor runs apart (launch --coordinator process), RANK 0 is drawn too")
     ap.add_argument("--replacements", type=int, default=0,
                     help="kills -9 that launch replaces (same RANK); the run then replaces every loss")
+    ap.add_argument("--link-down", action="store_true",
+                    help="two hosts (network namespaces, root); the link between them goes down for good")
     a = ap.parse_args()
     if not 2 <= a.nprocs <= 8 or not 1 <= a.events < a.nprocs or a.steps < 5 * a.events + 20:
         sys.exit("chaos: --nprocs wants 2..8, --events 1..nprocs-1, --steps at least 5 x events + 20")
@@ -201,16 +257,24 @@ def main():
     if a.replacements and a.joins:
         sys.exit("chaos: --joins and --replacements do not go together: a run that replaces (replace_timeout_s > 0) "
                  "replaces every lost RANK, so no process ever holds two stages for a joiner to take")
-    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles, 0 if a.coordinator == "process" else 1,
-                  a.replacements)
+    first = 0 if a.coordinator == "process" else 1
+    if a.link_down:
+        if a.replacements:
+            sys.exit("chaos: --link-down and --replacements do not go together: the cut host's RANKs would be "
+                     "started again on node 0")
+        if a.nprocs % 2 or a.events > a.nprocs // 2 - first:
+            sys.exit(f"chaos: --link-down wants an even --nprocs and --events at most {a.nprocs // 2 - first} "
+                     "(the losses are drawn among host A's RANKs; the link takes host B's)")
+    events = draw(a.seed, a.events, a.nprocs, a.steps, a.joins, a.throttles, first, a.replacements, a.link_down)
     throttle = Throttle(1 / 20) if a.throttles else None
+    hosts = TwoHosts() if a.link_down else None
     with tempfile.TemporaryDirectory() as d:
         clean_cfg, chaos_cfg = os.path.join(d, "clean.yaml"), os.path.join(d, "chaos.yaml")
         open(clean_cfg, "w").write(config(a.nprocs, a.steps, "", 0))
         beat = 4 if a.throttles else 2
         # A kill with replacement is a restart too; replace_timeout_s above
         # 0 has launch start every lost RANK again (see the docstring).
-        sup = (f"{{max_restarts: {a.events + a.replacements}, window_steps: {a.steps}, heartbeat_timeout_s: {beat}, "
+        sup = (f"{{max_restarts: {a.events + a.replacements + (1 if a.link_down else 0)}, window_steps: {a.steps}, heartbeat_timeout_s: {beat}, "
                f"replace_timeout_s: {30 if a.replacements else 0}}}")
         text = config(a.nprocs, a.steps, sup, 4)
         if a.throttles:
@@ -223,12 +287,28 @@ def main():
         print(f"seed {a.seed}: {a.events} events" +
               (f" and {a.replacements} kill(s) with replacement (replace_timeout_s: 30: every loss is replaced)"
                if a.replacements else "") +
-              f" on pp {a.nprocs} over {a.nprocs} processes, {a.steps} steps: " +
-              ", ".join(f"{k} at step {s}" if k == "join" else f"{k} rank {q} at step {s}" for s, q, k in events))
+              f" on pp {a.nprocs} over {a.nprocs} processes" +
+              (f" (two hosts of {a.nprocs // 2} each)" if a.link_down else "") + f", {a.steps} steps: " +
+              ", ".join(f"{k} at step {s}" if k == "join" else
+                        f"link down (host B: ranks {a.nprocs // 2}-{a.nprocs - 1}) at step {s}" if k == "link" else
+                        f"{k} rank {q} at step {s}" for s, q, k in events))
         t0 = time.monotonic()
-        p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), "--coordinator", a.coordinator, chaos_cfg,
-                              "--save", saved],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        node_b, run_in = None, []
+        if a.link_down:
+            run_in = ["ip", "netns", "exec", hosts.a]
+            port = str(random.Random().randint(20000, 60000))  # the namespaces are new: nothing else listens
+            nodes = ["--nnodes", "2", "--nprocs", str(a.nprocs // 2), "--master-addr", hosts.addr_a,
+                     "--master-port", port]
+            node_b = subprocess.Popen(["ip", "netns", "exec", hosts.b, exe, "launch", *nodes, "--node-rank", "1",
+                                       "--coordinator", a.coordinator, chaos_cfg, "--quiet"],
+                                      stdout=open(os.path.join(d, "node_b.out"), "w"), stderr=subprocess.STDOUT)
+            p = subprocess.Popen(run_in + [exe, "launch", *nodes, "--node-rank", "0", "--coordinator",
+                                           a.coordinator, chaos_cfg, "--save", saved],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        else:
+            p = subprocess.Popen([exe, "launch", "--nprocs", str(a.nprocs), "--coordinator", a.coordinator, chaos_cfg,
+                                  "--save", saved],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         lines, pending, fired, joiners = [], list(events), [], []
         watchdog = threading.Timer(300, p.kill)
         watchdog.start()
@@ -240,8 +320,13 @@ def main():
                 if m and pending and int(m.group(1)) >= pending[0][0]:
                     step, rank, kind = pending.pop(0)
                     if kind == "join":
-                        joiners.append(subprocess.Popen([exe, "launch", "--join", join_address(lines), chaos_cfg],
+                        joiners.append(subprocess.Popen(run_in + [exe, "launch", "--join", join_address(lines),
+                                                                  chaos_cfg],
                                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                        fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
+                        continue
+                    if kind == "link":
+                        hosts.cut()
                         fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
                         continue
                     pid = worker_pid(p.pid, rank)
@@ -254,13 +339,20 @@ def main():
                     fired.append((time.monotonic() - t0, step, rank, kind, len(lines)))
             p.wait()
             joined = [(j.wait(30), j.stdout.read()) for j in joiners]
+            if node_b:
+                try:
+                    node_b.wait(60)
+                except subprocess.TimeoutExpired:
+                    pass
         finally:
             if throttle:
                 throttle.close()
             watchdog.cancel()
-            for q in [p] + joiners:
+            for q in [p] + joiners + ([node_b] if node_b else []):
                 if q.poll() is None:
                     q.kill()
+            if hosts:
+                hosts.close()
         print("| event | fired at | detected and decided (`re-placed:`" +
               (" or `heal: ... started again`" if a.replacements else "") +
               ") | state and stages ready | first step after |")
@@ -271,7 +363,8 @@ def main():
             def when(pred):
                 hit = next((tt for tt, l in after if pred(l)), None)
                 return f"+{(hit - t) * 1e3:.0f} ms" if hit is not None else "never"
-            who = "a process joins" if kind == "join" else f"{kind} rank {rank}"
+            who = ("a process joins" if kind == "join" else
+                   f"link down (ranks {a.nprocs // 2}-{a.nprocs - 1})" if kind == "link" else f"{kind} rank {rank}")
             what = {"throttle": "re-partitions the layers", "join": " takes in rank "}.get(kind, " goes on over ")
             decided = (lambda l, what=what: l.startswith("re-placed:") and what in l)
             if kind == "replace" or (a.replacements and kind in ("kill", "stop")):
@@ -291,6 +384,9 @@ def main():
                 print(l)
         for code, out in joined:
             print(f"joiner exit {code}: " + " / ".join(l for l in out.splitlines() if l.strip())[:300])
+        if node_b:
+            said = [l for l in open(os.path.join(d, "node_b.out")).read().splitlines() if l.strip()]
+            print(f"host B's launcher exit {node_b.returncode}: " + " / ".join(said[-3:])[:400])
         same = p.returncode == 0 and os.path.exists(saved) and open(saved, "rb").read() == open(clean, "rb").read()
         print(f"launch exit {p.returncode}; verdict: " +
               ("final weights bitwise equal to the fault-free run" if same else "NOT equal to the fault-free run"))

@@ -50,6 +50,10 @@ rank_placement rank_placement::of_owners(int dp, int pp, int world, std::vector<
 std::string rank_placement::encode() const {
   std::string s = std::to_string(dp_) + " " + std::to_string(pp_) + " " + std::to_string(world_);
   for (int o : owners_) s += " " + std::to_string(o);
+  if (!hosts_.empty()) {
+    s += " hosts";
+    for (int h : hosts_) s += " " + std::to_string(h);
+  }
   return s;
 }
 
@@ -58,10 +62,39 @@ rank_placement rank_placement::decode(const std::string& text) {
   int dp = 0, pp = 0, world = 0;
   if (!(is >> dp >> pp >> world) || dp < 1 || pp < 1 || world < 1 || dp > 1 << 20 || pp > 1 << 20)
     throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
-  std::vector<int> owners;
-  for (int o; is >> o;) owners.push_back(o);
-  if (!is.eof()) throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
-  return of_owners(dp, pp, world, std::move(owners));
+  std::vector<int> owners, hosts;
+  bool in_hosts = false;
+  for (std::string word; is >> word;) {
+    if (word == "hosts" && !in_hosts) {
+      in_hosts = true;
+      continue;
+    }
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size()) throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
+    (in_hosts ? hosts : owners).push_back(v);
+  }
+  rank_placement p = of_owners(dp, pp, world, std::move(owners));
+  if (in_hosts) {
+    try {
+      p.set_hosts(std::move(hosts));
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument("rank_placement: '" + text + "' does not parse");
+    }
+  }
+  return p;
+}
+
+void rank_placement::set_hosts(std::vector<int> hosts) {
+  if (!hosts.empty() && static_cast<int>(hosts.size()) != world_)
+    throw std::invalid_argument("rank_placement: " + std::to_string(hosts.size()) + " hosts for " +
+                                std::to_string(world_) + " ranks");
+  hosts_ = std::move(hosts);
 }
 
 void rank_placement::check_slot(int replica, int stage) const {
@@ -96,6 +129,15 @@ pipeline_neighbours rank_placement::neighbours(int replica, int stage) const {
 int rank_placement::keeper(int replica, int stage) const {
   check_slot(replica, stage);
   const int mine = owner(replica, stage);
+  if (!hosts_.empty()) {
+    const int here = hosts_[static_cast<size_t>(mine)];
+    auto away = [&](int k) { return hosts_[static_cast<size_t>(owner(replica, k))] != here; };
+    for (int k = stage - 1; k >= 0; --k)
+      if (away(k)) return k;
+    if (mine != 0)
+      for (int k = stage + 1; k < pp_; ++k)
+        if (away(k)) return k;
+  }
   for (int k = stage - 1; k >= 0; --k)
     if (owner(replica, k) != mine) return k;
   if (mine == 0) return -1;

@@ -55,8 +55,8 @@ class rank_placement {
   /// owner outside 0 .. world - 1.
   static rank_placement of_owners(int dp, int pp, int world, std::vector<int> owners);
 
-  /// "dp pp world owner..." and back; decode throws std::invalid_argument
-  /// for anything else.
+  /// "dp pp world owner... [hosts host...]" and back; decode throws
+  /// std::invalid_argument for anything else.
   std::string encode() const;
   static rank_placement decode(const std::string& text);
 
@@ -91,7 +91,16 @@ class rank_placement {
   /// the run); elsewhere (a coordinator apart holds no stage), the nearest
   /// later stage in another process, so that stage 0's process can be
   /// lost too. -1 when the whole replica runs in one process.
+  /// Where the ranks' hosts are known (set_hosts) and not all one, a stage
+  /// in a process on another host comes first, by the same rule: a host
+  /// lost whole (its link down for good) then takes no copy of its stages
+  /// with it.
   int keeper(int replica, int stage) const;
+
+  /// The host of each rank (equal numbers: one machine), or none (empty).
+  /// Throws std::invalid_argument for a size other than world().
+  void set_hosts(std::vector<int> hosts);
+  const std::vector<int>& hosts() const { return hosts_; }
 
  private:
   void check_slot(int replica, int stage) const;
@@ -100,6 +109,7 @@ class rank_placement {
   int pp_;
   int world_;
   std::vector<int> owners_;  // by replica * pp + stage
+  std::vector<int> hosts_;   // by rank; empty: not known
 };
 
 }  // namespace actorpipe

@@ -322,8 +322,45 @@ TEST(RankPlacementValue, AnyOwnersAnswerFromTheTableAndRoundTripThroughText) {
   EXPECT_EQ(rank_placement::decode(blocks.encode()).owned(3), blocks.owned(3));
 }
 
+// Two hosts of two processes each (launch --nnodes 2, pp 4): stage 3's
+// nearest earlier stage in another process is stage 2, on its own host; a
+// host lost whole would take the copy with it. With the hosts known, each
+// stage is kept on the other host where it can be: stage 1 by stage 2
+// (later: no earlier stage is away, and rank 1 is not rank 0), stages 2
+// and 3 by stage 1. Stage 0 on rank 0 still has none.
+TEST(RankPlacement, WithHostsKnownAStageIsKeptOnAnotherHost) {
+  rank_placement p(1, 4, 4);
+  EXPECT_EQ(p.keeper(0, 3), 2);
+  p.set_hosts({0, 0, 1, 1});
+  EXPECT_EQ(p.keeper(0, 0), -1);
+  EXPECT_EQ(p.keeper(0, 1), 2);
+  EXPECT_EQ(p.keeper(0, 2), 1);
+  EXPECT_EQ(p.keeper(0, 3), 1);
+  // One host: the rule without hosts.
+  p.set_hosts({0, 0, 0, 0});
+  EXPECT_EQ(p.keeper(0, 1), 0);
+  EXPECT_EQ(p.keeper(0, 3), 2);
+  // A coordinator apart (rank 0, no stage, host -1) on host A with one
+  // worker; host B holds two: stage 2's keeper is stage 0 on host A.
+  rank_placement apart = rank_placement::of_owners(1, 3, 4, {1, 2, 3});
+  apart.set_hosts({-1, 0, 1, 1});
+  EXPECT_EQ(apart.keeper(0, 0), 1);  // later, on host B
+  EXPECT_EQ(apart.keeper(0, 1), 0);
+  EXPECT_EQ(apart.keeper(0, 2), 0);
+  // The hosts travel with the placement, and only as many as the ranks.
+  p.set_hosts({0, 0, 1, 1});
+  EXPECT_EQ(p.encode(), "1 4 4 0 1 2 3 hosts 0 0 1 1");
+  const auto back = rank_placement::decode(p.encode());
+  EXPECT_EQ(back.hosts(), p.hosts());
+  EXPECT_EQ(back.keeper(0, 3), 1);
+  EXPECT_THROW(p.set_hosts({0, 1}), std::invalid_argument);
+  p.set_hosts({});
+  EXPECT_EQ(p.encode(), "1 4 4 0 1 2 3");
+}
+
 TEST(RankPlacementValue, ATextThatIsNotAPlacementIsRefused) {
-  for (const char* bad : {"", "2 3", "2 3 3 0 0 1", "2 3 3 0 0 1 2 2 9", "2 3 3 0 0 1 2 2 x", "0 1 1"})
+  for (const char* bad : {"", "2 3", "2 3 3 0 0 1", "2 3 3 0 0 1 2 2 9", "2 3 3 0 0 1 2 2 x", "0 1 1",
+                          "1 2 2 0 1 hosts 0", "1 2 2 0 1 hosts 0 1 hosts", "1 2 2 0 1 hosts 0 y"})
     EXPECT_THROW(rank_placement::decode(bad), std::invalid_argument) << "'" << bad << "'";
   EXPECT_THROW(rank_placement::of_owners(1, 2, 2, {0, 2}), std::invalid_argument);
 }
