@@ -215,7 +215,8 @@ private:
       } else {
         if (failed_code_ < 0) failed_code_ = code;
         notice(what + "; " + boss() + " starts it again on " +
-               (taken_elsewhere_ ? "the node whose standby took the run over" : "node 0"));
+               (taken_elsewhere_ ? "the node whose standby took the run over" : "node 0") +
+               " or goes on without it");
       }
       return;
     }
