@@ -157,13 +157,13 @@ def ip(*args):
 
 
 class TwoHosts:
-    """Namespaces A and B joined by a veth pair (10.233.N.1 and .2); deleted on close."""
+    """Namespaces A and B joined by a veth pair (10.238.N.1 and .2); deleted on close."""
 
     def __init__(self):
         pid = os.getpid()
         self.a, self.b = f"chaosA_{pid}", f"chaosB_{pid}"
         self.va, self.vb = f"xA{pid}", f"xB{pid}"
-        net = f"10.233.{pid % 250}"
+        net = f"10.238.{pid % 250}"
         self.addr_a = net + ".1"
         self.made = []
         try:

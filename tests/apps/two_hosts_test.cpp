@@ -466,6 +466,55 @@ TEST(TwoHosts, ALinkDownForGoodWithoutReplacementsGoesOnAloneOnRankZerosSide) { 
 // on both launchers): host A's worker, RANK 0, takes stage 1 too.
 TEST(TwoHosts, ALinkDownForGoodUnderACoordinatorApartGoesOnOnItsSide) { cut_for_good_under_launch(true, true); }
 
+// Two processes on each host, pp 4, and the link down for good. Each
+// stage's copy is kept on the other host (rank_placement::keeper with the
+// ranks' hosts): stages 2 and 3 on rank 1, so both heal from its memory.
+// Kept by the nearest earlier stage in another process, stage 3's copy was
+// on rank 2, on host B with it, and the run went back to its start.
+TEST(TwoHosts, ALinkDownForGoodTakesNoCopyOfItsHostsStagesWithIt) {
+  const fs::path dir = testing_util::test_dir("actorpipe_two_hosts_keepers");
+  two_namespaces ns("ak", 'k', "10.237");
+  SKIP_OR_FAIL_ON_SETUP(ns);
+  const int port = static_cast<int>(free_port("0.0.0.0"));
+  ASSERT_GT(port, 0);
+  const int steps = 100;
+  std::string text = with_steps(pp2_config("  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2, "
+                                           "replace_timeout_s: 0}\n"),
+                                steps);
+  text.replace(text.find("  stages: 2\n"), 12, "  stages: 4\n");
+  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, text);
+  auto node = [&](int k) {
+    return std::vector<std::string>{"launch", "--nnodes", "2", "--node-rank", std::to_string(k), "--nprocs", "2",
+                                    "--master-addr", ns.net + ".1", "--master-port", std::to_string(port),
+                                    "--coordinator", "rank0"};
+  };
+  rank_group group;
+  auto args_a = node(0), args_b = node(1);
+  args_a.insert(args_a.end(), {cfg_a, "--save", (dir_a / "w.pt").string()});
+  args_b.insert(args_b.end(), {cfg_b, "--quiet"});
+  group.start(ns.a, dir_a, {}, args_a);
+  group.start(ns.b, dir_b, {}, args_b);
+  ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("node 0");
+  ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
+  const bool in_time = group.wait_all(120);
+  const auto& a = group.ranks()[0];
+  const auto& b = group.ranks()[1];
+  ASSERT_TRUE(in_time) << a.report("node 0") << b.report("node 1");
+  ASSERT_EQ(a.code, 0) << a.report("node 0") << b.report("node 1");
+  EXPECT_NE(a.err().find("re-placed: generation 1 goes on over 2 processes without rank 2, 3"), std::string::npos)
+      << a.report("node 0");
+  EXPECT_NE(a.err().find("stages by process 0 | 1 | 2 | 3 -> 0 | 1 2 3 (ranks 0 1)"), std::string::npos)
+      << a.report("node 0");
+  EXPECT_NE(a.err().find("; stage 2 from rank 1's memory; stage 3 from rank 1's memory"), std::string::npos)
+      << a.report("node 0");
+  EXPECT_EQ(a.err().find("from disk"), std::string::npos) << a.report("node 0");
+  const std::string one_process = one_process_save(dir / "one", text);
+  const std::string healed = testing_util::slurp_file(dir_a / "w.pt");
+  ASSERT_FALSE(healed.empty()) << a.report("node 0");
+  ASSERT_FALSE(one_process.empty());
+  EXPECT_TRUE(healed == one_process) << "node 0's file differs from the one-process run's";
+}
+
 // A host that becomes free joins a running job: host A runs dp 2 x pp 2
 // on 2 processes (each holding two slots, rank 0 coordinating), host B
 // runs `launch --join`
