@@ -36,17 +36,6 @@ struct forming_held {
   forming_held& operator=(const forming_held&) = delete;
 };
 
-/// While it lives, every rank but 0 of the runs started holds `ms` before it
-/// reads rank 0's word that a generation formed
-/// (ACTORPIPE_TEST_HOLD_FORMED_MS, inherited): rank 0 says the generation's
-/// line and runs it while the others have not heard it formed.
-struct formed_word_held {
-  explicit formed_word_held(int ms) { ::setenv("ACTORPIPE_TEST_HOLD_FORMED_MS", std::to_string(ms).c_str(), 1); }
-  ~formed_word_held() { ::unsetenv("ACTORPIPE_TEST_HOLD_FORMED_MS"); }
-  formed_word_held(const formed_word_held&) = delete;
-  formed_word_held& operator=(const formed_word_held&) = delete;
-};
-
 class background_launch {
 public:
   /// `bin launch args...`, its stdout and stderr in `out_file`.

@@ -260,6 +260,8 @@ protected:
     ASSERT_EQ(a.code, 0) << describe(a);
   }
   void take_over_while_forming(const std::string& run_id, int signal);
+  void take_over_a_generation_in_doubt(const std::string& run_id, const char* hold,
+                                       std::chrono::milliseconds kill_after, int taken, const std::string& answered);
 
   const std::string clean = (test_dir() / "clean.pt").string(), saved = (test_dir() / "saved.pt").string();
 
@@ -375,20 +377,22 @@ TEST_F(Takeover, ACoordinatorStoppedWhileAGenerationFormsIsTakenOverBitwise) {
   take_over_while_forming("forming-stopped", SIGSTOP);
 }
 
-// The coordinator killed after it formed a generation and wrote it in its
-// record, before the workers heard its word (each held 2.5 s before it
-// reads it): they lose the coordinator while the generation forms and go
-// back to the generation before, but the record names the new one. The
-// takeover names it, and each worker takes its place in it again. Before,
-// the workers went into the takeover's rendezvous with the world of the
-// generation before and the run stopped.
-TEST_F(Takeover, AWorkerThatHadNotHeardItsGenerationFormedTakesItsPlaceInTheTakeover) {
-  const std::string cfg = config("unheard", 40, ", replace_timeout_s: 0");
+// RANK 1 killed for good at pp 3 on 3 workers (replace_timeout_s 0),
+// then the coordinator `kill_after` past rank 0's line that generation 1
+// runs, with `hold` (a test hold's variable, 2.5 s) set for every process
+// of the run: the run ends with exit 0, each worker takes generation
+// `taken`'s place, `answered` workers answer takeover 1, and after its line
+// every step runs once, bitwise.
+void Takeover::take_over_a_generation_in_doubt(const std::string& run_id, const char* hold,
+                                                std::chrono::milliseconds kill_after, int taken,
+                                                const std::string& answered) {
+  const std::string cfg = config(run_id, 40, ", replace_timeout_s: 0");
   ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
-  testing_util::formed_word_held hold(2500);
+  ::setenv(hold, "2500", 1);
   testing_util::background_launch run(
       ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", "unheard", cfg, "--save", saved});
+      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", run_id, cfg, "--save", saved});
+  ::unsetenv(hold);
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
   const pid_t coordinator = run.coordinator(), victim = run.worker(1, std::chrono::milliseconds(0));
@@ -396,63 +400,18 @@ TEST_F(Takeover, AWorkerThatHadNotHeardItsGenerationFormedTakesItsPlaceInTheTake
   ASSERT_GT(victim, 0) << run.output();
   ::kill(victim, SIGKILL);
   const bool formed = run.wait_for_output("heal: generation 1 runs from after step");
+  if (formed) std::this_thread::sleep_for(kill_after);
   ::kill(coordinator, SIGKILL);
   ASSERT_TRUE(formed) << run.output();
   ASSERT_EQ(run.wait(120), 0) << run.output();
   const std::string out = run.output();
-  EXPECT_NE(out.find(", while generation 1 formed); its stages stopped, its boundary memory kept"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("heal: the coordinator was lost; takeover 1 of generation 1 (2 of 2 workers answered"),
+  const std::string other = taken == 1 ? "0" : "1";
+  EXPECT_NE(out.find("rank 0/3: the takeover is of generation " + std::to_string(taken) + ", not " + other +
+                     ": it takes that generation's place"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("rank 0/3: the takeover is of generation 1, not 0: it takes that generation's place"),
-            std::string::npos)
-      << out;
-  EXPECT_EQ(out.find("error"), std::string::npos) << out;
-  const size_t line = out.find("\ntakeover 1: generation 2 runs from after step ");
-  ASSERT_NE(line, std::string::npos) << out;
-  const int after = std::atoi(out.c_str() + line + std::strlen("\ntakeover 1: generation 2 runs from after step "));
-  std::vector<int> want;
-  for (int s = after + 2; s <= 40; ++s) want.push_back(s);
-  EXPECT_EQ(steps_printed(out, line), want) << out;
-  EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
-}
-
-// The other way round: the coordinator killed after the generation formed
-// (every worker heard its word) but before its record named it (it holds
-// 2.5 s there, ACTORPIPE_TEST_HOLD_RECORD_MS). The record names the
-// generation before, which still counts the killed RANK 1; the takeover
-// names it, each worker takes its place in it again, and the takeover goes
-// on without RANK 1 as the lost coordinator had. (Here the takeover's plan
-// names its members, which would set each worker's rank and world anyway:
-// without the swap the run also ends bitwise, and only the line is
-// missing. The swap matters where a plan keeps the same processes, as in
-// the test above.)
-TEST_F(Takeover, AGenerationFormedButNotYetInTheRecordIsTakenOverFromTheOneBefore) {
-  const std::string cfg = config("unrecorded", 40, ", replace_timeout_s: 0");
-  ASSERT_NO_FATAL_FAILURE(train_clean(cfg));
-  ::setenv("ACTORPIPE_TEST_HOLD_RECORD_MS", "2500", 1);
-  testing_util::background_launch run(
-      ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
-      {"--nprocs", "3", "--coordinator", cluster().url(), "--run-id", "unrecorded", cfg, "--save", saved});
-  ::unsetenv("ACTORPIPE_TEST_HOLD_RECORD_MS");
-  ASSERT_TRUE(run.started());
-  ASSERT_TRUE(run.wait_for_output("step    10/")) << run.output();
-  const pid_t coordinator = run.coordinator(), victim = run.worker(1, std::chrono::milliseconds(0));
-  ASSERT_GT(coordinator, 0) << run.output();
-  ASSERT_GT(victim, 0) << run.output();
-  ::kill(victim, SIGKILL);
-  const bool formed = run.wait_for_output("heal: generation 1 runs from after step");
-  // A second of the 2.5 s: every worker reads the word that it formed.
-  if (formed) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  ::kill(coordinator, SIGKILL);
-  ASSERT_TRUE(formed) << run.output();
-  ASSERT_EQ(run.wait(120), 0) << run.output();
-  const std::string out = run.output();
-  EXPECT_NE(out.find("rank 0/3: the takeover is of generation 0, not 1: it takes that generation's place"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("heal: the coordinator was lost; takeover 1 of generation 0 (2 of 3 workers answered"),
+  EXPECT_NE(out.find("heal: the coordinator was lost; takeover 1 of generation " + std::to_string(taken) + " (" +
+                     answered + " workers answered"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("error"), std::string::npos) << out;
@@ -465,6 +424,36 @@ TEST_F(Takeover, AGenerationFormedButNotYetInTheRecordIsTakenOverFromTheOneBefor
   for (int s = after + 2; s <= 40; ++s) want.push_back(s);
   EXPECT_EQ(steps_printed(out, line), want) << out;
   EXPECT_TRUE(testing_util::read_or_empty(clean) == testing_util::read_or_empty(saved)) << out;
+}
+
+// The coordinator killed after it formed a generation and wrote it in its
+// record, before the workers heard its word (each held 2.5 s before it
+// reads it, ACTORPIPE_TEST_HOLD_FORMED_MS): they lose the coordinator
+// while the generation forms and go back to the generation before, but the
+// record names the new one. The takeover names it, and each worker takes
+// its place in it again. Before, the workers went into the takeover's
+// rendezvous with the world of the generation before and the run stopped.
+TEST_F(Takeover, AWorkerThatHadNotHeardItsGenerationFormedTakesItsPlaceInTheTakeover) {
+  take_over_a_generation_in_doubt("unheard", "ACTORPIPE_TEST_HOLD_FORMED_MS", std::chrono::milliseconds(0), 1,
+                                  "2 of 2");
+  EXPECT_NE(testing_util::read_or_empty(test_dir() / "launch.out")
+                .find(", while generation 1 formed); its stages stopped, its boundary memory kept"),
+            std::string::npos);
+}
+
+// The other way round: the coordinator killed after the generation formed
+// but before its record named it (it holds 2.5 s there,
+// ACTORPIPE_TEST_HOLD_RECORD_MS; killed a second in, once every worker
+// read its word). The record names the generation before, which still
+// counts the killed RANK 1; the takeover names it, each worker takes its
+// place in it again, and the takeover goes on without RANK 1 as the lost
+// coordinator had. (Here the takeover's plan names its members, which
+// would set each worker's rank and world anyway: without the swap the run
+// also ends bitwise, and only the line is missing. The swap matters where
+// a plan keeps the same processes, as in the test above.)
+TEST_F(Takeover, AGenerationFormedButNotYetInTheRecordIsTakenOverFromTheOneBefore) {
+  take_over_a_generation_in_doubt("unrecorded", "ACTORPIPE_TEST_HOLD_RECORD_MS", std::chrono::milliseconds(1000), 0,
+                                  "2 of 3");
 }
 
 // A coordinator that stops answering (SIGSTOP: as one cut off, it renews

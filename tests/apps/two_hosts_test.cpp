@@ -380,6 +380,23 @@ TEST(TwoHosts, ALinkDownForGoodStopsBothSidesNamingTheOther) {
               r0_after, r0.code, r1_after, r1.code, r0.err().c_str(), r1.err().c_str());
 }
 
+/// `launch --nnodes 2` on both hosts, `nprocs` workers each, node 0 on
+/// host A (rank 0's store at A's address, its weights saved to
+/// hostA/w.pt), node 1 on host B, quiet.
+void start_launch_nodes(rank_group& group, const two_namespaces& ns, int port, int nprocs,
+                        const std::string& coordinator, const host_dirs& hosts) {
+  auto node = [&](int k) {
+    return std::vector<std::string>{"launch",        "--nnodes", "2", "--node-rank", std::to_string(k),
+                                    "--nprocs",      std::to_string(nprocs), "--master-addr", ns.net + ".1",
+                                    "--master-port", std::to_string(port),   "--coordinator", coordinator};
+  };
+  auto args_a = node(0), args_b = node(1);
+  args_a.insert(args_a.end(), {hosts.cfg_a, "--save", (hosts.a / "w.pt").string()});
+  args_b.insert(args_b.end(), {hosts.cfg_b, "--quiet"});
+  group.start(ns.a, hosts.a, {}, args_a);
+  group.start(ns.b, hosts.b, {}, args_b);
+}
+
 // The same lasting cut, with each host's ranks started by `launch
 // --coordinator rank0` (one node each, torchrun's --nnodes/--node-rank)
 // and restarts allowed. Past
@@ -398,21 +415,11 @@ void cut_for_good_under_launch(bool go_on, bool apart = false) {
   const int steps = 100;
   const std::string extra = std::string("  pace_ms: 4\nsupervision: {heartbeat_timeout_s: 2, max_restarts: 2") +
                             (go_on ? ", replace_timeout_s: 0}\n" : "}\n");
-  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, with_steps(pp2_config(extra), steps));
+  const host_dirs hosts = write_host_configs(dir, with_steps(pp2_config(extra), steps));
+  const auto& [dir_a, dir_b, cfg_a, cfg_b] = hosts;
   const fs::path dir_one = dir / "one";
-  auto node = [&](int k) {
-    auto args = std::vector<std::string>{"launch",        "--nnodes",   "2", "--node-rank", std::to_string(k),
-                                         "--nprocs",      "1",          "--master-addr", ns.net + ".1",
-                                         "--master-port", std::to_string(port)};
-    args.insert(args.end(), {"--coordinator", apart ? "process" : "rank0"});
-    return args;
-  };
   rank_group group;
-  auto args_a = node(0), args_b = node(1);
-  args_a.insert(args_a.end(), {cfg_a, "--save", (dir_a / "w.pt").string()});
-  args_b.insert(args_b.end(), {cfg_b, "--quiet"});
-  group.start(ns.a, dir_a, {}, args_a);
-  group.start(ns.b, dir_b, {}, args_b);
+  start_launch_nodes(group, ns, port, 1, apart ? "process" : "rank0", hosts);
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("node 0");
   ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
   const auto cut = clock_type::now();
@@ -482,18 +489,10 @@ TEST(TwoHosts, ALinkDownForGoodTakesNoCopyOfItsHostsStagesWithIt) {
                                            "replace_timeout_s: 0}\n"),
                                 steps);
   text.replace(text.find("  stages: 2\n"), 12, "  stages: 4\n");
-  const auto [dir_a, dir_b, cfg_a, cfg_b] = write_host_configs(dir, text);
-  auto node = [&](int k) {
-    return std::vector<std::string>{"launch", "--nnodes", "2", "--node-rank", std::to_string(k), "--nprocs", "2",
-                                    "--master-addr", ns.net + ".1", "--master-port", std::to_string(port),
-                                    "--coordinator", "rank0"};
-  };
+  const host_dirs hosts = write_host_configs(dir, text);
+  const auto& dir_a = hosts.a;
   rank_group group;
-  auto args_a = node(0), args_b = node(1);
-  args_a.insert(args_a.end(), {cfg_a, "--save", (dir_a / "w.pt").string()});
-  args_b.insert(args_b.end(), {cfg_b, "--quiet"});
-  group.start(ns.a, dir_a, {}, args_a);
-  group.start(ns.b, dir_b, {}, args_b);
+  start_launch_nodes(group, ns, port, 2, "rank0", hosts);
   ASSERT_TRUE(wait_for_text(dir_a / "out.txt", "step    10/", 60)) << group.ranks()[0].report("node 0");
   ASSERT_EQ(ip({"-n", ns.a, "link", "set", ns.va, "down"}), "");
   const bool in_time = group.wait_all(120);
