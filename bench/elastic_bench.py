@@ -28,7 +28,9 @@ too: work a model does after the first op (the shrink's copies of the start
 to changed keepers) shows there. Throughput after the shrink is the median step time
 of the steps before the kill over the median of the steps after it (the
 first after it left out), in the same run; and, for reference, a fresh
-`launch --nprocs 2` run's median over the shrunk run's. Rounds alternate.
+`launch --nprocs 2` run's median over the shrunk run's, of the rounds'
+medians and per round (the two runs of a round are back to back). Rounds
+alternate.
 
 Python 3 standard library only.
 """
@@ -154,8 +156,13 @@ def main():
           f"{med(full_with_step) / med(with_step):.1f}x")
     print(f"step before the kill {med(before):.1f} ms, after the shrink {med(later):.1f} ms: "
           f"throughput after / before {med(before) / med(later):.3f}")
+    # Each round's ratio from that round's two runs (back to back), then
+    # their median: the rounds' medians taken apart pair runs of different
+    # rounds.
+    per_round = [f_ / l_ for f_, l_ in zip(fresh, later)]
     print(f"fresh launch --nprocs 2: step {med(fresh):.1f} ms: throughput after the shrink / fresh on 2 "
-          f"{med(fresh) / med(later):.3f}")
+          f"{med(fresh) / med(later):.3f} of the medians; per round "
+          + ", ".join(f"{x:.3f}" for x in per_round) + f", median {med(per_round):.3f}")
 
 
 if __name__ == "__main__":
