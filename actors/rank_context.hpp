@@ -161,9 +161,11 @@ struct generation_links {
   /// exchange them with.
   std::shared_ptr<data_plane> plane;
   /// dp 1 with healing: the boundary copies' own channel (null otherwise),
-  /// and this process's machine id, for copies through shared memory.
+  /// and this process's machine id and every rank's (by rank; "" for one
+  /// that holds no stage), for copies through shared memory.
   std::shared_ptr<tensor_channel> copies;
   std::string machine;
+  std::vector<std::string> machines;
   group_map groups, ties;
   clock_type::time_point origin;  // trace time zero, rank 0's first
   clock_type::time_point met_at, grouped_at;

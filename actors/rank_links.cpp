@@ -252,11 +252,13 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
     std::vector<std::string> seen;
     bool unknown = false;
     for (int q = 0; q < cx.places.world(); ++q) {
-      if (cx.places.owned(q).empty()) {
-        hosts.push_back(-1);  // holds no stage: keeps no copy
+      if (cx.places.owned(q).empty()) {  // holds no stage: keeps no copy
+        links.machines.emplace_back();
+        hosts.push_back(-1);
         continue;
       }
-      const std::string m = q == env.rank ? links.machine : store->get(prefix + "/actorpipe/machine/" + std::to_string(q));
+      const std::string& m = links.machines.emplace_back(
+          q == env.rank ? links.machine : store->get(prefix + "/actorpipe/machine/" + std::to_string(q)));
       unknown = unknown || m.empty();
       const auto at = std::find(seen.begin(), seen.end(), m);
       hosts.push_back(static_cast<int>(at - seen.begin()));
@@ -291,8 +293,7 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
 std::shared_ptr<segment_ring> segments_for(rank_context& cx, const kv_store_ptr& store, const generation_links& links,
                                            uint32_t g, int index, int keeper_process, bool keeper_restarted,
                                            std::map<std::pair<int, int>, std::shared_ptr<segment_ring>>& rings) {
-  if (links.machine.empty() ||
-      store->get(links.prefix + "/actorpipe/machine/" + std::to_string(keeper_process)) != links.machine)
+  if (links.machine.empty() || links.machines.at(static_cast<size_t>(keeper_process)) != links.machine)
     return nullptr;
   const std::pair<int, int> key{index, keeper_process};
   std::shared_ptr<segment_ring>& ring = cx.copy_rings[key];

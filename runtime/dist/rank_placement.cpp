@@ -129,21 +129,20 @@ pipeline_neighbours rank_placement::neighbours(int replica, int stage) const {
 int rank_placement::keeper(int replica, int stage) const {
   check_slot(replica, stage);
   const int mine = owner(replica, stage);
-  if (!hosts_.empty()) {
-    const int here = hosts_[static_cast<size_t>(mine)];
-    auto away = [&](int k) { return hosts_[static_cast<size_t>(owner(replica, k))] != here; };
+  // The rule, for stages whose process is `apart` from this one's.
+  auto nearest = [&](auto apart) {
     for (int k = stage - 1; k >= 0; --k)
-      if (away(k)) return k;
-    if (mine != 0)
-      for (int k = stage + 1; k < pp_; ++k)
-        if (away(k)) return k;
-  }
-  for (int k = stage - 1; k >= 0; --k)
-    if (owner(replica, k) != mine) return k;
-  if (mine == 0) return -1;
-  for (int k = stage + 1; k < pp_; ++k)
-    if (owner(replica, k) != mine) return k;
-  return -1;
+      if (apart(owner(replica, k))) return k;
+    if (mine == 0) return -1;
+    for (int k = stage + 1; k < pp_; ++k)
+      if (apart(owner(replica, k))) return k;
+    return -1;
+  };
+  if (!hosts_.empty())
+    if (const int k = nearest([&](int q) { return hosts_[static_cast<size_t>(q)] != hosts_[static_cast<size_t>(mine)]; });
+        k >= 0)
+      return k;
+  return nearest([&](int q) { return q != mine; });
 }
 
 std::vector<int> rank_placement::stage_group(int stage) const {
