@@ -187,7 +187,10 @@ void give_layers(stage_setup& st, const attempt_plan& p, std::vector<layer>& lay
   const auto& m = cfg.model;
   if (m.tie_head >= 0)
     for (size_t i = 0; i < named.size(); ++i) {
-      if (named[i].first == std::to_string(m.tie_embedding) + ".wte.weight") st.tie_embedding_param = static_cast<int>(i);
+      // GPT's embedding ties its wte.weight; a token_embedding its weight.
+      const bool gpt = m.layers[static_cast<size_t>(m.tie_embedding)].type == "embedding";
+      if (named[i].first == std::to_string(m.tie_embedding) + (gpt ? ".wte.weight" : ".weight"))
+        st.tie_embedding_param = static_cast<int>(i);
       if (named[i].first == std::to_string(m.tie_head) + ".weight") st.tie_head_param = static_cast<int>(i);
     }
   if (rp.ckpt.step < 0) return;
@@ -227,6 +230,8 @@ stage_setup stage_setup_for(const config& cfg, const train_options& opts, const 
   st.pol = p.pol;
   st.chunks = p.chunks;
   st.dtype = parameter_dtype(cfg.model);
+  st.compute_dtype = cfg.model.mixed_precision == "bfloat16" ? at::kBFloat16 : st.dtype;
+  st.eval = cfg.eval;
   st.optimizer = cfg.train.optimizer;
   for (const auto& f : cfg.faults.inject)
     if (info(f.kind).picks_messages || (f.stage == r && (f.replica < 0 || f.replica == d))) st.faults.push_back(f);

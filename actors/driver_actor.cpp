@@ -8,6 +8,7 @@
 #include <map>
 
 #include "actors/driver_logic.hpp"
+#include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
@@ -36,8 +37,21 @@ struct driver_state {
   int applied = 0;
   int64_t applying = -1;  // the step whose optimizer acks are awaited
   bool overlapped = false;  // that step's successor already started
-  int eval_pending = 0;
-  eval_result eval_total;
+  // Evaluations on their way, by the updates they follow: the answers'
+  // sums and how many batches are still out. `record`: one of the run's
+  // evals (eval.every); `final`: the run's held-out figures (the whole
+  // split), after which the run ends.
+  struct eval_run {
+    eval_result sum;
+    int pending = 0;
+    clock_type::time_point started;
+    bool record = false;
+    bool final = false;
+  };
+  std::map<int64_t, eval_run> evals;
+  int64_t evaluated = -1;  // the last update count an eval.every evaluation was sent for
+  bool trained = false;    // every step closed
+  bool final_sent = false, final_done = false;
   bool finished = false;
   // Async: reports per step as they come, and when the last step closed.
   std::map<int64_t, std::vector<grads_report>> async_reports;
@@ -92,9 +106,7 @@ bool takes_data(const driver_state& s) { return !is_measuring_device(s.setup.cfg
 void start_step(driver_ptr self) {
   auto& s = self->state;
   const auto& cfg = s.setup.cfg;
-  if (s.step > 0 && cfg.train.lr_schedule.type == "step" &&
-      s.step % cfg.train.lr_schedule.step_size == 0)
-    s.lr *= cfg.train.lr_schedule.gamma;  // chained, like torch's StepLR
+  s.lr = lr_at(cfg.train, s.step);  // from the step alone: a resumed run gets the same bits
   const bool data = takes_data(s);
   auto b = data ? batch_for_step(*s.setup.data, cfg, s.step) : batch{};
   // The global batch in rank order over the replicas (torch.chunk), each
@@ -125,7 +137,9 @@ void feed_async_step(driver_ptr self, int64_t t) {
                               mbs[i].x, mbs[i].y, nullptr});
 }
 
-void start_eval(driver_ptr self);
+void send_eval(driver_ptr self, int64_t after, bool record, bool final);
+void end_of_run(driver_ptr self);
+void after_eval(driver_ptr self, int64_t after);
 
 // Async: every stage has stepped its weights for step `t`.
 void on_async_report(driver_ptr self, grads_report& r) {
@@ -146,24 +160,96 @@ void on_async_report(driver_ptr self, grads_report& r) {
   s.last_close = now;
   s.async_reports.erase(t);
   if (s.setup.on_step) s.setup.on_step(s.result.steps.back());
-  if (t + 2 < s.setup.cfg.train.steps) feed_async_step(self, t + 2);
-  if (t + 1 == s.setup.cfg.train.steps) start_eval(self);
+  const int64_t steps = s.setup.cfg.train.steps;
+  if (t + 2 < steps) feed_async_step(self, t + 2);
+  // The stream goes on while replica 0's stages evaluate the copies they
+  // kept of the weights after t + 1 updates.
+  if (t + 1 < steps && eval_due(s.setup.cfg.eval, t + 1, steps)) send_eval(self, t + 1, true, false);
+  if (t + 1 == steps) {
+    s.trained = true;
+    end_of_run(self);
+  }
 }
 
-void start_eval(driver_ptr self) {
+// The evaluation after `after` updates goes out (see driver_state::eval_run).
+void send_eval(driver_ptr self, int64_t after, bool record, bool final) {
   auto& s = self->state;
-  const auto& d = *s.setup.data;
-  int64_t n = d.test_x.defined() ? d.test_x.size(0) : 0;
-  if (n == 0 || !takes_data(s)) {
-    finish(self);
+  const auto& cfg = s.setup.cfg;
+  if (record) s.evaluated = after;
+  if (final) s.final_sent = true;
+  auto msgs = takes_data(s) ? eval_batches(*s.setup.data, cfg.train.batch_size, final ? 0 : cfg.eval.batches, after)
+                            : std::vector<eval_msg>{};
+  if (msgs.empty()) {  // nothing held out: nothing to record
+    if (final) s.final_done = true;
+    after_eval(self, after);
     return;
   }
-  const int64_t chunk = std::max<int64_t>(1, s.setup.cfg.train.batch_size);
-  for (int64_t i = 0; i < n; i += chunk) {
-    int64_t e = std::min(n, i + chunk);
-    ++s.eval_pending;
-    self->send(s.setup.stages.front(), eval_atom::value,
-               eval_msg{d.test_x.slice(0, i, e), d.test_y.slice(0, i, e)});
+  auto& run = s.evals[after];
+  run = driver_state::eval_run{};
+  run.pending = static_cast<int>(msgs.size());
+  run.started = clock_type::now();
+  run.record = record;
+  run.final = final;
+  for (auto& m : msgs) self->send(s.setup.stages.front(), eval_atom::value, std::move(m));
+}
+
+// Training is over (every step closed): the last evaluation (eval.every),
+// the held-out figures over the whole split, then the end, once no
+// evaluation is on its way. One pass serves both evaluations when
+// eval.batches takes the whole split.
+void end_of_run(driver_ptr self) {
+  auto& s = self->state;
+  const auto& cfg = s.setup.cfg;
+  const int64_t steps = s.setup.async ? cfg.train.steps : s.step;  // the updates done
+  if (eval_due(cfg.eval, steps, steps) && s.evaluated < steps && s.evals.count(steps) == 0) {
+    send_eval(self, steps, true, cfg.eval.batches == 0);
+    return;
+  }
+  if (!s.final_sent && s.evals.count(steps) == 0) {
+    send_eval(self, steps, false, true);
+    return;
+  }
+  if (s.final_done && s.evals.empty()) finish(self);
+}
+
+// Every answer of the evaluation after `after` updates is in.
+void on_evaluated(driver_ptr self, const eval_result& r) {
+  auto& s = self->state;
+  auto it = s.evals.find(r.after);
+  if (it == s.evals.end()) return;
+  auto& run = it->second;
+  run.sum.correct += r.correct;
+  run.sum.total += r.total;
+  run.sum.loss_sum += r.loss_sum;
+  if (--run.pending > 0) return;
+  const driver_state::eval_run done = std::move(run);
+  s.evals.erase(it);
+  if (done.record) {
+    const double seconds = std::chrono::duration<double>(clock_type::now() - done.started).count();
+    const eval_record rec = close_eval(done.sum, r.after, seconds);
+    record_eval(s.result.evals, rec);  // async evaluations may end out of order
+    if (s.setup.on_eval) s.setup.on_eval(rec);
+  }
+  if (done.final) {
+    const double n = static_cast<double>(std::max<int64_t>(1, done.sum.total));
+    s.result.test_accuracy = static_cast<double>(done.sum.correct) / n;
+    s.result.test_loss = done.sum.loss_sum / n;
+    s.final_done = true;
+  }
+  after_eval(self, r.after);
+}
+
+// What follows the evaluation after `after` updates: a synchronous run
+// waits for it and goes on with its next step; an async stream went on
+// meanwhile. After the last update, the end of the run.
+void after_eval(driver_ptr self, int64_t after) {
+  auto& s = self->state;
+  if (s.setup.async) {
+    if (s.trained) end_of_run(self);
+  } else if (after >= s.setup.cfg.train.steps || s.trained) {
+    end_of_run(self);
+  } else {
+    start_step(self);
   }
 }
 
@@ -272,6 +358,24 @@ void watch(driver_ptr self) {
             });
 }
 
+// At a step boundary (or a generation's start): the evaluation due after
+// the updates done so far, if not sent yet, then the next step; or, with
+// every step done, the end of the run.
+void begin_step_or_eval(driver_ptr self) {
+  auto& s = self->state;
+  const int64_t steps = s.setup.cfg.train.steps;
+  if (s.step >= steps) {
+    s.trained = true;
+    end_of_run(self);
+    return;
+  }
+  if (eval_due(s.setup.cfg.eval, s.step, steps) && s.evaluated < s.step) {
+    send_eval(self, s.step, true, false);
+    return;
+  }
+  start_step(self);
+}
+
 void advance(driver_ptr self) {
   auto& s = self->state;
   if (!s.stop_reason.empty()) {
@@ -281,15 +385,13 @@ void advance(driver_ptr self) {
   }
   if (s.step < s.setup.cfg.train.steps && s.setup.regroup && s.setup.regroup()) {
     // Every stage holds step s.step - 1's boundary: the generation ends
-    // here, and the next one starts after it with the new placement.
+    // here, and the next one starts after it with the new placement (which
+    // evaluates that boundary if an evaluation is due there).
     finish(self, to_error(run_failure{run_errc::regroup, s.step - 1, -1, -1,
                                       "re-placing the stages after step " + std::to_string(s.step - 1)}));
     return;
   }
-  if (s.step < s.setup.cfg.train.steps)
-    start_step(self);
-  else
-    start_eval(self);
+  begin_step_or_eval(self);
 }
 
 // At a step boundary every stage holds one weight version: collect replica
@@ -369,9 +471,6 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   auto& s = self->state;
   s.setup = std::move(setup);
   s.step = s.setup.first_step;
-  // The rate of the step before, so start_step's StepLR chain continues
-  // with the same bits an uninterrupted run has.
-  s.lr = s.step > 0 ? lr_at(s.setup.cfg.train, s.step - 1) : s.setup.cfg.train.optimizer.lr;
   s.result.schedule = s.setup.cfg.pipeline.schedule;
   const auto& re = s.setup.cfg.pipeline.recompute;
   if (std::find(re.begin(), re.end(), true) != re.end()) s.result.schedule += "+recompute";
@@ -399,13 +498,11 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         st.promise = self->make_response_promise();
         st.watchdog.progress_at = clock_type::now();
         if (st.setup.cfg.supervision.watchdog_s > 0) self->send(self, watchdog_atom::value);
-        if (st.setup.cfg.train.steps <= st.step) {
-          start_eval(self);
-        } else if (st.setup.async) {
+        if (st.setup.async && st.step < st.setup.cfg.train.steps) {
           st.last_close = clock_type::now();
           for (int64_t t = 0; t < std::min<int64_t>(2, st.setup.cfg.train.steps); ++t) feed_async_step(self, t);
         } else {
-          start_step(self);
+          begin_step_or_eval(self);
         }
         return st.promise;
       },
@@ -423,18 +520,7 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
         if (round != st.round || --st.rounds_pending > 0) return;
         if (st.reported < static_cast<int>(st.setup.stages.size())) start_round(self);
       },
-      [=](evaluated_atom, const eval_result& r) {
-        auto& st = self->state;
-        st.eval_total.correct += r.correct;
-        st.eval_total.total += r.total;
-        st.eval_total.loss_sum += r.loss_sum;
-        if (--st.eval_pending > 0) return;
-        st.result.test_accuracy = static_cast<double>(st.eval_total.correct) /
-                                  static_cast<double>(std::max<int64_t>(1, st.eval_total.total));
-        st.result.test_loss =
-            st.eval_total.loss_sum / static_cast<double>(std::max<int64_t>(1, st.eval_total.total));
-        finish(self);
-      },
+      [=](evaluated_atom, const eval_result& r) { on_evaluated(self, r); },
   };
 }
 

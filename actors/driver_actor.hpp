@@ -36,6 +36,8 @@ struct driver_setup {
   std::chrono::steady_clock::time_point origin;
   /// Called on the driver's thread after every step (progress output).
   std::function<void(const step_record&)> on_step;
+  /// Called on the driver's thread after every evaluation during training.
+  std::function<void(const eval_record&)> on_eval;
   std::function<void(int64_t)> on_decided;  // trainer.hpp's train_options
   std::function<bool()> regroup;            // the same
   /// Which chunk of which stage is which virtual stage (the norm's order).

@@ -132,7 +132,35 @@ bool may_overlap(const driver_setup& setup, int64_t step, bool stopping) {
   const int64_t next = step + 1;
   const int64_t every = setup.cfg.checkpoint.every;
   return next < setup.cfg.train.steps && !stopping && !setup.last_good && !(every > 0 && next % every == 0) &&
-         !(setup.verify_replicas && setup.dp > 1) && !setup.cfg.pipeline.lockstep;
+         !(setup.verify_replicas && setup.dp > 1) && !setup.cfg.pipeline.lockstep &&
+         !eval_due(setup.cfg.eval, next, setup.cfg.train.steps);
+}
+
+std::vector<eval_msg> eval_batches(const dataset& d, int64_t batch_size, int64_t batches, int64_t after) {
+  const int64_t n = d.test_x.defined() ? d.test_x.size(0) : 0;
+  const int64_t rows = std::max<int64_t>(1, batch_size);
+  const int64_t all = (n + rows - 1) / rows;
+  const int64_t count = batches > 0 ? std::min(batches, all) : all;
+  std::vector<eval_msg> out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t b = i * rows, e = std::min(n, b + rows);
+    eval_msg m{d.test_x.slice(0, b, e), d.test_y.slice(0, b, e)};
+    m.after = after;
+    m.batches = static_cast<int32_t>(count);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+eval_record close_eval(const eval_result& sum, int64_t after, double seconds) {
+  eval_record e;
+  e.step = after;
+  e.positions = sum.total;
+  const double n = static_cast<double>(std::max<int64_t>(1, sum.total));
+  e.loss = sum.loss_sum / n;
+  e.accuracy = static_cast<double>(sum.correct) / n;
+  e.seconds = seconds;
+  return e;
 }
 
 bool checkpoint_due(const config& cfg, int64_t next, bool stopping) {

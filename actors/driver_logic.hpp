@@ -15,6 +15,7 @@
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
 #include "runtime/config/config.hpp"
+#include "runtime/data/data.hpp"
 #include "runtime/observe/metrics.hpp"
 #include "runtime/schedule/placement.hpp"
 
@@ -86,6 +87,16 @@ void allreduce_figures(step_record& rec);
 /// Whether the step after `step` may start before the optimizer acks: not
 /// where the boundary is also a snapshot, a check, a stop or the end.
 bool may_overlap(const driver_setup& setup, int64_t step, bool stopping);
+
+// -- evaluation ----------------------------------------------------------------
+
+/// The messages of an evaluation after `after` updates: the held-out split
+/// of `d` in batches of `batch_size` rows, the first `batches` of them (0:
+/// all), in order.
+std::vector<eval_msg> eval_batches(const dataset& d, int64_t batch_size, int64_t batches, int64_t after);
+
+/// The record of an evaluation whose answers sum to `sum`.
+eval_record close_eval(const eval_result& sum, int64_t after, double seconds);
 
 /// After the step before `next` was applied: does a checkpoint go to disk?
 bool checkpoint_due(const config& cfg, int64_t next, bool stopping);

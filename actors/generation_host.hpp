@@ -25,6 +25,7 @@ namespace actorpipe {
 /// host read it once the driver has answered.
 struct supervision_log {
   std::vector<step_record> steps;  ///< every generation's, up to the boundary the next rolled back to
+  std::vector<eval_record> evals;  ///< the same for the evaluations during training
   std::chrono::steady_clock::time_point boundary_at = std::chrono::steady_clock::now();  ///< the last close
   std::vector<std::string> notices;  ///< one per restart or heal
   double recovery_s = 0.0;           ///< work lost to them

@@ -93,6 +93,11 @@ public:
         if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, stage_busy_ms(r));  // the first warms up
         if (user) user(r);
       };
+      auto user_eval = opts_.on_eval;
+      o.on_eval = [&log, user_eval](const eval_record& e) {
+        record_eval(log.evals, e);
+        if (user_eval) user_eval(e);
+      };
       if (balances) {
         watch_->start(partition_for(cfg_));
         o.regroup = [this] {
@@ -146,6 +151,7 @@ public:
     // Steps recorded past the boundary we roll back to are re-run.
     auto& steps = log.steps;
     while (!steps.empty() && steps.back().step > next.resume_after) steps.pop_back();
+    drop_evals_after(log.evals, next.resume_after);
     // Lost: the failed step's work, from its boundary to the failure.
     const double lost = std::chrono::duration<double>(clock_type::now() - log.boundary_at).count();
     log.recovery_s += lost;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "actors/rank_context.hpp"
+#include "actors/supervision.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/dist/join.hpp"
 #include "runtime/model/partition.hpp"
@@ -171,7 +172,7 @@ int64_t state_bytes(const rank_context& cx, const config& cfg, int slot) {
     for (int l = range.first; l <= range.second; ++l) n += counts.at(static_cast<size_t>(l));
   }
   const auto& o = cfg.train.optimizer;
-  const int64_t copies = 2 + (o.type == "adam" ? 2 : o.momentum > 0 ? 1 : 0);
+  const int64_t copies = 2 + (adam_family(o.type) ? 2 : o.momentum > 0 ? 1 : 0);
   return n * copies * static_cast<int64_t>(c10::elementSize(parameter_dtype(cfg.model)));
 }
 
@@ -299,6 +300,7 @@ std::optional<heal_plan> heal(rank_context& cx, const kv_store_ptr& store, const
   }
   const run_failure& failed = failure;  // naming the processes that went
   while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
+  drop_evals_after(log.evals, next->resume_after);
   const double lost = std::chrono::duration<double>(clock_type::now() - log.boundary_at).count();
   log.recovery_s += lost;
   log.restarts = cx.ledger.count();
@@ -348,6 +350,7 @@ namespace {
 void announce(rank_context& cx, const kv_store_ptr& store, const generation_peers& peers, const heal_plan& next,
               const std::string& line, supervision_log& log, const std::function<void()>& tell) {
   while (!log.steps.empty() && log.steps.back().step > next.resume_after) log.steps.pop_back();
+  drop_evals_after(log.evals, next.resume_after);
   log.notices.push_back(line);
   store->set(heal_key(cx.env, next.generation), next.encode());
   tell();

@@ -118,6 +118,11 @@ public:
       if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, stage_busy_ms(r));  // the first warms up
       if (user) user(r);
     };
+    auto user_eval = opts.on_eval;
+    opts.on_eval = [&log, user_eval](const eval_record& e) {
+      record_eval(log.evals, e);
+      if (user_eval) user_eval(e);
+    };
     log.boundary_at = clock_type::now();
     generation g;
     g.number = hp.generation;

@@ -51,6 +51,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
   shape.recompute = s.setup.recompute;
   shape.work = computes(s);
   shape.batch_size = s.setup.batch_size;
+  if (s.setup.compute_dtype != s.setup.dtype) shape.compute_dtype = s.setup.compute_dtype;
   stage_state* st = &s;
   shape.to_device = [st](const at::Tensor& t, at::ScalarType type) { return on_device(*st, t, type); };
   s.compute = stage_compute(std::move(shape));
@@ -337,6 +338,7 @@ caf::behavior running(stage_ptr self) {
         close_update(self->state, undo);
         if (undo) keep_after(self, step);
         if (step >= self->state.step) next_step(self, step);
+        release_evals(self);
       },
       [=](keep_atom, int32_t slot, int64_t step, const std::string& described) {
         return hold_copy(self, slot, step, described);

@@ -49,9 +49,17 @@ struct stage_setup {
   int step_microbatches = 1;
   int64_t steps = 0;
   train_config train;
+  /// eval.every: under async, the stage keeps a copy of its weights after
+  /// each update an evaluation follows, for that evaluation to read while
+  /// the stream goes on.
+  eval_config eval;
   int64_t batch_size = 1;   ///< loss of a microbatch is weighted by size / batch_size
   std::string device = "cpu";
-  at::ScalarType dtype = at::kFloat;  ///< the parameters' (model.dtype); inputs are cast to it
+  at::ScalarType dtype = at::kFloat;  ///< the parameters' (model.dtype)
+  /// What the layers compute in and activations cross stages in: dtype,
+  /// or bfloat16 under model.mixed_precision (the weights cast for each
+  /// step's forwards, the loss in float32). Inputs are cast to it.
+  at::ScalarType compute_dtype = at::kFloat;
   std::vector<std::string> devices;  ///< every rank's, to place what is sent there
   int intra_op_threads = 1;
   double pace_ms = 0.0;

@@ -15,6 +15,7 @@
 #include "runtime/util/cpu_quota.hpp"
 #include "runtime/util/fnv1a.hpp"
 #include "runtime/dist/collectives.hpp"
+#include "runtime/model/adamw.hpp"
 #include "runtime/model/lr.hpp"
 #include "runtime/schedule/op_grid.hpp"
 #include "runtime/model/optimizer_state.hpp"
@@ -122,11 +123,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optimizer_config& 
   if (o.type == "sgd")
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::Adam>(
-      params, torch::optim::AdamOptions(o.lr)
-                  .betas(std::make_tuple(o.beta1, o.beta2))
-                  .eps(o.eps)
-                  .weight_decay(o.weight_decay));
+  const auto options = torch::optim::AdamOptions(o.lr).betas(std::make_tuple(o.beta1, o.beta2)).eps(o.eps);
+  if (o.type == "adamw") return std::make_unique<adamw>(params, options, adamw_decays(o, params));
+  return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(options).weight_decay(o.weight_decay));
 }
 
 void report_grads(stage_ptr self) {
@@ -173,13 +172,31 @@ nonfinite_seen first_nonfinite(const stage_state& s) {
   return seen;
 }
 
+namespace {
+
+// Async, eval.every: the weights after `updates` updates, kept for the
+// evaluation that reads them while the stream goes on (replica 0's stages
+// evaluate; after the last update the live weights are those).
+void keep_for_eval(stage_state& s, int64_t updates) {
+  if (s.setup.replica != 0 || !computes(s) || updates >= s.setup.steps ||
+      !eval_due(s.setup.eval, updates, s.setup.steps))
+    return;
+  torch::NoGradGuard no_grad;
+  auto& copy = s.eval_copies[updates];
+  for (const auto& p : s.params) copy.weights.push_back(p.detach().clone());
+}
+
+}  // namespace
+
 // Async: step t's last backward ran here. Step the weights with step t's
 // gradient (computed at version t-1), drop step t's copy, and copy the new
 // weights (version t+1) for step t+2.
 void async_step(stage_ptr self, int64_t t) {
   auto& s = self->state;
   s.versions.step(t, *s.opt, s.params, lr_at(s.setup.train, t));
+  s.compute.weights_changed();
   inject_update_nan(s, t);
+  keep_for_eval(s, t + 1);
   grads_report r;
   // No step of an async run can be undone (the next ones run already on
   // these weights): a non-finite update stops it.
@@ -204,6 +221,7 @@ void async_step(stage_ptr self, int64_t t) {
   s.stats.peak_stash_bytes = s.compute.stash_bytes();
   s.stats.duplicates = 0;
   self->send(s.driver, grads_atom::value, std::move(r));
+  release_evals(self);
 }
 
 // This stage's row of the op grid for a hang report: what it fired this
@@ -268,6 +286,7 @@ std::string apply_update(stage_ptr self, const apply_msg& m) {
   else
     s.opt->step();
   s.shared = false;
+  s.compute.weights_changed();
   for (auto& p : s.params) p.mutable_grad() = at::Tensor();
   inject_update_nan(s, m.step);
   return check ? first_nonfinite_state(*s.opt, s.params, s.param_names) : std::string();
@@ -278,6 +297,7 @@ void close_update(stage_state& s, bool undo) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < s.params.size(); ++i) s.params[i].set_data(s.before_update->weights[i]);
     restore_optimizer_state(*s.opt, s.params, *s.before_update->optimizer);
+    s.compute.weights_changed();
   }
   s.before_update.reset();
 }
@@ -293,22 +313,54 @@ uint64_t weights_checksum(const stage_state& s) {
   return h.digest();
 }
 
+namespace {
+
+// The weights an evaluation reads here (`weights`: null for the live
+// ones); false while this stage does not hold them yet. Synchronous: the
+// live weights, once no update waits for the driver's verdict (a close
+// that undoes it may still come). Async: the copy kept after `after`
+// updates, or the live weights after the last one.
+bool eval_weights(stage_state& s, const eval_msg& m, const std::vector<at::Tensor>*& weights) {
+  weights = nullptr;
+  if (!s.setup.async) return !s.before_update;
+  if (m.after >= s.setup.steps || !computes(s)) return true;
+  auto it = s.eval_copies.find(m.after);
+  if (it == s.eval_copies.end()) return false;
+  weights = &it->second.weights;
+  return true;
+}
+
+// The batch has read the copy it evaluated with; after the last, it goes.
+void done_with_copy(stage_state& s, const eval_msg& m) {
+  auto it = s.eval_copies.find(m.after);
+  if (it != s.eval_copies.end() && ++it->second.read >= m.batches) s.eval_copies.erase(it);
+}
+
+}  // namespace
+
 void evaluate(stage_ptr self, eval_msg m) {
   auto& s = self->state;
+  const std::vector<at::Tensor>* weights = nullptr;
+  if (!eval_weights(s, m, weights)) {
+    s.held_evals.push_back(std::move(m));
+    return;
+  }
   ++s.fired_total;  // progress, as far as the watchdog is concerned
   torch::NoGradGuard no_grad;
   // A later stage's input is on this device already when the sender is in
   // this process (it moved it); from another process it comes on the host.
   if (first_virtual(s, m.chunk)) {
-    m.x = on_device(s, m.x, s.setup.dtype);
+    m.x = on_device(s, m.x, s.setup.compute_dtype);
   } else if (m.x.device() != torch::Device(s.setup.device)) {
     m.x = m.x.to(torch::Device(s.setup.device));
   } else if (s.queue) {
     s.queue->wait(m.ready, m.x);
   }
-  auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed);
+  auto out = s.compute.eval_forward(m.chunk, m.x, s.setup.seed, weights);
+  if (weights) done_with_copy(s, m);
   if (!last_virtual(s, m.chunk)) {
-    s.link->send_eval(m.chunk, eval_msg{out, m.y, 0, nullptr});
+    eval_msg next{out, m.y, 0, nullptr, m.after, m.batches};
+    s.link->send_eval(m.chunk, std::move(next));
     return;
   }
   const eval_numbers n = s.compute.eval_loss(out, m.y);
@@ -316,7 +368,16 @@ void evaluate(stage_ptr self, eval_msg m) {
   r.total = n.total;
   r.correct = n.correct;
   r.loss_sum = n.loss_sum;
+  r.after = m.after;
   self->send(s.driver, evaluated_atom::value, r);
+}
+
+void release_evals(stage_ptr self) {
+  auto& s = self->state;
+  if (s.held_evals.empty()) return;
+  auto held = std::move(s.held_evals);
+  s.held_evals.clear();
+  for (auto& m : held) evaluate(self, std::move(m));
 }
 
 }  // namespace actorpipe::stage_detail

@@ -102,7 +102,7 @@ void fire_forward(stage_ptr self, int chunk, int mb, clock_type::time_point star
   if (!work)
     x = s.nothing;
   else if (first)
-    x = on_device(s, x, s.setup.dtype);
+    x = on_device(s, x, s.setup.compute_dtype);
   else {
     if (s.queue) s.queue->wait(msg.ready, x);
     x = x.detach().requires_grad_(true);

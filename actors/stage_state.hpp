@@ -121,6 +121,15 @@ struct stage_state {
   // between different senders is assumed.
   std::vector<activation_msg> ahead_fwd;
   std::vector<gradient_msg> ahead_bwd;
+  // Evaluations whose weights this stage does not hold yet (eval_msg::after).
+  std::vector<eval_msg> held_evals;
+  // Async, eval.every: the weights after k updates, by k, until every
+  // batch of k's evaluation has read them (`read` counts them).
+  struct eval_copy {
+    std::vector<at::Tensor> weights;
+    int32_t read = 0;
+  };
+  std::map<int64_t, eval_copy> eval_copies;
   fault_plan faults;  // from setup.faults: what to inject where
   /// The op just fired opened an overlapped F and B (OVERLAP_F_B): its B
   /// fires next, before any message is looked at.
@@ -203,6 +212,10 @@ std::string apply_update(stage_ptr self, const apply_msg& m);
 /// optimizer state from before it) or keep it.
 void close_update(stage_state& s, bool undo);
 uint64_t weights_checksum(const stage_state& s);
+/// Evaluates `m` now if this stage holds the weights it asks for, else
+/// holds it until release_evals finds them here.
 void evaluate(stage_ptr self, eval_msg m);
+/// After a close (or, async, a step): the held evaluations that can run now.
+void release_evals(stage_ptr self);
 
 }  // namespace actorpipe::stage_detail

@@ -53,6 +53,19 @@ void merge_generations(train_result& r, std::vector<step_record> steps, std::vec
   r.recovery_s = recovery_s;
 }
 
+void record_eval(std::vector<eval_record>& evals, const eval_record& e) {
+  auto it = std::lower_bound(evals.begin(), evals.end(), e.step,
+                             [](const eval_record& a, int64_t step) { return a.step < step; });
+  if (it != evals.end() && it->step == e.step)
+    *it = e;
+  else
+    evals.insert(it, e);
+}
+
+void drop_evals_after(std::vector<eval_record>& evals, int64_t resume_after) {
+  while (!evals.empty() && evals.back().step > resume_after + 1) evals.pop_back();
+}
+
 std::string restart_notice(int n, const run_failure& f, int64_t resumed_after, double lost_s) {
   return "restart " + std::to_string(n) + ": " + f.text + "; rolled back to after step " +
          std::to_string(resumed_after) + " and re-ran from step " + std::to_string(resumed_after + 1) + " (" +

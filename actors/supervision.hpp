@@ -53,6 +53,14 @@ std::vector<fault_spec> faults_left(const std::vector<fault_spec>& faults, int64
 void merge_generations(train_result& r, std::vector<step_record> steps, std::vector<std::string> notices,
                        const std::vector<int64_t>& skip_steps, int64_t resumed_after, int restarts, double recovery_s);
 
+/// Records `e` in `evals` (ordered by step), replacing an evaluation of the
+/// same step (a generation that re-ran from a boundary evaluates it again).
+void record_eval(std::vector<eval_record>& evals, const eval_record& e);
+
+/// Drops the evaluations past a roll-back to after step `resume_after`
+/// (those of more than resume_after + 1 updates).
+void drop_evals_after(std::vector<eval_record>& evals, int64_t resume_after);
+
 /// The notice of restart number `n` after `f`: where it rolled back to and
 /// how much work (`lost_s`, from the boundary to the failure) was lost.
 std::string restart_notice(int n, const run_failure& f, int64_t resumed_after, double lost_s);

@@ -121,9 +121,11 @@ void deliver_output(supervisor_ptr self) {
   out.result.resumed_from = s.gen->resumed_from;
   s.host->complete(out);
   out.result.supervisor_states = s.log->states;
-  if (s.host->supervised())
+  if (s.host->supervised()) {
     merge_generations(out.result, std::move(s.log->steps), std::move(s.log->notices), s.opts.skip_steps,
                       s.gen->resumed_after, s.log->restarts, s.log->recovery_s);
+    out.result.evals = std::move(s.log->evals);
+  }
   s.promise.deliver(std::move(out));
   self->quit();
 }

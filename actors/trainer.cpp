@@ -44,6 +44,7 @@ caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const
   ds.epoch = opts.epoch;
   ds.origin = origin;
   ds.on_step = opts.on_step;
+  ds.on_eval = opts.on_eval;
   ds.on_decided = opts.on_decided;
   ds.regroup = opts.regroup;
   ds.plc = p.plc;

@@ -17,6 +17,9 @@ namespace actorpipe {
 struct train_options {
   /// Called after every optimizer step, on the driver's thread.
   std::function<void(const step_record&)> on_step;
+  /// Called after every evaluation during training (eval.every), on the
+  /// driver's thread.
+  std::function<void(const eval_record&)> on_eval;
   /// Called when the driver sends a step's applies (every stage's
   /// gradients are in: each will apply it), on the driver's thread.
   std::function<void(int64_t)> on_decided;

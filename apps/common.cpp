@@ -266,7 +266,7 @@ void print_plan(const config& cfg, const rank_env& ranks) {
   std::fflush(stdout);
 }
 
-train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
+train_output train_one(const config& cfg, const progress_options& progress,
                        std::vector<std::vector<op_id>> fixed_order, placement_kind fixed_placement,
                        bool verify_replicas, const std::string& resume, const rank_env& ranks,
                        const std::string& digest, std::vector<std::vector<char>> fixed_overlap) {
@@ -279,36 +279,11 @@ train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps
   opts.fixed_order = std::move(fixed_order);
   opts.fixed_placement = fixed_placement;
   opts.fixed_overlap = std::move(fixed_overlap);
-  if (log_every > 0) {
-    // A terminal gets one live bar (redrawn at most 10 times a second);
-    // a pipe or file gets plain lines every log_every steps.
-    const bool live = isatty(STDOUT_FILENO) != 0;
-    auto started = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-    auto drawn = std::make_shared<std::chrono::steady_clock::time_point>();
-    opts.on_step = [log_every, total_steps, live, started, drawn](const step_record& s) {
-      const int64_t done = s.step + 1;
-      if (live) {
-        auto now = std::chrono::steady_clock::now();
-        if (done != total_steps && now - *drawn < std::chrono::milliseconds(100)) return;
-        *drawn = now;
-        const double elapsed = std::chrono::duration<double>(now - *started).count();
-        const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps - done) : 0.0;
-        const int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(1, total_steps));
-        std::printf("\r[%s%s] step %lld/%lld  loss %.4f  step %.2f ms  ETA %.1f s   ",
-                    std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                    static_cast<long long>(done), static_cast<long long>(total_steps), s.loss, s.step_s * 1e3, eta);
-        if (done == total_steps) std::printf("\n");
-        std::fflush(stdout);
-        return;
-      }
-      if (done % log_every != 0 && done != total_steps) return;
-      std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e%s\n",
-                  static_cast<long long>(done), static_cast<long long>(total_steps),
-                  s.loss, s.step_s * 1e3, s.bubble, s.lr, s.skipped ? "  skipped (a NaN or an infinity)" : "");
-      std::fflush(stdout);
-    };
-  }
-  return run_training(cfg, opts);
+  progress_sink sink(cfg, progress);
+  sink.attach(opts);
+  auto out = run_training(cfg, opts);
+  sink.finish(out.result);
+  return out;
 }
 
 std::string read_file(const std::string& path) {

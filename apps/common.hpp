@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
+#include "apps/progress.hpp"
 #include "runtime/dist/rank_env.hpp"
 #include "messages/errors.hpp"
 #include "runtime/config/config.hpp"
@@ -88,9 +89,9 @@ void check_async_stream(const config& cfg);
 /// multi-process run (`ranks`) as device_label names what other ranks run.
 void print_plan(const config& cfg, const rank_env& ranks = {});
 
-/// run_training with progress every `log_every` steps (0: none): a live bar
-/// on a terminal, plain lines otherwise.
-train_output train_one(const config& cfg, int64_t log_every, int64_t total_steps,
+/// run_training, reporting as `progress` says (apps/progress.hpp): lines,
+/// evaluations, TensorBoard; the result's throughput figures set.
+train_output train_one(const config& cfg, const progress_options& progress,
                        std::vector<std::vector<op_id>> fixed_order = {},
                        placement_kind fixed_placement = placement_kind::round_robin, bool verify_replicas = false,
                        const std::string& resume = {}, const rank_env& ranks = {}, const std::string& digest = {},

@@ -62,7 +62,11 @@ int cmd_compare(int argc, char** argv) {
   bool finite = true;
   for (const auto& cfg : cfgs) {
     print_plan(cfg);
-    auto out = train_one(cfg, log_every, cfg.train.steps);
+    progress_options progress;
+    progress.log_every = log_every;
+    progress.total_steps = cfg.train.steps;
+    progress.quiet = log_every == 0;
+    auto out = train_one(cfg, progress);
     std::printf("  done: mean step %.2f ms, final loss %.4f\n", mean_step_seconds(out.result) * 1e3,
                 out.result.steps.empty() ? 0.0 : out.result.steps.back().loss);
     if (const std::string bad = first_nonfinite(out.weights); !bad.empty()) {

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "apps/common.hpp"
+#include "runtime/model/lr.hpp"
+#include "runtime/observe/tensorboard.hpp"
+#include "runtime/observe/throughput.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/model/generate.hpp"
 #include "runtime/model/model.hpp"
@@ -31,6 +34,12 @@ namespace actorpipe::app {
 
 namespace {
 
+std::string known_peaks_text() {
+  std::string out;
+  for (const auto& p : known_peaks()) out += (out.empty() ? "" : ", ") + std::string(p.name) + " " + fmt("%g", p.tflops);
+  return out;
+}
+
 const command_spec train_spec = {
     "usage: actorpipe train CONFIG [options]",
     "",
@@ -44,6 +53,13 @@ const command_spec train_spec = {
       "writes it, or torch's compute_only / compute_comms _dump_csv)\n"
       "instead of the schedule; a deadlocking order exits 3"},
      {"--log-every", "N", "print a progress line every N steps (default 1)"},
+     {"--tensorboard", "DIR",
+      "write TensorBoard scalars to DIR/events.out.tfevents.*: train/loss,\n"
+      "lr, grad_norm, step_ms, tokens_per_s (samples_per_s), bubble, mfu;\n"
+      "val/loss and val/accuracy; stages/<i>/busy_ms and peak_activation_bytes"},
+     {"--peak-tflops", "X",
+      "one device's peak TFLOP/s, for MFU (default: a known GPU's bf16\n"
+      "dense peak: " + known_peaks_text() + "; none on a CPU)"},
      {"--quiet", "", "no per-step lines, only the final table"},
      {"--resume", "DIR",
       "continue from the newest loadable checkpoint in DIR (checkpoint.dir);\n"
@@ -230,6 +246,34 @@ void print_samples(const config& cfg, const named_params& weights, int64_t count
   }
 }
 
+// The run's mean throughput (steps after the first) and, with a peak, its
+// MFU; the evaluations during training, as one curve.
+void print_throughput(const train_result& r) {
+  if (r.steps.empty()) return;
+  const double util = mean_mfu(r);
+  std::printf("throughput: %.1f %s/s (%lld per step, %.3g model FLOPs per step)%s\n", mean_units_per_second(r),
+              r.unit.c_str(), static_cast<long long>(r.step_units), r.step_flops,
+              util >= 0 ? fmt(", MFU %.2f%%", util * 100).c_str()
+                        : ", MFU: no peak known (--peak-tflops)");
+  if (r.evals.empty()) return;
+  std::string curve;
+  for (const auto& e : r.evals) curve += (curve.empty() ? "" : ", ") + std::to_string(e.step) + ": " + fmt("%.4f", e.loss);
+  std::printf("validation loss after updates: %s\n", curve.c_str());
+}
+
+// A decay that ends past the run's last update never reaches min_lr: said
+// once, with the rate the last update uses.
+void print_lr_note(const config& cfg) {
+  const auto& l = cfg.train.lr_schedule;
+  if (l.type != "cosine" && l.type != "linear") return;
+  const int64_t end = l.warmup_steps + decay_steps(cfg.train);
+  if (end <= cfg.train.steps) return;
+  std::printf("note: train.lr_schedule decays until update %lld, past train.steps %lld: the run ends before the rate "
+              "reaches min_lr %g (its last update uses %.6g)\n",
+              static_cast<long long>(end), static_cast<long long>(cfg.train.steps), l.min_lr,
+              lr_at(cfg.train, cfg.train.steps - 1));
+}
+
 // Under torchrun, TORCHELASTIC_RESTART_COUNT > 0 means torchrun restarted
 // every worker: no process is left whose memory could heal the one that
 // failed, so the run resumes from the newest checkpoint in checkpoint.dir,
@@ -259,6 +303,14 @@ int cmd_train(int argc, char** argv) {
   }
   if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
   check_outputs(a, {"--save", "--trace", "--timeline", "--memory", "--results", "--report"});
+  double peak_tflops = 0;
+  if (a.has("--peak-tflops")) {
+    const std::string& v = a.options["--peak-tflops"];
+    char* end = nullptr;
+    peak_tflops = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(peak_tflops > 0) || !std::isfinite(peak_tflops))
+      throw usage_error("--peak-tflops takes a positive number of TFLOP/s, got " + quoted_input(v));
+  }
   // Started as one rank of several (torchrun, launch, Slurm, mpirun): the
   // environment is read first, as `auto` places this rank's stages by it.
   const rank_env env = read_rank_env();
@@ -285,7 +337,15 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--quiet")) log_every = 0;
   imported_schedule imported;
   if (a.has("--import") && !import_order(a.options["--import"], cfg, imported, speaks)) return exit_stuck;
+  if (speaks && a.has("--tensorboard")) {
+    try {
+      tensorboard_writer::check_writable(a.options["--tensorboard"]);
+    } catch (const std::exception& e) {
+      throw usage_error(std::string("--tensorboard ") + e.what());
+    }
+  }
   if (speaks) print_plan(cfg, env);
+  if (speaks) print_lr_note(cfg);
   if (speaks && env.multi_process()) {
     // Under auto, every other rank's stages are on its own GPU: the plan
     // above names it by the variable (device_label), the stage lines after
@@ -306,7 +366,13 @@ int cmd_train(int argc, char** argv) {
     resume = resume_after_torchrun_restart(cfg, env, speaks);
   }
   const std::string digest = env.multi_process() ? run_digest(cfg, a.has("--import") ? a.options["--import"] : "") : "";
-  auto out = train_one(cfg, speaks ? log_every : 0, cfg.train.steps, std::move(imported.order), imported.placement,
+  progress_options progress;
+  progress.log_every = log_every;
+  progress.total_steps = cfg.train.steps;
+  progress.quiet = !speaks || a.has("--quiet");
+  if (speaks && a.has("--tensorboard")) progress.tensorboard = a.options["--tensorboard"];
+  progress.peak_tflops = peak_tflops;
+  auto out = train_one(cfg, progress, std::move(imported.order), imported.placement,
                        a.has("--verify-replicas"), resume, env, digest, std::move(imported.overlap));
   if (!speaks) return exit_ok;
   print_placement(out.result);
@@ -315,6 +381,7 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--verify-against-clean") && !verify_against_clean(cfg, out)) return exit_failed;
   print_checkpoints_and_allreduce(out.result);
   std::fputs(format_comparison({out.result}).c_str(), stdout);
+  print_throughput(out.result);
   if (cfg.data.kind == "text" && out.result.test_accuracy >= 0)
     std::printf("held-out loss %.4f nats per byte (%.3f bits per byte)\n", out.result.test_loss,
                 out.result.test_loss / std::log(2.0));

@@ -1,4 +1,5 @@
-// One Adam step over the seed MLP's first stage (layers 0-11 of
+// One Adam (and AdamW: decoupled decay 0.1 on the matrices, none on the
+// biases, decay_1d false) step over the seed MLP's first stage (layers 0-11 of
 // configs/seed_mlp.yaml at pp 2: 7.5 M floats) on one thread: LibTorch's
 // step in place, against step_aside (the step a stage takes after a kept
 // boundary shared its tensors), with as many boundaries kept as a stage's
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/adamw.hpp"
 #include "runtime/model/optimizer_state.hpp"
 #include "runtime/model/tensor_pool.hpp"
 
@@ -24,7 +26,7 @@ struct stage {
   std::vector<at::Tensor> params;
   std::unique_ptr<torch::optim::Adam> opt;
 
-  stage() {
+  explicit stage(bool decoupled = false) {
     at::set_num_threads(1);
     torch::manual_seed(0);
     const std::vector<std::pair<int64_t, int64_t>> shapes{{100, 1024}, {1024, 1024}, {1024, 2048}, {2048, 2048}};
@@ -32,7 +34,15 @@ struct stage {
       params.push_back(torch::randn({out, in}).mul_(0.01).requires_grad_());
       params.push_back(torch::zeros({out}).requires_grad_());
     }
-    opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+    if (decoupled) {
+      optimizer_config o;
+      o.type = "adamw";
+      o.weight_decay = 0.1;
+      o.decay_1d = false;
+      opt = std::make_unique<adamw>(params, torch::optim::AdamOptions(1e-3), adamw_decays(o, params));
+    } else {
+      opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+    }
     grads();
     opt->step();  // the state exists from here on
   }
@@ -54,7 +64,7 @@ struct stage {
 };
 
 void BM_AdamInPlace(benchmark::State& state) {
-  stage s;
+  stage s(state.range(0) != 0);
   for (auto _ : state) {
     s.opt->step();
     benchmark::ClobberMemory();
@@ -62,7 +72,7 @@ void BM_AdamInPlace(benchmark::State& state) {
 }
 
 void BM_AdamAside(benchmark::State& state) {
-  stage s;
+  stage s(state.range(2) != 0);
   tensor_pool pool;
   std::deque<std::vector<at::Tensor>> kept;
   const auto keep = static_cast<size_t>(state.range(0));
@@ -109,15 +119,18 @@ void BM_NonfiniteCheck(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_AdamInPlace)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// Argument: 1 for AdamW.
+BENCHMARK(BM_AdamInPlace)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_AdamAsideChecked)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_NonfiniteCheck)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 // Arguments: boundaries kept, then step_aside's block (0: whole tensors,
-// LibTorch's op sequence over each parameter at once).
+// LibTorch's op sequence over each parameter at once), then 1 for AdamW.
 BENCHMARK(BM_AdamAside)
-    ->Args({1, aside_block})
-    ->Args({4, aside_block})
-    ->Args({1, 0})
+    ->Args({1, aside_block, 0})
+    ->Args({1, aside_block, 1})
+    ->Args({4, aside_block, 0})
+    ->Args({1, 0, 0})
+    ->Args({1, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 

@@ -144,12 +144,21 @@ struct eval_msg {
   at::Tensor y;
   int32_t chunk = 0;  ///< the receiver's chunk
   device_mark_ptr ready{};  ///< x is written once this mark is passed
+  /// The weights it evaluates: those after this many updates. A stage
+  /// holds the message until it has them (its close of update `after`, or
+  /// under async the copy it kept of them), whatever the order in which
+  /// its senders' messages arrive.
+  int64_t after = 0;
+  /// How many messages (batches) this evaluation sends each stage: a
+  /// stage lets the weights it kept for it go after the last.
+  int32_t batches = 1;
 };
 
 struct eval_result {
   int64_t correct = 0;
   int64_t total = 0;
   double loss_sum = 0.0;  ///< sum over samples of the cross-entropy
+  int64_t after = 0;      ///< eval_msg::after
 };
 
 /// Parameters by global name ("0.weight"), CPU copies.
@@ -224,12 +233,12 @@ typename Inspector::result_type inspect(Inspector& f, apply_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, eval_msg& x) {
-  return f(caf::meta::type_name("eval_msg"), x.x, x.y, x.chunk);
+  return f(caf::meta::type_name("eval_msg"), x.x, x.y, x.chunk, x.after, x.batches);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, eval_result& x) {
-  return f(caf::meta::type_name("eval_result"), x.correct, x.total, exact(x.loss_sum));
+  return f(caf::meta::type_name("eval_result"), x.correct, x.total, exact(x.loss_sum), x.after);
 }
 
 template <class Inspector>

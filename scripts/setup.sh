@@ -13,6 +13,7 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libopenblas0-openmp  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
           openmpi-bin  # mpirun: tests/apps/launchers_test.cpp starts ranks with it
           etcd-server etcd-client  # a run's durable record: tests/runtime/dist/coord/ start a 3-member cluster
+          libsentencepiece-dev sentencepiece  # tokenizers: `actorpipe tokenize`, data.tokenizer; tests run spm_train
           fortunes)  # the fortune-cookie texts: configs/gpt_fortunes.yaml trains a byte-level GPT on them
 # scripts/test also opens the HTML report in a real headless browser.
 if [ "${ACTORPIPE_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi

@@ -22,6 +22,8 @@ void fault_stages_exist(const reader& r);
 void fault_replicas_exist(const reader& r);
 void fault_microbatches_exist(const reader& r);
 void rebalance_needs_restarts(const reader& r);
+void eval_needs_a_held_out_split(const reader& r);
+void eval_needs_a_model_that_computes(const reader& r);
 
 // pipeline_checks.cpp: the partition and stages vs the model, the
 // microbatches vs the batch, the replicas and the final stage count,

@@ -100,8 +100,9 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
 const std::vector<config_detail::top_section>& config_detail::top_sections() {
   static const std::vector<top_section> sections{
       {"model", read_model},           {"data", read_data},          {"train", read_train},
-      {"parallel", read_parallel},     {"pipeline", read_pipeline},  {"compare", read_compare},
-      {"checkpoint", read_checkpoint}, {"supervision", read_supervision}, {"faults", read_faults}};
+      {"eval", read_eval},             {"parallel", read_parallel},  {"pipeline", read_pipeline},
+      {"compare", read_compare},       {"checkpoint", read_checkpoint}, {"supervision", read_supervision},
+      {"faults", read_faults}};
   return sections;
 }
 

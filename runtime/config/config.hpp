@@ -33,7 +33,8 @@ struct source_mark {
 struct layer_spec {
   /// linear | relu | gelu | tanh | dropout | layernorm | embedding |
   /// gpt_block | lm_head (the transformer layers of
-  /// tests/reference/gpt_reference.py)
+  /// tests/reference/gpt_reference.py) | token_embedding | llama_block |
+  /// rmsnorm (tests/reference/llama_reference.py's)
   std::string type;
   int64_t in = 0;    ///< linear
   int64_t out = 0;   ///< linear
@@ -43,26 +44,47 @@ struct layer_spec {
   int64_t max_seq = 0;     ///< embedding: positions
   int64_t heads = 0;       ///< gpt_block
   int64_t mlp_hidden = 0;  ///< gpt_block (default 4 dim)
-  bool tie = false;        ///< lm_head: shares the embedding's wte.weight
+  bool tie = false;        ///< lm_head: shares the embedding's wte.weight (a token_embedding's weight)
+  int64_t kv_heads = 0;    ///< llama_block: key/value heads (grouped-query attention; default heads)
+  int64_t ffn_hidden = 0;  ///< llama_block: SwiGLU's hidden width
+  double rope_theta = 10000.0;  ///< llama_block: rotary base
+  double eps = 1e-5;       ///< rmsnorm's eps; llama_block's norm_eps
   /// The config entry it came from ("model.layers[1]"): `repeat: n`
   /// expands one entry into n layers.
   std::string key;
 };
 
 struct optimizer_config {
-  std::string type = "adam";  ///< adam | sgd
+  std::string type = "adam";  ///< adam | adamw | sgd
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  /// adam, sgd: an L2 term added to the gradient; adamw: decoupled, the
+  /// parameter scaled by 1 - lr * weight_decay before the step (0.01 by
+  /// default for adamw, as torch's).
   double weight_decay = 0.0;
   double momentum = 0.0;  ///< sgd only
+  /// adamw: false leaves parameters of fewer than two dimensions (norm
+  /// gains, biases) undecayed, as nanoGPT and Megatron group them.
+  bool decay_1d = true;
 };
 
+/// Whether `type` keeps Adam's state (step, exp_avg, exp_avg_sq,
+/// max_exp_avg_sq): adam and adamw.
+inline bool adam_family(const std::string& type) { return type == "adam" || type == "adamw"; }
+
 struct lr_schedule_config {
-  std::string type = "none";  ///< none | step
-  int64_t step_size = 1;
-  double gamma = 1.0;
+  /// none | step (torch's StepLR) | cosine | linear | constant (a linear
+  /// warmup, then a cosine or linear decay to min_lr, or none).
+  std::string type = "none";
+  int64_t step_size = 1;  ///< step
+  double gamma = 1.0;     ///< step
+  int64_t warmup_steps = 0;  ///< cosine, linear, constant
+  /// cosine, linear: steps of decay after the warmup; -1: train.steps -
+  /// warmup_steps (at least 0), so a --steps override moves it too.
+  int64_t decay_steps = -1;
+  double min_lr = 0.0;  ///< cosine, linear: the rate after the decay
 };
 
 struct model_config {
@@ -73,11 +95,20 @@ struct model_config {
   int tie_embedding = -1, tie_head = -1;
   /// Parameters, activations and gradients: float32 | bfloat16 | float16.
   std::string dtype = "float32";
+  /// none | bfloat16: parameters, gradients and optimizer state stay in
+  /// model.dtype (float32); every layer computes in bfloat16 (its weights
+  /// cast for the forward), activations and their gradients cross stages
+  /// in bfloat16, and the loss is taken in float32.
+  std::string mixed_precision = "none";
 };
 
 struct data_config {
-  std::string kind = "synthetic";  ///< csv | tensors | synthetic | text (bytes are the tokens)
-  int64_t seq_len = 0;             ///< text: tokens per sample
+  /// csv | tensors | synthetic | text (bytes are the tokens, or a
+  /// tokenizer's) | tokens (a file of token ids)
+  std::string kind = "synthetic";
+  int64_t seq_len = 0;             ///< text, tokens: tokens per sample
+  std::string token_dtype = "uint16";  ///< tokens: uint16 | uint32, little-endian
+  std::string tokenizer;           ///< text: a SentencePiece model (resolved path); empty: bytes
   std::string path;                ///< resolved path (csv, tensors)
   double test_fraction = 0.2;
   /// tail: the last test_fraction of the rows are held out (file order).
@@ -89,6 +120,20 @@ struct data_config {
   int64_t features = 0;            ///< synthetic; 0 = model.layers[0].in
   int64_t classes = 0;             ///< synthetic; 0 = last layer's out
 };
+
+/// eval: the held-out split evaluated during training, forward only,
+/// after every `every`-th update and after the last (0: only at the end).
+struct eval_config {
+  int64_t every = 0;
+  /// Batches of train.batch_size rows from the split's start; 0: all.
+  int64_t batches = 0;
+};
+
+/// Whether an evaluation follows the update that brings a run of `steps`
+/// steps to `updates` updates done: every `every`-th and the last.
+inline bool eval_due(const eval_config& e, int64_t updates, int64_t steps) {
+  return e.every > 0 && updates > 0 && (updates % e.every == 0 || updates == steps);
+}
 
 struct train_config {
   int64_t steps = 50;
@@ -249,6 +294,7 @@ struct config {
   checkpoint_config checkpoint;
   supervision_config supervision;
   faults_config faults;
+  eval_config eval;
   /// Device of every (replica, stage) after loading; replica 0 is
   /// pipeline.devices.
   std::vector<std::vector<std::string>> replica_devices;

@@ -48,31 +48,44 @@ const std::vector<cross_check>& cross_checks() {
       {"fault_microbatches_exist", fault_microbatches_exist},
       {"replacements_need_restarts", replacements_need_restarts},
       {"rebalance_needs_restarts", rebalance_needs_restarts},
+      {"eval_needs_a_held_out_split", eval_needs_a_held_out_split},
+      {"eval_needs_a_model_that_computes", eval_needs_a_model_that_computes},
   };
   return checks;
 }
 
 // -- data vs model -------------------------------------------------------------
 
-// Tokens in, byte by byte: the text kind and an embedding go together.
+// Tokens in: the text and tokens kinds and an embedding go together. Bytes
+// are 256 tokens; a tokenizer's or a token file's vocabulary is checked
+// against the embedding when the data loads.
 void text_data_matches_the_model(const reader& r) {
   const auto& d = r.cfg().data;
   const auto& layers = r.cfg().model.layers;
-  const bool embeds = layers.front().type == "embedding";
-  if (d.kind == "text" && !embeds)
-    r.fail_key("data.kind", "text gives byte tokens; the model's first layer must be an embedding, not " +
-                                layers.front().type);
-  if (d.kind != "text" && embeds)
-    r.fail_key(layers.front().key + ".type", "an embedding takes tokens; use data.kind text, not " + d.kind);
+  const auto& first = layers.front();
+  const bool embeds = first.type == "embedding" || first.type == "token_embedding";
+  const bool sequences = d.kind == "text" || d.kind == "tokens";
+  if (sequences && !embeds)
+    r.fail_key("data.kind", d.kind + " gives tokens; the model's first layer must be an embedding or a "
+                            "token_embedding, not " + first.type);
+  if (!sequences && embeds)
+    r.fail_key(first.key + ".type", "an embedding takes tokens; use data.kind text or tokens, not " + d.kind);
   if (!embeds) return;
-  const auto& e = layers.front();
-  if (e.vocab != 256) r.fail_key(e.key + ".vocab", "is " + std::to_string(e.vocab) + "; data.kind text has 256 byte tokens");
+  if (d.kind == "text" && d.tokenizer.empty()) {
+    if (first.vocab != 256)
+      r.fail_key(first.key + ".vocab", "is " + std::to_string(first.vocab) + "; data.kind text has 256 byte tokens "
+                                       "(give data.tokenizer for subword tokens)");
+    for (const auto& l : layers)
+      if (l.type == "lm_head" && l.vocab != 256)
+        r.fail_key(l.key + ".vocab", "is " + std::to_string(l.vocab) + "; data.kind text has 256 byte tokens");
+  }
   for (const auto& l : layers)
-    if (l.type == "lm_head" && l.vocab != 256)
-      r.fail_key(l.key + ".vocab", "is " + std::to_string(l.vocab) + "; data.kind text has 256 byte tokens");
-  if (d.seq_len > e.max_seq)
-    r.fail_key("data.seq_len", std::to_string(d.seq_len) + " exceeds " + e.key + ".max_seq " +
-                                   std::to_string(e.max_seq));
+    if (l.type == "lm_head" && l.vocab != first.vocab)
+      r.fail_key(l.key + ".vocab", std::to_string(l.vocab) + " differs from " + first.key + ".vocab " +
+                                       std::to_string(first.vocab) + ": the logits name the same tokens");
+  if (first.type == "embedding" && d.seq_len > first.max_seq)
+    r.fail_key("data.seq_len", std::to_string(d.seq_len) + " exceeds " + first.key + ".max_seq " +
+                                   std::to_string(first.max_seq));
 }
 
 void synthetic_features_match_the_model(const reader& r) {
@@ -198,6 +211,24 @@ void fault_microbatches_exist(const reader& r) {
     if (const auto& x = faults[i].microbatch; x && *x >= microbatches)
       r.fail_key(item("faults.inject", i) + ".microbatch",
                  std::to_string(*x) + " is not below pipeline.microbatches " + std::to_string(microbatches));
+}
+
+// -- eval vs data and devices ---------------------------------------------------------
+
+void eval_needs_a_held_out_split(const reader& r) {
+  const auto& c = r.cfg();
+  if (c.eval.every > 0 && c.data.test_fraction <= 0)
+    r.fail_key("eval.every", "evaluates the held-out split, and data.test_fraction " + num(c.data.test_fraction) +
+                                 " holds none out (set data.test_fraction above 0)");
+}
+
+void eval_needs_a_model_that_computes(const reader& r) {
+  const auto& c = r.cfg();
+  const std::string first = !c.replica_devices.empty() ? c.replica_devices.front().front()
+                            : !c.pipeline.devices.empty() ? c.pipeline.devices.front()
+                                                          : std::string();
+  if (c.eval.every > 0 && is_measuring_device(first))
+    r.fail_key("eval.every", "the " + first + " device computes no model, so there is nothing to evaluate");
 }
 
 // -- defaults across sections ------------------------------------------------------

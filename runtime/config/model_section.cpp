@@ -9,8 +9,11 @@ namespace actorpipe::config_detail {
 
 namespace {
 
-const std::vector<std::string> layer_types{"linear",    "relu",      "gelu",     "tanh",   "dropout",
-                                           "layernorm", "embedding", "gpt_block", "lm_head"};
+const std::vector<std::string> layer_types{"linear",    "relu",      "gelu",      "tanh",
+                                           "dropout",   "layernorm", "embedding", "gpt_block",
+                                           "lm_head",   "token_embedding", "llama_block", "rmsnorm"};
+
+bool embeds(const std::string& type) { return type == "embedding" || type == "token_embedding"; }
 
 /// A width: required, positive, at most 2^31.
 void read_width(const reader& r, const section& s, const std::string& type, const std::string& name, int64_t& out) {
@@ -24,11 +27,38 @@ void read_width(const reader& r, const section& s, const std::string& type, cons
 std::string owner_of(const std::string& k) {
   if (k == "p") return "dropout";
   if (k == "in" || k == "out") return "linear";
-  if (k == "vocab" || k == "max_seq") return "embedding";
-  if (k == "heads" || k == "mlp_hidden") return "gpt_block";
+  if (k == "max_seq") return "embedding";
+  if (k == "vocab") return "embedding, token_embedding and lm_head";
+  if (k == "heads") return "gpt_block and llama_block";
+  if (k == "mlp_hidden") return "gpt_block";
+  if (k == "kv_heads" || k == "ffn_hidden" || k == "rope_theta" || k == "norm_eps") return "llama_block";
+  if (k == "eps") return "rmsnorm";
   if (k == "tie") return "lm_head";
   if (k == "dropout") return "embedding or gpt_block";
-  return "layernorm";
+  return "layernorm, rmsnorm and the transformer layers";
+}
+
+/// A positive number (rope_theta, an eps).
+void read_positive(const reader& r, const section& s, const std::string& name, double& out) {
+  if (r.read_number(s, name, out)) r.positive(s.path + "." + name, out);
+}
+
+void read_llama_block(const reader& r, const section& s, const std::string& path, layer_spec& layer) {
+  read_width(r, s, layer.type, "dim", layer.dim);
+  read_width(r, s, layer.type, "heads", layer.heads);
+  if (layer.dim % layer.heads != 0)
+    r.fail_key(path + ".heads", std::to_string(layer.heads) + " heads do not divide dim " + std::to_string(layer.dim));
+  if ((layer.dim / layer.heads) % 2 != 0)
+    r.fail_key(path + ".heads", "a head of dim / heads = " + std::to_string(layer.dim / layer.heads) +
+                                    " values cannot be rotated in pairs (rotary positions need an even head width)");
+  layer.kv_heads = layer.heads;
+  if (s.has("kv_heads")) read_width(r, s, layer.type, "kv_heads", layer.kv_heads);
+  if (layer.heads % layer.kv_heads != 0)
+    r.fail_key(path + ".kv_heads", std::to_string(layer.kv_heads) + " key/value heads do not divide the " +
+                                       std::to_string(layer.heads) + " query heads");
+  read_width(r, s, layer.type, "ffn_hidden", layer.ffn_hidden);
+  read_positive(r, s, "rope_theta", layer.rope_theta);
+  read_positive(r, s, "norm_eps", layer.eps);
 }
 
 void read_layer(reader& r, const Node& node, size_t index) {
@@ -47,7 +77,10 @@ void read_layer(reader& r, const Node& node, size_t index) {
       {"layernorm", {"type", "dim", "repeat"}},
       {"embedding", {"type", "vocab", "dim", "max_seq", "dropout", "repeat"}},
       {"gpt_block", {"type", "dim", "heads", "mlp_hidden", "dropout", "repeat"}},
-      {"lm_head", {"type", "vocab", "dim", "tie", "repeat"}}};
+      {"lm_head", {"type", "vocab", "dim", "tie", "repeat"}},
+      {"token_embedding", {"type", "vocab", "dim", "repeat"}},
+      {"llama_block", {"type", "dim", "heads", "kv_heads", "ffn_hidden", "rope_theta", "norm_eps", "repeat"}},
+      {"rmsnorm", {"type", "dim", "eps", "repeat"}}};
   auto it = keys.find(layer.type);
   r.only_keys(s, it == keys.end() ? std::vector<std::string>{"type", "repeat"} : it->second, "a " + layer.type + " layer",
               owner_of);
@@ -77,6 +110,14 @@ void read_layer(reader& r, const Node& node, size_t index) {
     read_width(r, s, layer.type, "vocab", layer.vocab);
     read_width(r, s, layer.type, "dim", layer.dim);
     r.read_bool(s, "tie", layer.tie);
+  } else if (layer.type == "token_embedding") {
+    read_width(r, s, layer.type, "vocab", layer.vocab);
+    read_width(r, s, layer.type, "dim", layer.dim);
+  } else if (layer.type == "llama_block") {
+    read_llama_block(r, s, path, layer);
+  } else if (layer.type == "rmsnorm") {
+    read_width(r, s, layer.type, "dim", layer.dim);
+    read_positive(r, s, "eps", layer.eps);
   }
   int64_t repeat = 1;
   if (r.read_int(s, "repeat", repeat)) {
@@ -99,7 +140,7 @@ void check_layer_shapes(reader& r) {
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     const std::string& path = l.key;
-    if (l.type == "embedding") {
+    if (embeds(l.type)) {
       if (i != 0)
         r.fail_key(path + ".type", "an embedding takes tokens; it must be the first layer, not layer " +
                                        std::to_string(i));
@@ -111,7 +152,7 @@ void check_layer_shapes(reader& r) {
     std::string in_key;
     if (l.type == "linear") {
       in = l.in, out = l.out, in_key = path + ".in";
-    } else if (l.type == "layernorm" || l.type == "gpt_block") {
+    } else if (l.type == "layernorm" || l.type == "gpt_block" || l.type == "llama_block" || l.type == "rmsnorm") {
       in = out = l.dim, in_key = path + ".dim";
     } else if (l.type == "lm_head") {
       in = l.dim, out = l.vocab, in_key = path + ".dim";
@@ -131,7 +172,7 @@ void check_layer_shapes(reader& r) {
     }
     if (l.type == "lm_head" && l.tie) {
       if (embedding < 0)
-        r.fail_key(path + ".tie", "ties the head to the embedding's wte.weight, but the model has no embedding layer");
+        r.fail_key(path + ".tie", "ties the head to the embedding's table, but the model has no embedding layer");
       const auto& e = layers[static_cast<size_t>(embedding)];
       if (e.vocab != l.vocab)
         r.fail_key(path + ".vocab", std::to_string(l.vocab) + " differs from the tied embedding's vocab " +
@@ -171,6 +212,18 @@ void read_model(reader& r, const entry* e) {
       r.fail_key("model.dtype", "unknown parameter type " + quoted_input(dtype) +
                                     " (known: float32, bfloat16, float16; also bf16, fp16, fp32)");
     r.cfg().model.dtype = it->second;
+  }
+  std::string mixed;
+  if (r.read_string(s, "mixed_precision", mixed)) {
+    static const std::map<std::string, std::string> known{
+        {"none", "none"}, {"bfloat16", "bfloat16"}, {"bf16", "bfloat16"}};
+    auto it = known.find(mixed);
+    if (it == known.end())
+      r.fail_key("model.mixed_precision", "unknown compute type " + quoted_input(mixed) + " (known: none, bfloat16; also bf16)");
+    r.cfg().model.mixed_precision = it->second;
+    if (it->second != "none" && r.cfg().model.dtype != "float32")
+      r.fail_key("model.mixed_precision", "keeps parameters, gradients and optimizer state in float32; model.dtype is " +
+                                              r.cfg().model.dtype + " (leave model.dtype out)");
   }
 }
 

@@ -26,27 +26,50 @@ constexpr key_doc table[] = {
     {"model.layers[].out", "int", "required", "linear: output width."},
     {"model.layers[].p", "number in [0, 1]", "0", "dropout: the probability of zeroing an element."},
     {"model.layers[].dim", "int", "required",
-     "layernorm: the normalized width; embedding, gpt_block, lm_head: the model width."},
-    {"model.layers[].vocab", "int", "required", "embedding, lm_head: the vocabulary size (256 for bytes)."},
+     "layernorm, rmsnorm: the normalized width; embedding, token_embedding, gpt_block, llama_block, lm_head: the "
+     "model width."},
+    {"model.layers[].vocab", "int", "required",
+     "embedding, token_embedding, lm_head: the vocabulary size (256 for bytes; a tokenizer's or token file's)."},
     {"model.layers[].max_seq", "int", "required", "embedding: how many positions it has (at least data.seq_len)."},
-    {"model.layers[].heads", "int", "required", "gpt_block: attention heads; they must divide dim."},
+    {"model.layers[].heads", "int", "required",
+     "gpt_block, llama_block: attention (query) heads; they must divide dim (llama_block: into an even head width)."},
     {"model.layers[].mlp_hidden", "int", "(4 dim)", "gpt_block: the hidden width of its MLP."},
+    {"model.layers[].kv_heads", "int", "(heads)",
+     "llama_block: key/value heads (grouped-query attention); they divide heads, and query head h reads key/value "
+     "head h / (heads / kv_heads)."},
+    {"model.layers[].ffn_hidden", "int", "required", "llama_block: the hidden width of its SwiGLU feed-forward."},
+    {"model.layers[].rope_theta", "number > 0", "10000", "llama_block: the rotary base (LLaMA 3 uses 500000)."},
+    {"model.layers[].norm_eps", "number > 0", "1e-05", "llama_block: the eps of its two RMSNorms."},
+    {"model.layers[].eps", "number > 0", "1e-05", "rmsnorm: added to the mean square."},
     {"model.layers[].dropout", "number in [0, 1]", "0", "embedding, gpt_block: the dropout probability inside the layer."},
     {"model.layers[].tie", "bool", "false",
-     "lm_head: share the embedding's weight (wte.weight), as GPT-2 does; each stage holds a copy and their gradients are summed."},
+     "lm_head: share the embedding's table (embedding's wte.weight, token_embedding's weight), as GPT-2 and small "
+     "LLaMAs do; each stage holds a copy and their gradients are summed."},
     {"model.layers[].repeat", "int", "1",
      "Any layer: this many consecutive copies. Layer indices, partitions and state-dict keys count the expanded list."},
     {"model.init_from", "path", "(seeded init)",
      "Initial weights: a file of `torch.save(model.state_dict(), PATH)`, relative to the config. A NaN or an infinity in it is refused."},
     {"model.dtype", "float32 | bfloat16 | float16", "float32",
      "Parameters, activations and gradients. Also written bf16, fp16, half, fp32, float."},
+    {"model.mixed_precision", "none | bfloat16", "none",
+     "bfloat16: every layer computes in bfloat16 from its weights cast for the step's forwards; activations and their "
+     "gradients cross stages in bfloat16; the loss is taken in float32. Parameters, gradients, their reduction, "
+     "clipping and the optimizer state stay float32, and so does the saved file (torchtitan's mixed_precision_param, "
+     "Megatron's --bf16). Also written bf16."},
     // -- data --
     {"data", "map", "(synthetic data)", "Where the rows come from and how they are split."},
-    {"data.kind", "csv | tensors | synthetic | text", "synthetic",
+    {"data.kind", "csv | tensors | synthetic | text | tokens", "synthetic",
      "csv: a CSV file, optionally .gz, whose last column is the label. tensors: a `torch.save({\"x\": X, \"y\": Y})` "
-     "file. synthetic: learnable data drawn from train.seed. text: a file whose bytes are the tokens (for a GPT)."},
-    {"data.path", "path", "required", "csv, tensors, text: the file, relative to the config."},
-    {"data.seq_len", "int", "required", "text: tokens per sample; the targets are the next bytes."},
+     "file. synthetic: learnable data drawn from train.seed. text: a text file whose bytes (or, with a tokenizer, "
+     "its tokens) are the tokens. tokens: a file of token ids, nanoGPT's flat train.bin or Megatron's indexed "
+     ".bin beside its .idx. Sample i of text and tokens is tokens [i seq_len, (i + 1) seq_len + 1)."},
+    {"data.path", "path", "required", "csv, tensors, text, tokens: the file, relative to the config."},
+    {"data.seq_len", "int", "required", "text, tokens: tokens per sample; the targets are the next tokens."},
+    {"data.dtype", "uint16 | uint32", "uint16",
+     "tokens: the ids' type in a flat file, little-endian (a Megatron .idx names its own)."},
+    {"data.tokenizer", "path", "(bytes)",
+     "text: a SentencePiece model (`spm_train`'s .model), relative to the config: the text is tokenized at load, "
+     "the same ids as `actorpipe tokenize`."},
     {"data.test_fraction", "number in [0, 1)", "0.2", "The share of rows held out for the test accuracy and loss."},
     {"data.split", "tail | random", "tail",
      "tail: the last test_fraction of the rows (file order) are held out. random: one permutation seeded by train.seed "
@@ -65,16 +88,39 @@ constexpr key_doc table[] = {
      "Clip the global 2-norm of the gradients over every stage, as torch's clip_grad_norm_."},
     {"train.seed", "int", "42", "Initial weights, dropout masks, shuffling, the random split and synthetic data."},
     {"train.optimizer", "map", "(adam, lr 0.001)", "The optimizer, bitwise as torch.optim's."},
-    {"train.optimizer.type", "adam | sgd", "adam", "torch.optim.Adam or torch.optim.SGD."},
+    {"train.optimizer.type", "adam | adamw | sgd", "adam",
+     "torch.optim.Adam, torch.optim.AdamW (decoupled weight decay) or torch.optim.SGD."},
     {"train.optimizer.lr", "number > 0", "0.001", "The learning rate."},
-    {"train.optimizer.betas", "[number, number]", "[0.9, 0.999]", "adam: beta1 and beta2, each in [0, 1]."},
-    {"train.optimizer.eps", "number > 0", "1e-08", "adam: added to the denominator."},
-    {"train.optimizer.weight_decay", "number >= 0", "0", "L2 penalty, as torch's weight_decay."},
+    {"train.optimizer.betas", "[number, number]", "[0.9, 0.999]", "adam, adamw: beta1 and beta2, each in [0, 1]."},
+    {"train.optimizer.eps", "number > 0", "1e-08", "adam, adamw: added to the denominator."},
+    {"train.optimizer.weight_decay", "number >= 0", "(0; adamw 0.01)",
+     "adam, sgd: an L2 penalty added to the gradient, as torch's weight_decay. adamw: decoupled, each parameter "
+     "scaled by 1 - lr * weight_decay with the step's rate before its update."},
+    {"train.optimizer.decay_1d", "bool", "true",
+     "adamw: false exempts parameters of fewer than two dimensions (norm gains, biases) from weight decay, as nanoGPT "
+     "and Megatron group them. A tied weight is one parameter, decayed once."},
     {"train.optimizer.momentum", "number >= 0", "0", "sgd: momentum."},
-    {"train.lr_schedule", "map", "(constant)", "How the learning rate changes, stepped every optimizer step."},
-    {"train.lr_schedule.type", "none | step", "none", "step: torch's StepLR."},
+    {"train.lr_schedule", "map", "(constant)",
+     "How the learning rate changes: the rate of each update is computed from its step alone, so a resumed, healed "
+     "or re-placed run needs no scheduler state."},
+    {"train.lr_schedule.type", "none | step | cosine | linear | constant", "none",
+     "step: torch's StepLR. cosine, linear: a linear warmup (the rate of update s is lr (s + 1) / (warmup_steps + 1)), "
+     "then a cosine or linear decay to min_lr over decay_steps, then min_lr (nanoGPT's get_lr, torchtitan's "
+     "decay_type). constant: the warmup, then lr."},
     {"train.lr_schedule.step_size", "int", "1", "step: multiply the rate by gamma every step_size steps."},
     {"train.lr_schedule.gamma", "number > 0", "1", "step: the factor."},
+    {"train.lr_schedule.warmup_steps", "int >= 0", "0", "cosine, linear, constant: updates of linear warmup."},
+    {"train.lr_schedule.decay_steps", "int", "(train.steps - warmup_steps)",
+     "cosine, linear: updates of decay after the warmup. Past train.steps the run ends before the rate reaches "
+     "min_lr (the plan line says where)."},
+    {"train.lr_schedule.min_lr", "number >= 0", "0", "cosine, linear: the rate at the end of the decay; at most lr."},
+    // -- eval --
+    {"eval", "map", "(only at the end)",
+     "Validation during training: the held-out split runs forward only through the pipeline (any schedule, any "
+     "process layout), dropout off, after every `every`-th update and after the last. It changes no training bit."},
+    {"eval.every", "int", "required", "Evaluate after every this many updates (and after the last)."},
+    {"eval.batches", "int", "(the whole held-out split)",
+     "Evaluate the first this many batches of train.batch_size rows of the held-out split."},
     // -- parallel --
     {"parallel", "map", "(one replica)", "Data parallelism around the pipeline."},
     {"parallel.dp", "int", "1",
@@ -227,7 +273,14 @@ const std::vector<choice_doc>& layer_types() {
       {"layernorm", "LayerNorm over dim."},
       {"embedding", "GPT token and position embeddings (vocab, dim, max_seq, dropout): bytes in, vectors out."},
       {"gpt_block", "A pre-norm transformer block (dim, heads, mlp_hidden, dropout), as tests/reference/gpt_reference.py."},
-      {"lm_head", "The final LayerNorm and the vocabulary projection (vocab, dim, tie); the loss is cross-entropy per token."},
+      {"lm_head", "The vocabulary projection, logits = x W^T (vocab, dim, tie), with no norm and no bias; the loss is "
+                  "cross-entropy per token."},
+      {"token_embedding", "LLaMA's token embedding (vocab, dim): token ids in, vectors out; no positions (the blocks "
+                          "rotate them in)."},
+      {"llama_block", "A LLaMA block (dim, heads, kv_heads, ffn_hidden, rope_theta, norm_eps): RMSNorm, attention "
+                      "with rotary positions and grouped key/value heads, RMSNorm, a SwiGLU feed-forward, no biases, "
+                      "as tests/reference/llama_reference.py."},
+      {"rmsnorm", "RMSNorm over dim (eps), computed in float32, with a gain and no bias."},
   };
   return types;
 }

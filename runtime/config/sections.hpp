@@ -28,6 +28,7 @@ const std::vector<top_section>& top_sections();
 void read_model(reader& r, const entry* e);
 void read_data(reader& r, const entry* e);
 void read_train(reader& r, const entry* e);
+void read_eval(reader& r, const entry* e);
 void read_parallel(reader& r, const entry* e);
 void read_pipeline(reader& r, const entry* e);
 void read_compare(reader& r, const entry* e);

@@ -15,6 +15,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/data/tokenizer.hpp"
+#include "runtime/data/tokens.hpp"
+#include "runtime/files/file_io.hpp"
 #include "runtime/files/state_dict.hpp"
 #include "runtime/util/text.hpp"
 
@@ -26,7 +29,7 @@ namespace {
 /// fixes it too). 0 when the model does not say.
 int64_t model_inputs(const config& cfg) {
   for (const auto& l : cfg.model.layers) {
-    if (l.type == "embedding") return 0;  // tokens
+    if (l.type == "embedding" || l.type == "token_embedding") return 0;  // tokens
     if (l.type == "linear") return l.in;
     if (l.type == "layernorm") return l.dim;
   }
@@ -170,45 +173,70 @@ table read_csv(const config& cfg) {
   return t;
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(quoted_input(path, "", 4096) + ": " + std::strerror(errno));
-  std::string out;
-  char buf[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw std::runtime_error(quoted_input(path, "", 4096) + ": read error");
-  return out;
+// A token stream (int64) as samples: sample i is tokens [i T, (i + 1) T + 1),
+// x its first T, y its last T (the next token of each). `unit` names what
+// the stream counts ("bytes", "tokens") for the message.
+table token_windows(const config& cfg, const at::Tensor& raw, const std::string& unit) {
+  const int64_t T = cfg.data.seq_len;
+  const int64_t size = raw.numel();
+  const int64_t n = size > 0 ? (size - 1) / T : 0;
+  if (n < cfg.train.batch_size)
+    throw cfg.error_at("data.path", quoted_input(cfg.data.path, "", 4096) + " holds " + std::to_string(size) + " " +
+                                        unit + ": " + std::to_string(n) + " samples of data.seq_len " +
+                                        std::to_string(T) + " (+1), fewer than one batch of train.batch_size " +
+                                        std::to_string(cfg.train.batch_size));
+  table t;
+  t.x = raw.slice(0, 0, n * T).view({n, T}).clone();
+  t.y = raw.slice(0, 1, n * T + 1).view({n, T}).clone();
+  return t;
 }
 
-// kind: text. The file's bytes are the tokens; sample i is bytes
-// [i T, (i + 1) T + 1): x its first T, y its last T (the next byte of each).
+// The ids `raw` holds fit the model's embedding.
+void check_vocab(const config& cfg, const at::Tensor& raw, const std::string& path) {
+  const std::string bad = first_token_outside(raw, cfg.model.layers.front().vocab, path);
+  if (!bad.empty()) throw cfg.error_at("data.path", bad);
+}
+
+// kind: text. The file's bytes are the tokens, or with data.tokenizer its
+// SentencePiece ids (runtime/data/tokenizer.hpp).
 table read_text(const config& cfg) {
   const std::string& path = cfg.data.path;
-  const std::string shown = quoted_input(path, "", 4096);
   std::string bytes;
   try {
     bytes = read_file_bytes(path);
   } catch (const std::exception& e) {
     throw cfg.error_at("data.path", e.what());
   }
-  const int64_t T = cfg.data.seq_len;
-  const auto size = static_cast<int64_t>(bytes.size());
-  const int64_t n = size > 0 ? (size - 1) / T : 0;
-  if (n < cfg.train.batch_size)
-    throw cfg.error_at("data.path", shown + " holds " + std::to_string(size) + " bytes: " + std::to_string(n) +
-                                        " samples of data.seq_len " + std::to_string(T) +
-                                        " (+1), fewer than one batch of train.batch_size " +
-                                        std::to_string(cfg.train.batch_size));
-  auto raw = at::empty({size}, at::kByte);
-  std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
-  raw = raw.to(at::kLong);
-  table t;
-  t.x = raw.slice(0, 0, n * T).view({n, T}).clone();
-  t.y = raw.slice(0, 1, n * T + 1).view({n, T}).clone();
-  return t;
+  if (cfg.data.tokenizer.empty()) {
+    auto raw = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+    std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+    return token_windows(cfg, raw.to(at::kLong), "bytes");
+  }
+  std::vector<int64_t> ids;
+  try {
+    const tokenizer tok(cfg.data.tokenizer);
+    if (tok.vocab_size() > cfg.model.layers.front().vocab)
+      throw cfg.error_at("data.tokenizer", cfg.data.tokenizer + " has " + std::to_string(tok.vocab_size()) +
+                                               " tokens, more than the embedding's vocab " +
+                                               std::to_string(cfg.model.layers.front().vocab));
+    ids = tok.encode(bytes);
+  } catch (const tokenizer_error& e) {
+    throw cfg.error_at("data.tokenizer", e.what());
+  }
+  const at::Tensor raw = at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, at::kLong).clone();
+  return token_windows(cfg, raw, "tokens");
+}
+
+// kind: tokens. A flat file of ids (nanoGPT) or Megatron's indexed pair.
+table read_tokens(const config& cfg) {
+  at::Tensor raw;
+  try {
+    raw = read_token_file(cfg.data.path, cfg.data.token_dtype);
+  } catch (const token_file_error& e) {
+    throw cfg.error_at("data.path", e.what());
+  }
+  check_vocab(cfg, raw, cfg.data.path);
+  return token_windows(cfg, raw, "tokens");
 }
 
 /// A torch.save'd dict with "x" [N, F] floats and "y" [N] integers.
@@ -288,8 +316,11 @@ dataset load_dataset(const config& cfg) {
     t = make_synthetic(cfg);
   else if (dc.kind == "text")
     t = read_text(cfg);
+  else if (dc.kind == "tokens")
+    t = read_tokens(cfg);
   else
-    throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) + " (csv, tensors, synthetic, text)");
+    throw cfg.error_at("data.kind", "unknown data kind " + quoted_input(dc.kind) +
+                                        " (csv, tensors, synthetic, text, tokens)");
 
   const std::string source = synthetic ? std::string("the synthetic data") : dc.path;
   const int64_t n = t.x.size(0);
@@ -332,6 +363,13 @@ dataset load_dataset(const config& cfg) {
     t.y = t.y.index_select(0, perm);
   }
 
+  const int64_t eval_batches = (n_test + cfg.train.batch_size - 1) / cfg.train.batch_size;
+  if (cfg.eval.batches > eval_batches)
+    throw cfg.error_at("eval.batches", std::to_string(cfg.eval.batches) + " batches of train.batch_size " +
+                                           std::to_string(cfg.train.batch_size) + " rows; the held-out split of " +
+                                           source + " has " + std::to_string(n_test) + " rows (" +
+                                           std::to_string(eval_batches) + " batches)");
+
   dataset d;
   d.features = features;
   d.classes = hi + 1;
@@ -340,7 +378,7 @@ dataset load_dataset(const config& cfg) {
   d.test_x = t.x.slice(0, n_train, n).contiguous();
   d.test_y = t.y.slice(0, n_train, n).contiguous();
 
-  if (dc.normalize == "standard" && dc.kind != "text") {
+  if (dc.normalize == "standard" && dc.kind != "text" && dc.kind != "tokens") {
     // Train statistics only: the test set must not leak into training.
     const at::Tensor mean = d.train_x.mean(0, /*keepdim=*/true);
     at::Tensor std = d.train_x.std(0, /*unbiased=*/false, /*keepdim=*/true);

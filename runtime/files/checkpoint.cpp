@@ -10,6 +10,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "runtime/config/config.hpp"
 #include "runtime/files/file_io.hpp"
 #include "runtime/model/optimizer_state.hpp"
 #include "runtime/util/text.hpp"
@@ -28,7 +29,7 @@ const std::vector<std::string>& fields_of(const std::string& type) {
   static const std::vector<std::string> adam = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   static const std::vector<std::string> sgd = {"momentum_buffer"};
   static const std::vector<std::string> none;
-  return type == "adam" ? adam : type == "sgd" ? sgd : none;
+  return adam_family(type) ? adam : type == "sgd" ? sgd : none;
 }
 
 // FNV-1a over every entry's name and bytes, in file order.
@@ -101,7 +102,7 @@ std::string save_checkpoint(const std::string& dir, const checkpoint& c) {
       const auto& state = part->tensors.at(i);
       if (state.empty()) continue;  // no step has touched it yet
       const std::string key = optimizer_prefix + part->names[i] + ".";
-      if (c.optimizer_type == "adam") entries.emplace_back(key + "step", torch::tensor({part->steps.at(i)}, torch::kLong));
+      if (adam_family(c.optimizer_type)) entries.emplace_back(key + "step", torch::tensor({part->steps.at(i)}, torch::kLong));
       for (size_t f = 0; f < fields.size() && f < state.size(); ++f)
         if (state[f].defined()) entries.emplace_back(key + fields[f], state[f].detach().cpu().contiguous());
     }
@@ -150,7 +151,7 @@ checkpoint load_checkpoint(const std::string& path) {
   c.optimizer_type.assign(static_cast<const char*>(type->data_ptr()), static_cast<size_t>(type->numel()));
   const auto& fields = fields_of(c.optimizer_type);
   if (fields.empty())
-    throw std::runtime_error(path + ": unknown optimizer type in meta.optimizer (adam or sgd)");
+    throw std::runtime_error(path + ": unknown optimizer type in meta.optimizer (adam, adamw or sgd)");
 
   std::unordered_map<std::string, size_t> weight_at;
   for (auto& [name, t] : entries)
@@ -180,7 +181,7 @@ checkpoint load_checkpoint(const std::string& path) {
       state->steps.push_back(0);
       state->tensors.emplace_back(fields.size());
     }
-    if (field == "step" && c.optimizer_type == "adam") {
+    if (field == "step" && adam_family(c.optimizer_type)) {
       state->steps[s] = scalar_of(path, name, t);
       continue;
     }

@@ -6,9 +6,9 @@
 //
 // A file holds plain tensors only (torch.load reads it as a dict):
 //   meta.step                    int64 [1]
-//   meta.optimizer               uint8, the type's name ("adam", "sgd")
+//   meta.optimizer               uint8, the type's name ("adam", "adamw", "sgd")
 //   model.<param>                the weights, by global name ("model.0.weight")
-//   optimizer.<param>.<field>    Adam: step (int64 [1]), exp_avg, exp_avg_sq,
+//   optimizer.<param>.<field>    Adam, AdamW: step (int64 [1]), exp_avg, exp_avg_sq,
 //                                max_exp_avg_sq (amsgrad); SGD: momentum_buffer
 //   meta.checksum                int64 [1], FNV-1a over everything else
 // The optimizer's state is keyed by parameter name, so a checkpoint resumes
@@ -27,7 +27,7 @@ struct checkpoint {
   int64_t step = -1;  ///< the last step whose update the weights include
   std::string path;   ///< the file it was loaded from (empty: in memory)
   named_tensors weights;  ///< global names ("0.weight"), CPU
-  std::string optimizer_type;  ///< "adam" | "sgd"
+  std::string optimizer_type;  ///< "adam" | "adamw" | "sgd"
   /// The optimizer's state, with parameter names: one copy per stage rank
   /// (taken at a step boundary), or one for the whole model (from disk).
   std::vector<std::shared_ptr<const optimizer_state_copy>> optimizer;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 namespace actorpipe {
 
@@ -138,6 +139,14 @@ std::vector<std::string> torn_temporaries(const std::string& dir, const std::str
       out.push_back(dir + "/" + name);
   }
   ::closedir(d);
+  return out;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw io_error(path + ": " + error_text(errno));
+  std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw io_error(path + ": read error");
   return out;
 }
 

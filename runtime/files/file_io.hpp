@@ -32,6 +32,10 @@ std::string output_target(const std::string& path);
 /// replaced file keeps its permission bits.
 void write_atomic(const std::string& path, std::string_view bytes);
 
+/// The whole of `path`'s bytes. Throws io_error naming the path and the
+/// errno text.
+std::string read_file_bytes(const std::string& path);
+
 /// The temporary files write_atomic leaves when the process dies mid-write
 /// (`NAME.XXXXXX.tmp` beside a `NAME` that starts with `prefix`), in `dir`.
 std::vector<std::string> torn_temporaries(const std::string& dir, const std::string& prefix);

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/model/llama.hpp"
 #include "runtime/model/seed.hpp"
 #include "runtime/files/state_dict.hpp"
 #include "runtime/util/text.hpp"
@@ -28,7 +29,10 @@ struct layer::impl {
 
 namespace {
 
-bool is_transformer(const std::string& t) { return t == "embedding" || t == "gpt_block" || t == "lm_head"; }
+bool is_llama(const std::string& t) { return t == "token_embedding" || t == "llama_block" || t == "rmsnorm"; }
+bool is_transformer(const std::string& t) {
+  return t == "embedding" || t == "gpt_block" || t == "lm_head" || is_llama(t);
+}
 
 at::Tensor new_param(std::initializer_list<int64_t> shape) {
   return torch::zeros(shape, torch::kFloat).requires_grad_(true);
@@ -36,6 +40,7 @@ at::Tensor new_param(std::initializer_list<int64_t> shape) {
 
 // The parameters of a transformer layer, in the reference module's order.
 std::vector<std::pair<std::string, at::Tensor>> transformer_params(const layer_spec& s) {
+  if (is_llama(s.type)) return llama::parameters(s);
   const int64_t d = s.dim;
   if (s.type == "embedding") return {{"wte.weight", new_param({s.vocab, d})}, {"wpe.weight", new_param({s.max_seq, d})}};
   if (s.type == "lm_head") return {{"weight", new_param({s.vocab, d})}};
@@ -116,11 +121,12 @@ int layer::parameter_tensors() const {
 std::vector<int> layer::parameter_groups() const {
   const int n = parameter_tensors();
   if (spec_.type == "gpt_block") return std::vector<int>(static_cast<size_t>(n / 2), 2);
+  if (spec_.type == "llama_block") return std::vector<int>(static_cast<size_t>(n), 1);
   return n > 0 ? std::vector<int>{n} : std::vector<int>{};
 }
 
 at::Tensor layer::transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
-                                      std::vector<at::Tensor>* param_outputs) const {
+                                      std::vector<at::Tensor>* param_outputs, kv_cache* cache) const {
   auto w = [&](size_t i) -> const at::Tensor& { return params ? params[i] : impl_->own[i].second; };
   // Where a group of parameters enters: kept for a split backward's W.
   auto entered = [&](at::Tensor t) {
@@ -128,21 +134,48 @@ at::Tensor layer::transformer_forward(const at::Tensor& x, const forward_ctx& ct
     return t;
   };
   const auto& s = spec_;
+  const int64_t start = cache ? cache->length : 0;
   if (s.type == "embedding") {
-    auto pos = at::arange(x.size(1), at::TensorOptions().dtype(at::kLong).device(x.device()));
+    auto pos = at::arange(start, start + x.size(1), at::TensorOptions().dtype(at::kLong).device(x.device()));
     return entered(drop(at::embedding(w(0), x) + at::embedding(w(1), pos), s.p, ctx, index_, 0));
   }
   if (s.type == "lm_head") return entered(at::matmul(x, w(0).t()));
+  if (s.type == "token_embedding") return entered(at::embedding(w(0), x));
+  if (s.type == "rmsnorm") return entered(llama::rmsnorm(x, w(0), s.eps));
+  if (s.type == "llama_block") {
+    llama::block_io io;
+    io.weight = w;
+    io.entered = entered;
+    io.cache = cache ? &cache->kv[index_] : nullptr;
+    io.start = start;
+    return llama::block(s, x, io);
+  }
   // gpt_block: pre-LayerNorm attention and MLP, each on a residual branch.
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / s.heads;
   auto qkv = entered(at::linear(entered(layer_norm(x, w(0), w(1))), w(2), w(3))).split(d, 2);
   auto heads = [&](const at::Tensor& z) { return z.view({b, t, s.heads, hd}).transpose(1, 2); };
   std::function<at::Tensor(const at::Tensor&)> drop_probs;
   if (ctx.training && s.p > 0.0) drop_probs = [&](const at::Tensor& a) { return drop(a, s.p, ctx, index_, 1); };
-  auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), drop_probs).transpose(1, 2).reshape({b, t, d});
+  at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  at::Tensor attended;
+  if (cache) {  // generation: this layer's keys and values of the positions before
+    auto& [ck, cv] = cache->kv[index_];
+    ck = ck.defined() ? at::cat({ck, k}, 2) : k;
+    cv = cv.defined() ? at::cat({cv, v}, 2) : v;
+    attended = llama::cached_attention(q, ck, cv, start);
+  } else {
+    attended = causal_attention(q, k, v, drop_probs);
+  }
+  auto y = attended.transpose(1, 2).reshape({b, t, d});
   auto h = x + drop(entered(at::linear(y, w(4), w(5))), s.p, ctx, index_, 2);
   auto m = entered(at::linear(at::gelu(entered(at::linear(entered(layer_norm(h, w(6), w(7))), w(8), w(9)))), w(10), w(11)));
   return h + drop(m, s.p, ctx, index_, 3);
+}
+
+at::Tensor layer::forward_cached(const at::Tensor& x, kv_cache& cache) const {
+  const forward_ctx ctx{0, -1, 0, false};
+  if (is_transformer(spec_.type)) return transformer_forward(x, ctx, nullptr, nullptr, &cache);
+  return forward(x, ctx);
 }
 
 at::Tensor layer::forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
@@ -213,6 +246,12 @@ at::Tensor layer_stack::forward(at::Tensor x, const forward_ctx& ctx, int64_t* a
   return x;
 }
 
+at::Tensor layer_stack::forward_cached(at::Tensor x, kv_cache& cache) const {
+  for (const auto& l : layers_) x = l.forward_cached(x, cache);
+  cache.length += x.size(1);
+  return x;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> layer_stack::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& l : layers_)
@@ -248,7 +287,11 @@ std::vector<int64_t> layer_parameter_counts(const std::vector<layer_spec>& specs
       counts.push_back(s.vocab * s.dim);
     else if (s.type == "gpt_block")
       counts.push_back(4 * s.dim + 4 * s.dim * s.dim + 4 * s.dim + 2 * s.dim * s.mlp_hidden + s.mlp_hidden + s.dim);
-    else
+    else if (is_llama(s.type)) {
+      int64_t n = 0;
+      for (const auto& [name, t] : llama::parameters(s)) n += t.numel();
+      counts.push_back(n);
+    } else
       counts.push_back(0);
   }
   return counts;
@@ -260,8 +303,14 @@ std::vector<int64_t> layer_compute_costs(const std::vector<layer_spec>& specs, i
     const auto& s = specs[i];
     if (s.type == "embedding")
       costs[i] = 2 * s.dim;  // a gather and an add per token: nothing like its parameter count
+    else if (s.type == "token_embedding")
+      costs[i] = s.dim;  // a gather
+    else if (s.type == "rmsnorm")
+      costs[i] = 2 * s.dim;
     else if (s.type == "gpt_block")
       costs[i] += 2 * seq_len * s.dim;  // q k^T and att v: each token meets every position
+    else if (s.type == "llama_block")
+      costs[i] = llama::block_costs(s, seq_len);
   }
   return costs;
 }
@@ -294,7 +343,8 @@ std::vector<layer> build_layers(const config& cfg) {
     torch::NoGradGuard no_grad;
     for (auto& l : layers)
       for (auto& [name, t] : l.parameters()) {
-        const bool norm = l.spec().type == "layernorm" || name.rfind("ln", 0) == 0;
+        const bool norm = l.spec().type == "layernorm" || l.spec().type == "rmsnorm" || name.rfind("ln", 0) == 0 ||
+                          name.find("norm.") != std::string::npos;
         const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
         if (bias)
           t.zero_();

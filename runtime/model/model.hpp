@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,6 +33,15 @@ at::ScalarType parameter_dtype(const model_config& m);
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::function<at::Tensor(const at::Tensor&)>& drop_probs);
 
+/// Generation with a KV cache: the keys and values of every position of
+/// the sequences so far, by attention layer, so that each new token costs
+/// one position's work, not the whole prefix's.
+struct kv_cache {
+  int64_t length = 0;  ///< positions held
+  /// By layer index: keys and values [b, kv heads, length, head dim].
+  std::map<int, std::pair<at::Tensor, at::Tensor>> kv;
+};
+
 /// One layer of the network with its global index.
 class layer {
 public:
@@ -50,6 +60,12 @@ public:
   /// layer's parameters enter, one per parameter_groups() entry.
   at::Tensor forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params = nullptr,
                      std::vector<at::Tensor>* param_outputs = nullptr) const;
+  /// Inference on positions [cache.length, cache.length + x.size(1)) of
+  /// sequences whose earlier positions `cache` holds: an attention layer
+  /// attends to them and appends its own keys and values (the caller
+  /// advances cache.length once every layer ran). The same as forward()
+  /// over the whole prefix, position for position, up to float rounding.
+  at::Tensor forward_cached(const at::Tensor& x, kv_cache& cache) const;
   /// (local name, tensor): "weight", "bias"; empty for parameterless layers.
   std::vector<std::pair<std::string, at::Tensor>> parameters() const;
   int64_t parameter_count() const;
@@ -65,7 +81,7 @@ public:
 
 private:
   at::Tensor transformer_forward(const at::Tensor& x, const forward_ctx& ctx, const at::Tensor* params,
-                                 std::vector<at::Tensor>* param_outputs) const;
+                                 std::vector<at::Tensor>* param_outputs, kv_cache* cache = nullptr) const;
   struct impl;
   int index_;
   layer_spec spec_;
@@ -95,6 +111,9 @@ public:
   std::vector<at::Tensor> parameters() const;
   void to(const std::string& device, at::ScalarType dtype = at::kFloat);
   const std::vector<layer>& layers() const { return layers_; }
+  /// Every layer's forward_cached over x's positions, then cache.length
+  /// advanced past them (no grad, no dropout).
+  at::Tensor forward_cached(at::Tensor x, kv_cache& cache) const;
 
 private:
   std::vector<layer> layers_;

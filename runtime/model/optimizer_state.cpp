@@ -1,5 +1,7 @@
 #include "runtime/model/optimizer_state.hpp"
 
+#include "runtime/model/adamw.hpp"
+
 #include <ATen/ScalarOps.h>
 #include <torch/torch.h>
 
@@ -155,8 +157,11 @@ at::Tensor mul_into(at::Tensor out, const at::Tensor& t, double x) {
 
 // Adam's step after the bias corrections, block by block (step_aside):
 // per element, the ops and operands of the whole-tensor code below.
+// `decay` (AdamW's 1 - lr * weight_decay; 1: none) scales the parameter
+// first, as torch's param.mul_ does.
 void adam_blocked(torch::optim::AdamParamState& st, const at::Tensor& p, const at::Tensor& grad, tensor_pool* pool,
-                  int64_t block, double beta1, double beta2, double step_size, double root_correction2, double eps) {
+                  int64_t block, double beta1, double beta2, double step_size, double root_correction2, double eps,
+                  double decay) {
   const int64_t n = p.numel();
   auto flat = [n](const at::Tensor& t) { return t.view({n}); };  // contiguous, as step_aside checked
   const at::Tensor g = flat(grad), m = flat(st.exp_avg()), v = flat(st.exp_avg_sq()), from = flat(p.detach());
@@ -176,7 +181,12 @@ void adam_blocked(torch::optim::AdamParamState& st, const at::Tensor& p, const a
     at::sqrt_out(db, vb);
     at::div_out(db, db, root);
     db.add_(eps);
-    at::addcdiv_out(pb, from.narrow(0, at, len), mb, db, -step_size);
+    if (decay != 1) {
+      mul_into(pb, from.narrow(0, at, len), decay);
+      at::addcdiv_out(pb, pb, mb, db, -step_size);
+    } else {
+      at::addcdiv_out(pb, from.narrow(0, at, len), mb, db, -step_size);
+    }
   }
   p.set_data(moved);
   st.exp_avg(exp_avg);
@@ -185,7 +195,8 @@ void adam_blocked(torch::optim::AdamParamState& st, const at::Tensor& p, const a
 
 }  // namespace
 
-// LibTorch 1.13's Adam::step and SGD::step, op for op; where they write
+// LibTorch 1.13's Adam::step and SGD::step (and torch's AdamW: the decay
+// first), op for op; where they write
 // into a tensor (mul_, add_, addcdiv_), the first write here is the same
 // op into another tensor (mul_out, add_out, addcdiv_out: one kernel either
 // way) and the rest land in that tensor. optimizer_state_test holds the
@@ -197,8 +208,13 @@ void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool, int64_t block) 
   auto& state = opt.state();
   if (dynamic_cast<torch::optim::Adam*>(&opt) != nullptr) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    const auto* decoupled = dynamic_cast<const adamw*>(&opt);
+    size_t index = 0;
     for (auto& p : group.params()) {
+      const double weight_decay = decoupled ? decoupled->decay(index) : 0.0;
+      ++index;
       if (!p.grad().defined()) continue;
+      const double decay = weight_decay != 0 ? 1 - o.lr() * weight_decay : 1.0;
       auto grad = p.grad();
       auto& slot = state[key_of(p)];
       if (!slot) {
@@ -219,7 +235,7 @@ void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool, int64_t block) 
       if (block > 0 && !o.amsgrad() && p.is_cpu() && p.is_contiguous() && grad.is_contiguous() &&
           st.exp_avg().is_contiguous() && st.exp_avg_sq().is_contiguous()) {
         adam_blocked(st, p, grad, pool, block, beta1, beta2, o.lr() / bias_correction1, std::sqrt(bias_correction2),
-                     o.eps());
+                     o.eps(), decay);
         continue;
       }
       auto exp_avg = mul_into(fresh_like(pool, st.exp_avg()), st.exp_avg(), beta1);
@@ -237,7 +253,12 @@ void step_aside(torch::optim::Optimizer& opt, tensor_pool* pool, int64_t block) 
       }
       const double step_size = o.lr() / bias_correction1;
       auto moved = fresh_like(pool, p);
-      at::addcdiv_out(moved, p.detach(), exp_avg, denom, -step_size);
+      if (decay != 1) {
+        mul_into(moved, p.detach(), decay);
+        at::addcdiv_out(moved, moved, exp_avg, denom, -step_size);
+      } else {
+        at::addcdiv_out(moved, p.detach(), exp_avg, denom, -step_size);
+      }
       p.set_data(moved);
       st.exp_avg(exp_avg);
       st.exp_avg_sq(exp_avg_sq);

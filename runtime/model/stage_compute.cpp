@@ -26,9 +26,35 @@ void accumulate(const at::Tensor& param, const at::Tensor& grad) {
 stage_compute::stage_compute(compute_shape shape) : shape_(std::move(shape)) {
   if (!shape_.to_device) shape_.to_device = [](const at::Tensor& t, at::ScalarType type) { return t.to(type); };
   for (const auto& chunk : shape_.layers) chunk_params_.push_back(chunk->parameters());
+  casts_.resize(shape_.layers.size());
+}
+
+const std::vector<at::Tensor>* stage_compute::compute_weights(int chunk, const std::vector<at::Tensor>* weights) {
+  if (shape_.compute_dtype == at::ScalarType::Undefined) return weights;
+  const auto& from = weights ? *weights : chunk_params_[chunk];
+  auto& c = casts_[chunk];
+  bool same = c.from.size() == from.size();
+  for (size_t i = 0; same && i < from.size(); ++i) same = c.from[i] == from[i].unsafeGetTensorImpl();
+  if (same) return &c.cast;
+  // In the graph even when the forward runs without it (recompute, a
+  // no-grad F): a later forward with autograd reuses these casts, and
+  // its gradients must reach the weights through them.
+  at::AutoGradMode grad_on(true);
+  c.from.clear();
+  c.cast.clear();
+  for (const auto& w : from) {
+    c.from.push_back(w.unsafeGetTensorImpl());
+    c.cast.push_back(w.is_floating_point() ? w.to(shape_.compute_dtype) : w);
+  }
+  return &c.cast;
+}
+
+void stage_compute::weights_changed() {
+  for (auto& c : casts_) c = cast_weights{};
 }
 
 void stage_compute::begin_step() {
+  weights_changed();
   stash_.assign(static_cast<size_t>(shape_.microbatches) * shape_.layers.size(), stash_entry{});
   stashed_ = 0;
   stash_bytes_ = 0;
@@ -39,8 +65,10 @@ void stage_compute::begin_step() {
 
 // Mean cross-entropy over every position of the microbatch (a language
 // model's logits are [b, T, V]), weighted by its share of the batch.
-at::Tensor stage_compute::loss_of(const at::Tensor& logits, const at::Tensor& y) const {
-  const double weight = static_cast<double>(logits.size(0)) / static_cast<double>(shape_.batch_size);
+at::Tensor stage_compute::loss_of(const at::Tensor& out, const at::Tensor& y) const {
+  const double weight = static_cast<double>(out.size(0)) / static_cast<double>(shape_.batch_size);
+  // Mixed precision takes the loss of bfloat16 logits in float32.
+  const at::Tensor logits = shape_.compute_dtype == at::ScalarType::Undefined ? out : out.to(at::kFloat);
   if (logits.dim() > 2)
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1})) * weight;
   return torch::nn::functional::cross_entropy(logits, y) * weight;
@@ -57,14 +85,16 @@ stage_compute::forward_out stage_compute::forward(int chunk, int mb, const forwa
     r.out = x;
   } else if (shape_.recompute) {
     // Keep the input alone; B runs this forward again with autograd on.
+    const std::vector<at::Tensor>* use = compute_weights(chunk, weights);
     torch::NoGradGuard no_grad;
-    r.out = shape_.layers[chunk]->forward(x, ctx, nullptr, weights);
+    r.out = shape_.layers[chunk]->forward(x, ctx, nullptr, use);
     e.bytes = bytes_of(x);
     e.ctx = ctx;
     e.weights = weights;
     if (last) e.targets = y;
   } else {
-    r.out = shape_.layers[chunk]->forward(x, ctx, &e.bytes, weights, shape_.split ? &e.param_outs : nullptr);
+    r.out = shape_.layers[chunk]->forward(x, ctx, &e.bytes, compute_weights(chunk, weights),
+                                          shape_.split ? &e.param_outs : nullptr);
     if (!first) e.bytes += bytes_of(x);
   }
   if (poison) r.out = r.out + std::numeric_limits<float>::quiet_NaN();
@@ -97,8 +127,8 @@ stage_compute::forward_out stage_compute::forward(int chunk, int mb, const forwa
 }
 
 // Recompute: the forward again, with autograd, from the stashed input.
-void stage_compute::rematerialize(int chunk, stash_entry& e, bool last) const {
-  at::Tensor out = shape_.layers[chunk]->forward(e.input, e.ctx, nullptr, e.weights);
+void stage_compute::rematerialize(int chunk, stash_entry& e, bool last) {
+  at::Tensor out = shape_.layers[chunk]->forward(e.input, e.ctx, nullptr, compute_weights(chunk, e.weights));
   e.output = last ? loss_of(out, shape_.to_device(e.targets, e.targets.scalar_type())) : out;
 }
 
@@ -197,10 +227,13 @@ void stage_compute::weight(int chunk, int mb) {
   stash_bytes_ -= e.bytes;
 }
 
-at::Tensor stage_compute::eval_forward(int chunk, const at::Tensor& x, uint64_t seed) const {
+at::Tensor stage_compute::eval_forward(int chunk, const at::Tensor& x, uint64_t seed,
+                                       const std::vector<at::Tensor>* weights) {
+  if (!shape_.work) return x;
+  const std::vector<at::Tensor>* use = compute_weights(chunk, weights);
   torch::NoGradGuard no_grad;
   forward_ctx ctx{seed, -1, 0, false};
-  return shape_.layers[chunk]->forward(x, ctx, nullptr);
+  return shape_.layers[chunk]->forward(x, ctx, nullptr, use);
 }
 
 eval_numbers stage_compute::eval_loss(const at::Tensor& logits, const at::Tensor& y_host) const {
@@ -209,8 +242,9 @@ eval_numbers stage_compute::eval_loss(const at::Tensor& logits, const at::Tensor
   eval_numbers r;
   r.total = y.numel();  // positions: the loss is per token (per byte for text)
   r.correct = logits.argmax(-1).eq(y).sum().item<int64_t>();
+  const at::Tensor l = shape_.compute_dtype == at::ScalarType::Undefined ? logits : logits.to(at::kFloat);
   r.loss_sum = torch::nn::functional::cross_entropy(
-                   logits.reshape({-1, logits.size(-1)}), y.reshape({-1}),
+                   l.reshape({-1, l.size(-1)}), y.reshape({-1}),
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                    .item<double>();
   return r;

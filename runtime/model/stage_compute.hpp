@@ -21,6 +21,12 @@ struct compute_shape {
   bool recompute = false;  ///< F stashes its input alone; B runs F again
   bool work = true;        ///< false: the null and sim devices (empty tensors, no compute)
   int64_t batch_size = 1;  ///< a microbatch's loss is weighted by its size / batch_size
+  /// model.mixed_precision: the layers compute in this type from casts of
+  /// their weights (one cast per weight version, reused by every
+  /// microbatch: autograd takes each microbatch's gradient back through it
+  /// into the weight's own type), and the loss is taken in float32.
+  /// Undefined: the weights' own type.
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;
   /// Host tensor (targets) to the stage's device, as the given type.
   std::function<at::Tensor(const at::Tensor&, at::ScalarType)> to_device;
 };
@@ -37,8 +43,12 @@ public:
   stage_compute() = default;
   explicit stage_compute(compute_shape shape);
 
-  /// A new step: the stash emptied, the step's loss sums zeroed.
+  /// A new step: the stash emptied, the step's loss sums zeroed, the
+  /// casts of the weights dropped.
   void begin_step();
+  /// The weights were updated (or another version's were let go): their
+  /// casts under mixed precision are made again at the next forward.
+  void weights_changed();
 
   struct forward_out {
     at::Tensor out;   ///< what goes to the next chunk; on the last chunk, the logits
@@ -61,8 +71,11 @@ public:
   /// order W fires, as autograd would.
   void weight(int chunk, int mb);
 
-  /// Evaluation: a no-grad forward of `chunk`, and the last chunk's numbers.
-  at::Tensor eval_forward(int chunk, const at::Tensor& x, uint64_t seed) const;
+  /// Evaluation: a no-grad forward of `chunk` (with `weights`, another
+  /// weight version, or null for the live ones), and the last chunk's
+  /// numbers.
+  at::Tensor eval_forward(int chunk, const at::Tensor& x, uint64_t seed,
+                          const std::vector<at::Tensor>* weights = nullptr);
   eval_numbers eval_loss(const at::Tensor& logits, const at::Tensor& y) const;
 
   int stashed() const { return stashed_; }
@@ -91,13 +104,23 @@ private:
     const std::vector<at::Tensor>* weights = nullptr;
   };
   int slot(int chunk, int mb) const { return chunk * shape_.microbatches + mb; }
+  /// The tensors chunk `chunk`'s layers compute with: `weights` (or the
+  /// live parameters), cast to compute_dtype under mixed precision.
+  const std::vector<at::Tensor>* compute_weights(int chunk, const std::vector<at::Tensor>* weights);
   at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& y) const;  // y on the device
-  void rematerialize(int chunk, stash_entry& e, bool last) const;
+  void rematerialize(int chunk, stash_entry& e, bool last);
   void input_gradients(stash_entry& e, const at::Tensor& grad_out, bool first, bool last, at::Tensor& grad_in);
   void weight_grads(int chunk, const stash_entry& e) const;
 
   compute_shape shape_;
   std::vector<std::vector<at::Tensor>> chunk_params_;  // by chunk, layer order
+  // Mixed precision, by chunk: the cast weights and the tensors they were
+  // cast from, until the weights change (weights_changed).
+  struct cast_weights {
+    std::vector<const void*> from;
+    std::vector<at::Tensor> cast;
+  };
+  std::vector<cast_weights> casts_;
   std::vector<stash_entry> stash_;                     // by slot = chunk * M + mb
   int stashed_ = 0;
   int64_t stash_bytes_ = 0;

@@ -30,6 +30,15 @@ struct step_record {
   std::vector<stage_stats> stages;
 };
 
+/// One evaluation of the held-out split during training (eval.every).
+struct eval_record {
+  int64_t step = 0;        ///< updates done before it
+  double loss = 0.0;       ///< mean cross-entropy per position
+  double accuracy = 0.0;   ///< share of positions whose argmax is the target
+  int64_t positions = 0;   ///< positions (samples, or tokens) evaluated
+  double seconds = 0.0;    ///< its wall time, outside every step's
+};
+
 /// A whole run.
 struct train_result {
   std::string schedule;
@@ -61,6 +70,17 @@ struct train_result {
   double test_accuracy = -1.0;  ///< -1 when there is no test split
   double test_loss = 0.0;
   uint64_t duplicates = 0;
+  /// eval.every: the held-out evaluations during training, in order of
+  /// their step (one per step: a re-run step's evaluation replaces it).
+  std::vector<eval_record> evals;
+  /// Throughput (runtime/observe/throughput.hpp): what a step trains on,
+  /// in `unit`s ("tokens" for token data, "samples" otherwise), the model
+  /// FLOPs of a step (forward and backward), and the summed peak FLOP/s
+  /// of the devices the run uses (0: unknown, no MFU).
+  int64_t step_units = 0;
+  std::string unit = "samples";
+  double step_flops = 0.0;
+  double peak_flops = 0.0;
 };
 
 /// 1 - sum(busy_ns) / (stages * span_ns).

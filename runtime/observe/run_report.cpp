@@ -9,6 +9,7 @@
 #include "runtime/files/json_out.hpp"
 #include "runtime/observe/report.hpp"
 #include "runtime/util/text.hpp"
+#include "runtime/observe/throughput.hpp"
 #include "runtime/observe/timeline_svg.hpp"
 
 namespace actorpipe {
@@ -158,6 +159,9 @@ std::string results_json(const train_result& r, const std::string& config_path) 
     step["grad_norm"] = json_number("%.9g", s.grad_norm);
     step["allreduce_s"] = json_number("%.9g", s.allreduce_s);
     step["train_accuracy"] = s.train_accuracy < 0 ? ordered_json() : json_number("%.6f", s.train_accuracy);
+    step[r.unit + "_per_s"] = json_number("%.9g", units_per_second(r, s));
+    const double util = mfu(r, s);
+    step["mfu"] = util < 0 ? ordered_json() : json_number("%.9g", util);
     step["skipped"] = s.skipped;
     step["stages"] = ordered_json::array();
     for (const auto& st : s.stages) {
@@ -178,7 +182,20 @@ std::string results_json(const train_result& r, const std::string& config_path) 
   summary["peak_stash_bytes"] = peak_stash_bytes(r);
   summary["test_accuracy"] = r.test_accuracy < 0 ? ordered_json() : json_number("%.6f", r.test_accuracy);
   summary["test_loss"] = json_number("%.9g", r.test_loss);
+  summary[r.unit + "_per_s"] = json_number("%.9g", mean_units_per_second(r));
+  const double util = mean_mfu(r);
+  summary["mfu"] = util < 0 ? ordered_json() : json_number("%.9g", util);
+  summary["step_flops"] = json_number("%.9g", r.step_flops);
+  summary["peak_flops"] = r.peak_flops > 0 ? json_number("%.9g", r.peak_flops) : ordered_json();
   doc["summary"] = std::move(summary);
+  // eval.every: the held-out loss (and accuracy) after `step` updates.
+  doc["evals"] = ordered_json::array();
+  for (const auto& e : r.evals)
+    doc["evals"].push_back({{"step", e.step},
+                            {"loss", json_number("%.9g", e.loss)},
+                            {"accuracy", json_number("%.9g", e.accuracy)},
+                            {"positions", e.positions},
+                            {"seconds", json_number("%.9g", e.seconds)}});
   // The supervisor's states in order (running, healing, closing, ...), its
   // restarts, and one line for each heal and re-placement: the same for a
   // run in one process and over several.
@@ -227,6 +244,57 @@ std::string curve_svg(const std::vector<train_result>& runs, const std::string& 
   return os.str();
 }
 
+// Each run's training loss per update and, where it evaluated during
+// training (eval.every), its validation loss after those updates, dashed
+// with markers, on one axis: the curve a run is watched by.
+std::string validation_svg(const std::vector<train_result>& runs) {
+  const double left = 60, top = 30, plot_w = 700, plot_h = 220, right = 190;
+  double lo = 1e300, hi = -1e300, last = 1;
+  for (const auto& r : runs) {
+    for (const auto& s : r.steps) {
+      lo = std::min(lo, s.loss), hi = std::max(hi, s.loss);
+      last = std::max(last, static_cast<double>(s.step + 1));
+    }
+    for (const auto& e : r.evals) {
+      lo = std::min(lo, e.loss), hi = std::max(hi, e.loss);
+      last = std::max(last, static_cast<double>(e.step));
+    }
+  }
+  if (!(hi > lo)) hi = lo + 1.0;
+  auto x = [&](double updates) { return left + plot_w * (last > 1 ? (updates - 1) / (last - 1) : 0.0); };
+  auto y = [&](double loss) { return top + plot_h * (1.0 - (loss - lo) / (hi - lo)); };
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plot_w + right << "\" height=\""
+     << top + plot_h + 40 << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"" << left
+     << "\" y=\"18\" font-size=\"14\">training and validation loss</text>\n<rect x=\"" << left << "\" y=\"" << top
+     << "\" width=\"" << plot_w << "\" height=\"" << plot_h << "\" fill=\"#f8f8f8\"/>\n";
+  int label = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::ostringstream train, val;
+    for (const auto& s : runs[i].steps)
+      train << fmt("%.1f", x(static_cast<double>(s.step + 1))) << "," << fmt("%.1f", y(s.loss)) << " ";
+    os << "<polyline class=\"train\" fill=\"none\" stroke=\"" << palette(i) << "\" stroke-width=\"1.5\" points=\""
+       << train.str() << "\"/><text x=\"" << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * label++
+       << "\" fill=\"" << palette(i) << "\">" << xml_escape(runs[i].schedule) << ": training</text>\n";
+    if (runs[i].evals.empty()) continue;
+    for (const auto& e : runs[i].evals) {
+      val << fmt("%.1f", x(static_cast<double>(e.step))) << "," << fmt("%.1f", y(e.loss)) << " ";
+      os << "<circle class=\"val\" cx=\"" << fmt("%.1f", x(static_cast<double>(e.step))) << "\" cy=\""
+         << fmt("%.1f", y(e.loss)) << "\" r=\"3\" fill=\"" << palette(i) << "\"/>\n";
+    }
+    os << "<polyline class=\"val\" fill=\"none\" stroke=\"" << palette(i)
+       << "\" stroke-dasharray=\"5 3\" stroke-width=\"1.5\" points=\"" << val.str() << "\"/><text x=\""
+       << left + plot_w + 8 << "\" y=\"" << top + 14 + 16 * label++ << "\" fill=\"" << palette(i) << "\">"
+       << xml_escape(runs[i].schedule) << ": validation (dashed)</text>\n";
+  }
+  os << "<text x=\"" << left - 6 << "\" y=\"" << top + 10 << "\" text-anchor=\"end\">" << fmt("%.3g", hi)
+     << "</text><text x=\"" << left - 6 << "\" y=\"" << top + plot_h << "\" text-anchor=\"end\">" << fmt("%.3g", lo)
+     << "</text><text x=\"" << left + plot_w << "\" y=\"" << top + plot_h + 18
+     << "\" text-anchor=\"end\">updates 1 .. " << fmt("%.0f", last) << "</text>\n</svg>\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::string html_report(const std::string& title, const std::string& config_text,
@@ -252,8 +320,11 @@ std::string html_report(const std::string& title, const std::string& config_text
        << "</td><td>" << xml_escape(mem) << "</td><td>"
        << (r.test_accuracy < 0 ? std::string("-") : fmt("%.2f%%", r.test_accuracy * 100.0)) << "</td></tr>\n";
   }
+  const bool validated =
+      std::any_of(runs.begin(), runs.end(), [](const train_result& r) { return !r.evals.empty(); });
   os << "</table></section>\n<section><h2>Loss and accuracy</h2>\n"
-     << curve_svg(runs, "training loss per step", [](const step_record& s) { return s.loss; })
+     << (validated ? validation_svg(runs)
+                   : curve_svg(runs, "training loss per step", [](const step_record& s) { return s.loss; }))
      << curve_svg(runs, "training accuracy per step (the step's batch, as its forward saw it)",
                   [](const step_record& s) { return s.train_accuracy; })
      << "<p>Held-out accuracy at the end: in the table.</p></section>\n";

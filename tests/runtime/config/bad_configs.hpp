@@ -154,7 +154,7 @@ train:
     - {type: rellu}
     - {type: linear, in: 8, out: 3}
 )yaml",
-       "{FILE}:4:14: model.layers[1].type: unknown layer type 'rellu'; did you mean 'relu'? (known: linear, relu, gelu, tanh, dropout, layernorm, embedding, gpt_block, lm_head)"},
+       "{FILE}:4:14: model.layers[1].type: unknown layer type 'rellu'; did you mean 'relu'? (known: linear, relu, gelu, tanh, dropout, layernorm, embedding, gpt_block, lm_head, token_embedding, llama_block, rmsnorm)"},
       {"LayerOptionOfOtherType",
        R"yaml(model:
   layers:
@@ -188,9 +188,9 @@ pipeline:
     - {type: relu}
     - {type: linear, in: 8, out: 3}
 train:
-  optimizer: {type: adamw}
+  optimizer: {type: adamx}
 )yaml",
-       "{FILE}:7:21: train.optimizer.type: unknown optimizer 'adamw'; did you mean 'adam'? (known: adam, sgd)"},
+       "{FILE}:7:21: train.optimizer.type: unknown optimizer 'adamx'; did you mean 'adam'? (known: adam, adamw, sgd)"},
       {"OptimizerOptionOfOtherType",
        R"yaml(model:
   layers:
@@ -208,9 +208,9 @@ train:
     - {type: relu}
     - {type: linear, in: 8, out: 3}
 train:
-  lr_schedule: {type: cosine}
+  lr_schedule: {type: onecycle}
 )yaml",
-       "{FILE}:7:23: train.lr_schedule.type: unknown lr schedule 'cosine' (known: none, step)"},
+       "{FILE}:7:23: train.lr_schedule.type: unknown lr schedule 'onecycle' (known: none, step, cosine, linear, constant)"},
       {"UnknownDataKind",
        R"yaml(model:
   layers:
@@ -220,7 +220,7 @@ train:
 data:
   kind: parquet
 )yaml",
-       "{FILE}:7:9: data.kind: unknown data kind 'parquet' (known: csv, tensors, synthetic, text)"},
+       "{FILE}:7:9: data.kind: unknown data kind 'parquet' (known: csv, tensors, synthetic, text, tokens)"},
       {"UnknownNormalize",
        R"yaml(model:
   layers:
@@ -1107,7 +1107,7 @@ data: {kind: text, path: config.yaml, seq_len: 17}
     - {type: linear, in: 4, out: 8}
     - {type: lm_head, vocab: 10, dim: 8, tie: true}
 )yaml",
-       "{FILE}:4:47: model.layers[1].tie: ties the head to the embedding's wte.weight, but the model has no embedding layer"},
+       "{FILE}:4:47: model.layers[1].tie: ties the head to the embedding's table, but the model has no embedding layer"},
       {"GptTieVocabDiffers",
        R"yaml(model:
   layers:
@@ -1135,21 +1135,21 @@ data: {kind: text, path: config.yaml, seq_len: 8}
     - {type: lm_head, vocab: 512, dim: 32}
 data: {kind: text, path: config.yaml, seq_len: 8}
 )yaml",
-       "{FILE}:3:32: model.layers[0].vocab: is 512; data.kind text has 256 byte tokens"},
+       "{FILE}:3:32: model.layers[0].vocab: is 512; data.kind text has 256 byte tokens (give data.tokenizer for subword tokens)"},
       {"GptTextNeedsAnEmbedding",
        R"yaml(model:
   layers:
     - {type: linear, in: 4, out: 8}
 data: {kind: text, path: config.yaml, seq_len: 8}
 )yaml",
-       "{FILE}:4:14: data.kind: text gives byte tokens; the model's first layer must be an embedding, not linear"},
+       "{FILE}:4:14: data.kind: text gives tokens; the model's first layer must be an embedding or a token_embedding, not linear"},
       {"GptEmbeddingNeedsText",
        R"yaml(model:
   layers:
     - {type: embedding, vocab: 256, dim: 32, max_seq: 16}
     - {type: lm_head, vocab: 256, dim: 32}
 )yaml",
-       "{FILE}:3:14: model.layers[0].type: an embedding takes tokens; use data.kind text, not synthetic"},
+       "{FILE}:3:14: model.layers[0].type: an embedding takes tokens; use data.kind text or tokens, not synthetic"},
       {"GptEmbeddingNotFirst",
        R"yaml(model:
   layers:
@@ -1172,7 +1172,7 @@ data: {kind: text, path: config.yaml, seq_len: 8}
     - {type: linear, in: 4, out: 8}
 data: {kind: synthetic, seq_len: 8}
 )yaml",
-       "{FILE}:4:34: data.seq_len: only used when data.kind is text, not synthetic"},
+       "{FILE}:4:34: data.seq_len: only used when data.kind is text or tokens, not synthetic"},
       {"GptTextNeedsSeqLen",
        R"yaml(model:
   layers:
@@ -1190,7 +1190,7 @@ data: {kind: text, path: config.yaml}
 data:
   kind: "\e[2J\e[31mcsv"
 )yaml",
-       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic, text)"},
+       "{FILE}:7:9: data.kind: unknown data kind '\\x1b[2J\\x1b[31mcsv' (known: csv, tensors, synthetic, text, tokens)"},
       {"EscapeInAKeyIsEscaped",
        R"yaml(model:
   layers:
@@ -1414,6 +1414,128 @@ pipeline:
   rebalance: {every: 5}
 )yaml",
        "{FILE}:8:3: pipeline.rebalance: needs supervision.max_restarts > 0: the layers move through the stages' step-boundary copies, which the supervisor keeps only when restarts are allowed"},
+      {"DecayOneDOnAdam",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: adam, decay_1d: false}
+)yaml",
+       "{FILE}:7:27: train.optimizer.decay_1d: 'decay_1d' does not apply to the adam optimizer (only to adamw)"},
+      {"WarmupOnStepSchedule",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: step, step_size: 2, warmup_steps: 3}
+)yaml",
+       "{FILE}:7:43: train.lr_schedule.warmup_steps: 'warmup_steps' does not apply to lr_schedule step (only to cosine, linear and constant)"},
+      {"MinLrOnConstant",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: constant, warmup_steps: 3, min_lr: 0.0001}
+)yaml",
+       "{FILE}:7:50: train.lr_schedule.min_lr: 'min_lr' does not apply to lr_schedule constant (only to cosine and linear)"},
+      {"MinLrAboveLr",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: adamw, lr: 0.001}
+  lr_schedule: {type: cosine, warmup_steps: 2, min_lr: 0.01}
+)yaml",
+       "{FILE}:8:56: train.lr_schedule.min_lr: 0.01 is above train.optimizer.lr 0.001; the decay would raise the rate"},
+      {"DecayStepsZero",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  lr_schedule: {type: linear, decay_steps: 0}
+)yaml",
+       "{FILE}:7:44: train.lr_schedule.decay_steps: must be at least 1, found 0"},
+      {"LrPastFloat",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+train:
+  optimizer: {type: adamw, lr: 1.0e+39}
+)yaml",
+       "{FILE}:7:32: train.optimizer.lr: 1e+39 is past float32's largest value (3.40282e+38), which the optimizer computes in"},
+      {"EvalEveryZero",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+eval:
+  every: 0
+)yaml",
+       "{FILE}:7:10: eval.every: must be at least 1, found 0"},
+      {"EvalWithoutEvery",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+eval:
+  batches: 2
+)yaml",
+       "{FILE}:6:1: eval.every: required: evaluate after every this many updates"},
+      {"EvalWithoutHeldOutSplit",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+data:
+  test_fraction: 0
+eval: {every: 5}
+)yaml",
+       "{FILE}:8:15: eval.every: evaluates the held-out split, and data.test_fraction 0 holds none out (set data.test_fraction above 0)"},
+      {"EvalOnTheNullDevice",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+pipeline:
+  devices: [null]
+eval: {every: 5}
+)yaml",
+       "{FILE}:8:15: eval.every: the null device computes no model, so there is nothing to evaluate"},
+      {"MixedPrecisionUnknown",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+  mixed_precision: float16
+)yaml",
+       "{FILE}:6:20: model.mixed_precision: unknown compute type 'float16' (known: none, bfloat16; also bf16)"},
+      {"MixedPrecisionOverBf16Parameters",
+       R"yaml(model:
+  layers:
+    - {type: linear, in: 4, out: 8}
+    - {type: relu}
+    - {type: linear, in: 8, out: 3}
+  dtype: bfloat16
+  mixed_precision: bfloat16
+)yaml",
+       "{FILE}:7:20: model.mixed_precision: keeps parameters, gradients and optimizer state in float32; model.dtype is bfloat16 (leave model.dtype out)"},
       {"YamlSyntaxError",
        R"yaml(model:
   layers: [{type: relu}

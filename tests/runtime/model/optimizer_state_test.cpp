@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/model/adamw.hpp"
 #include "runtime/model/optimizer_state.hpp"
 
 namespace actorpipe {
@@ -73,16 +74,22 @@ TEST(OptimizerStateCopy, AParameterCountMismatchIsRefused) {
 // chunks: the same bits, step after step; and a copy that shares the
 // tensors from before a step still holds them after it. With a pool, the
 // buffers of a dropped copy serve again: two sets in all.
-template <class Opt, class Options>
-void expect_aside_matches_step(Options options, bool pooled = true, int64_t block = aside_block) {
+// `make(params)`: a new optimizer over them.
+template <class Make>
+void expect_aside_matches(Make make, bool pooled = true, int64_t block = aside_block) {
   tensor_pool pool;
   size_t per_set = 0;
   torch::manual_seed(5);
   std::vector<at::Tensor> a = {torch::randn({300, 211}).requires_grad_(true), torch::randn({37}).requires_grad_(true),
                                torch::randn({5, 3}).requires_grad_(true), torch::randn({700, 301}).requires_grad_(true)};
   auto b = clone_params(a);
-  Opt ours(a, options), theirs(b, options);
+  auto ours_made = make(a), theirs_made = make(b);
+  auto& ours = *ours_made;
+  auto& theirs = *theirs_made;
   for (int s = 0; s < 4; ++s) {
+    // A rate that changes every step, as a schedule's does.
+    for (auto* o : {&ours, &theirs})
+      for (auto& g : o->param_groups()) g.options().set_lr(0.01 / (s + 1));
     torch::manual_seed(40 + s);
     for (size_t i = 0; i < a.size(); ++i) {
       a[i].mutable_grad() = torch::randn_like(a[i]);
@@ -134,6 +141,79 @@ void expect_aside_matches_step(Options options, bool pooled = true, int64_t bloc
   } else {
     EXPECT_EQ(pool.size(), 0u);
   }
+}
+
+template <class Opt, class Options>
+void expect_aside_matches_step(Options options, bool pooled = true, int64_t block = aside_block) {
+  expect_aside_matches([&](const std::vector<at::Tensor>& p) { return std::make_unique<Opt>(p, options); }, pooled,
+                       block);
+}
+
+// AdamW with a decay per parameter: 0.1 on the matrices, none on the 1-D
+// one (decay_1d false), as the stage makes it.
+std::unique_ptr<torch::optim::Optimizer> make_adamw(const std::vector<at::Tensor>& p, bool decay_1d = false) {
+  optimizer_config o;
+  o.type = "adamw";
+  o.weight_decay = 0.1;
+  o.decay_1d = decay_1d;
+  return std::make_unique<adamw>(p, torch::optim::AdamOptions(0.01).betas({0.9, 0.95}).eps(1e-8),
+                                 adamw_decays(o, p));
+}
+
+TEST(StepAside, AdamWStepsToTheBitsOfItsOwnStepInBlocksOfAnySize) {
+  for (int64_t block : {int64_t{0}, int64_t{1000}, aside_block}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    expect_aside_matches([](const std::vector<at::Tensor>& p) { return make_adamw(p); }, true, block);
+    expect_aside_matches([](const std::vector<at::Tensor>& p) { return make_adamw(p, true); }, false, block);
+  }
+}
+
+// Ours against LibTorch's own AdamW (another implementation of torch's
+// algorithm), its parameters in two groups as decay_1d false makes them:
+// the same bits after every step, the rate changing each step.
+TEST(AdamW, StepsToTheBitsOfLibTorchsAdamWWithItsParameterGroups) {
+  torch::manual_seed(9);
+  std::vector<at::Tensor> a = {torch::randn({64, 33}).requires_grad_(true), torch::randn({33}).requires_grad_(true),
+                               torch::randn({700, 100}).requires_grad_(true)};
+  auto b = clone_params(a);
+  auto ours = make_adamw(a);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{b[0], b[2]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(std::vector<at::Tensor>{b[1]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  torch::optim::AdamW theirs(std::move(groups), torch::optim::AdamWOptions(0.01));
+  for (int s = 0; s < 5; ++s) {
+    torch::manual_seed(60 + s);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i].mutable_grad() = torch::randn_like(a[i]);
+      b[i].mutable_grad() = a[i].grad().clone();
+    }
+    const double lr = 0.02 * (s + 1) / 6;
+    for (auto& g : ours->param_groups()) g.options().set_lr(lr);
+    for (auto& g : theirs.param_groups()) g.options().set_lr(lr);
+    if (s % 2 == 0)
+      step_aside(*ours);
+    else
+      ours->step();
+    theirs.step();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "step " << s << ", parameter " << i;
+  }
+  // Its state is Adam's: a copy restores into another adamw and goes on alike.
+  auto copy = copy_optimizer_state(*ours, a);
+  auto c = clone_params(a);
+  auto again = make_adamw(c);
+  restore_optimizer_state(*again, c, *copy);
+  for (auto* o : {ours.get(), again.get()})
+    for (auto& g : o->param_groups()) g.options().set_lr(0.005);
+  torch::manual_seed(99);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i].mutable_grad() = torch::randn_like(a[i]);
+    c[i].mutable_grad() = a[i].grad().clone();
+  }
+  ours->step();
+  again->step();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], c[i])) << "restored, parameter " << i;
 }
 
 TEST(StepAside, AdamStepsToTheBitsOfLibTorchsStepAndLeavesTheOldTensors) {
