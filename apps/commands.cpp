@@ -28,7 +28,8 @@ const char* main_help =
     "  bubble           print the analytic pipeline-bubble table\n"
     "  simulate [CONFIG] simulate a schedule's step on a cost model (no tensors)\n"
     "  launch CONFIG    train it as --nprocs N local processes (like torchrun)\n"
-    "  generate CONFIG  continue a prompt with a trained GPT model (--load STATE)\n"
+    "  generate CONFIG  continue a prompt with a trained GPT or LLaMA (--load STATE)\n"
+    "  tokenize         a text file into a token file with a SentencePiece model\n"
     "  keys [PREFIX]    every config key with its type, default and meaning\n"
     "\n"
     "Run 'actorpipe COMMAND --help' for a command's options.\n";
@@ -50,7 +51,9 @@ int run_command(int argc, char** argv) {
     if (cmd == "launch") return cmd_launch(argc, argv);
     if (cmd == "generate") return cmd_generate(argc, argv);
     if (cmd == "keys") return cmd_keys(argc, argv);
-    throw usage_error("unknown command " + quoted_input(cmd) + " (train | compare | bubble | simulate | launch | generate | keys; see --help)");
+    if (cmd == "tokenize") return cmd_tokenize(argc, argv);
+    throw usage_error("unknown command " + quoted_input(cmd) +
+                      " (train | compare | bubble | simulate | launch | generate | tokenize | keys; see --help)");
   } catch (const config_error& e) {
     // A rank other than 0 keeps quiet about what rank 0 says for every rank.
     const auto* rank_error = dynamic_cast<const rank_env_error*>(&e);

@@ -136,5 +136,6 @@ int cmd_simulate(int argc, char** argv);
 int cmd_launch(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_keys(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 
 }  // namespace actorpipe::app

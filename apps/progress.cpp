@@ -65,11 +65,10 @@ struct progress_sink::impl {
       return;
     }
     if (done % p.log_every != 0 && done != p.total_steps) return;
-    std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  lr %.2e  %s/s %s%s%s\n",
+    std::printf("step %5lld/%lld  loss %.4f  step %8.2f ms  bubble %.3f  %s/s %s%s  lr %.2e%s\n",
                 static_cast<long long>(done), static_cast<long long>(p.total_steps), s.loss, s.step_s * 1e3, s.bubble,
-                s.lr, basis.unit.c_str(), rate(per_s).c_str(),
-                util >= 0 ? fmt("  mfu %.1f%%", util * 100).c_str() : "",
-                s.skipped ? "  skipped (a NaN or an infinity)" : "");
+                basis.unit.c_str(), rate(per_s).c_str(), util >= 0 ? fmt("  mfu %.1f%%", util * 100).c_str() : "",
+                s.lr, s.skipped ? "  skipped (a NaN or an infinity)" : "");
     std::fflush(stdout);
   }
 

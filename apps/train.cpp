@@ -16,6 +16,7 @@
 #include "runtime/model/lr.hpp"
 #include "runtime/observe/tensorboard.hpp"
 #include "runtime/observe/throughput.hpp"
+#include "runtime/data/tokenizer.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/model/generate.hpp"
 #include "runtime/model/model.hpp"
@@ -218,10 +219,13 @@ std::string run_digest(const config& cfg, const std::string& import_path) {
 }
 
 // A language model's run ends with what it learned to write: `count`
-// samples from the final weights, each after a newline, seed k for the
-// k-th, in one process (runtime/model/generate).
+// samples from the final weights, each after a newline (with a tokenizer:
+// after "The"), seed k for the k-th, in one process (runtime/model/generate).
 void print_samples(const config& cfg, const named_params& weights, int64_t count) {
-  if (count == 0 || cfg.model.layers.front().type != "embedding") return;
+  const std::string first = cfg.model.layers.front().type;
+  if (count == 0 || (first != "embedding" && first != "token_embedding") || cfg.data.kind != "text") return;
+  std::unique_ptr<tokenizer> tok;
+  if (!cfg.data.tokenizer.empty()) tok = std::make_unique<tokenizer>(cfg.data.tokenizer);
   config plain = cfg;
   plain.model.init_from.clear();
   std::vector<layer> layers = build_layers(plain);
@@ -236,11 +240,20 @@ void print_samples(const config& cfg, const named_params& weights, int64_t count
       }
   }
   const layer_stack model(std::move(layers));
+  const std::vector<int64_t> prompt = tok ? tok->encode("The") : std::vector<int64_t>{'\n'};
+  const int64_t window = first == "embedding" ? cfg.model.layers.front().max_seq : cfg.data.seq_len;
   sampling s;
   for (int64_t k = 1; k <= count; ++k) {
     s.seed = static_cast<uint64_t>(k);
-    const auto tokens = generate_tokens(model, {'\n'}, 200, cfg.model.layers.front().max_seq, s);
-    std::string text(tokens.begin(), tokens.end());
+    const auto tokens = generate_tokens(model, prompt.empty() ? std::vector<int64_t>{0} : prompt, 200, window, s);
+    std::string text;
+    if (tok) {
+      std::vector<int64_t> all = prompt;
+      all.insert(all.end(), tokens.begin(), tokens.end());
+      text = tok->decode(all);
+    } else {
+      text.assign(tokens.begin(), tokens.end());
+    }
     std::printf("sample %lld (temperature %.1f, top-k %lld, seed %lld):\n%s\n", static_cast<long long>(k),
                 s.temperature, static_cast<long long>(s.top_k), static_cast<long long>(k), text.c_str());
   }
@@ -382,9 +395,11 @@ int cmd_train(int argc, char** argv) {
   print_checkpoints_and_allreduce(out.result);
   std::fputs(format_comparison({out.result}).c_str(), stdout);
   print_throughput(out.result);
-  if (cfg.data.kind == "text" && out.result.test_accuracy >= 0)
-    std::printf("held-out loss %.4f nats per byte (%.3f bits per byte)\n", out.result.test_loss,
-                out.result.test_loss / std::log(2.0));
+  if ((cfg.data.kind == "text" || cfg.data.kind == "tokens") && out.result.test_accuracy >= 0) {
+    const char* unit = cfg.data.kind == "text" && cfg.data.tokenizer.empty() ? "byte" : "token";
+    std::printf("held-out loss %.4f nats per %s (%.3f bits per %s)\n", out.result.test_loss, unit,
+                out.result.test_loss / std::log(2.0), unit);
+  }
   // A run never ends well with weights that hold a NaN or an infinity.
   const std::string nonfinite = first_nonfinite(out.weights);
   if (!nonfinite.empty())

@@ -93,9 +93,9 @@ constexpr key_doc table[] = {
     {"train.optimizer.lr", "number > 0", "0.001", "The learning rate."},
     {"train.optimizer.betas", "[number, number]", "[0.9, 0.999]", "adam, adamw: beta1 and beta2, each in [0, 1]."},
     {"train.optimizer.eps", "number > 0", "1e-08", "adam, adamw: added to the denominator."},
-    {"train.optimizer.weight_decay", "number >= 0", "(0; adamw 0.01)",
-     "adam, sgd: an L2 penalty added to the gradient, as torch's weight_decay. adamw: decoupled, each parameter "
-     "scaled by 1 - lr * weight_decay with the step's rate before its update."},
+    {"train.optimizer.weight_decay", "number >= 0", "0",
+     "adam, sgd: an L2 penalty added to the gradient, as torch's weight_decay. adamw (default 0.01, as torch's): "
+     "decoupled, each parameter scaled by 1 - lr * weight_decay with the step's rate before its update."},
     {"train.optimizer.decay_1d", "bool", "true",
      "adamw: false exempts parameters of fewer than two dimensions (norm gains, biases) from weight decay, as nanoGPT "
      "and Megatron group them. A tied weight is one parameter, decayed once."},

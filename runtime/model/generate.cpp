@@ -21,9 +21,29 @@ int64_t next_token(const at::Tensor& logits, const sampling& s, at::Generator& g
   return torch::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
 }
 
+namespace {
+
+at::Tensor as_input(const std::vector<int64_t>& tokens, size_t from, const std::string& device) {
+  const auto n = static_cast<int64_t>(tokens.size() - from);
+  return torch::tensor(std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
+                       torch::kLong)
+      .reshape({1, n})
+      .to(torch::Device(device));
+}
+
+// Drops the oldest cached position of every layer.
+void drop_oldest(kv_cache& cache) {
+  for (auto& [index, kv] : cache.kv) {
+    kv.first = kv.first.slice(2, 1);
+    kv.second = kv.second.slice(2, 1);
+  }
+}
+
+}  // namespace
+
 std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector<int64_t>& prompt, int64_t count,
                                      int64_t max_seq, const sampling& s, const std::string& device,
-                                     const std::function<void(int64_t)>& on_token) {
+                                     const std::function<void(int64_t)>& on_token, bool kv_cache_on) {
   if (prompt.empty()) throw std::invalid_argument("generate_tokens: empty prompt");
   if (max_seq < 1) throw std::invalid_argument("generate_tokens: max_seq must be positive");
   torch::NoGradGuard no_grad;
@@ -31,13 +51,31 @@ std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector
   std::vector<int64_t> seq = prompt, out;
   out.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
   const forward_ctx ctx{s.seed, 0, 0, /*training=*/false};
+  const bool learned_positions = !model.layers().empty() && model.layers().front().spec().type == "embedding";
+  kv_cache cache;
+  int64_t cached = 0;  // tokens of seq the cache holds (the last ones)
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t n = std::min<int64_t>(max_seq, static_cast<int64_t>(seq.size()));
-    at::Tensor context = torch::tensor(std::vector<int64_t>(seq.end() - n, seq.end()), torch::kLong)
-                             .reshape({1, n})
-                             .to(torch::Device(device));
-    const at::Tensor logits = model.forward(context, ctx, nullptr);
-    const int64_t t = next_token(logits.select(1, n - 1).select(0, 0), s, gen);
+    const auto size = static_cast<int64_t>(seq.size());
+    at::Tensor logits;
+    if (!kv_cache_on) {
+      const int64_t n = std::min<int64_t>(max_seq, size);
+      logits = model.forward(as_input(seq, static_cast<size_t>(size - n), device), ctx, nullptr);
+    } else {
+      const int64_t fresh = size - (cache.length > 0 ? cached : 0);  // tokens not in the cache yet
+      const bool slides = cached + fresh > max_seq;
+      if (cache.length == 0 || (slides && learned_positions)) {
+        // The window from position 0: the prompt, or a slid window of learned positions.
+        cache = kv_cache{};
+        const int64_t n = std::min<int64_t>(max_seq, size);
+        logits = model.forward_cached(as_input(seq, static_cast<size_t>(size - n), device), cache);
+        cached = n;
+      } else {
+        if (slides) drop_oldest(cache);
+        logits = model.forward_cached(as_input(seq, static_cast<size_t>(size - fresh), device), cache);
+        cached = std::min<int64_t>(max_seq, cached + fresh);
+      }
+    }
+    const int64_t t = next_token(logits.select(1, logits.size(1) - 1).select(0, 0), s, gen);
     seq.push_back(t);
     out.push_back(t);
     if (on_token) on_token(t);

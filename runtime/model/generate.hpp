@@ -1,6 +1,7 @@
 #pragma once
-// Autoregressive decoding with a model's layers (embedding ... lm_head):
-// `actorpipe generate`. Tokens are bytes; no gradients, no dropout.
+// Autoregressive decoding with a model's layers (embedding or
+// token_embedding ... lm_head): `actorpipe generate`, and the samples a
+// language model's training ends with. No gradients, no dropout.
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
@@ -30,8 +31,17 @@ int64_t next_token(const at::Tensor& logits, const sampling& s, at::Generator& g
 /// takes int64 tokens [1, T] and returns logits [1, T, V]; it runs on
 /// `device`. `on_token` sees each new token as it is drawn. Returns the new
 /// tokens.
+///
+/// With `kv_cache` (the default) the prompt runs once and each new token
+/// costs one position's work: the attention layers keep every position's
+/// keys and values (kv_cache in model.hpp). Past max_seq tokens the window
+/// slides: a model with learned positions (an embedding) runs the last
+/// max_seq tokens again from position 0, as the cache-less path does; a
+/// rotary one (a token_embedding) drops the oldest cached position, which
+/// sees the same relative positions. Without, every token runs the whole
+/// window again.
 std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector<int64_t>& prompt, int64_t count,
                                      int64_t max_seq, const sampling& s, const std::string& device = "cpu",
-                                     const std::function<void(int64_t)>& on_token = {});
+                                     const std::function<void(int64_t)>& on_token = {}, bool kv_cache = true);
 
 }  // namespace actorpipe

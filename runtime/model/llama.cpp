@@ -58,12 +58,12 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return out.reshape({b, t, h, d}).to(x.scalar_type());
 }
 
-at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start) {
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t t = q.size(-2), total = k.size(-2);
   auto att = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   if (t > 1) {
     const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
-    const at::Tensor rows = at::arange(start, start + t, opts).unsqueeze(1);
+    const at::Tensor rows = at::arange(total - t, total, opts).unsqueeze(1);
     const at::Tensor cols = at::arange(total, opts).unsqueeze(0);
     att = att.masked_fill(cols > rows, -std::numeric_limits<double>::infinity());
   }
@@ -94,7 +94,7 @@ at::Tensor block(const layer_spec& s, const at::Tensor& x, const block_io& io) {
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
-  const at::Tensor y = (io.cache ? cached_attention(q, k, v, io.start) : causal_attention(q, k, v, {}))
+  const at::Tensor y = (io.cache ? cached_attention(q, k, v) : causal_attention(q, k, v, {}))
                            .transpose(1, 2)
                            .reshape({b, t, s.heads * hd});
   const at::Tensor h = x + io.entered(at::linear(y, w(4)));

@@ -35,11 +35,10 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int64_t head_dim, int64_t start, i
 /// x [b, t, heads, hd]: each pair (x[2i], x[2i+1]) rotated by its angle.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-/// Causal attention of the queries of positions [start, start + t) to keys
-/// and values of positions [0, start + t) (a KV cache's and their own):
-/// position start + i sees keys 0 .. start + i. q [b, h, t, hd], k and v
-/// [b, h, start + t, hd].
-at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start);
+/// Causal attention of t queries, the last t positions, to n keys and values
+/// (a KV cache's and their own): query i sees keys 0 .. n - t + i.
+/// q [b, h, t, hd], k and v [b, h, n, hd].
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 /// What a block's forward reads and writes besides its input.
 struct block_io {

@@ -162,7 +162,7 @@ at::Tensor layer::transformer_forward(const at::Tensor& x, const forward_ctx& ct
     auto& [ck, cv] = cache->kv[index_];
     ck = ck.defined() ? at::cat({ck, k}, 2) : k;
     cv = cv.defined() ? at::cat({cv, v}, 2) : v;
-    attended = llama::cached_attention(q, ck, cv, start);
+    attended = llama::cached_attention(q, ck, cv);
   } else {
     attended = causal_attention(q, k, v, drop_probs);
   }
@@ -395,7 +395,8 @@ std::vector<layer> build_layers(const config& cfg) {
                          cfg.model.init_from + ": missing key '" + name + "'");
   if (m.tie_head >= 0 && !tied(m.tie_head).equal(tied(m.tie_embedding)))
     throw cfg.error_at("model.init_from",
-                       cfg.model.init_from + ": the tied '" + std::to_string(m.tie_embedding) + ".wte.weight' and '" +
+                       cfg.model.init_from + ": the tied '" + std::to_string(m.tie_embedding) + "." +
+                           layers[static_cast<size_t>(m.tie_embedding)].parameters().front().first + "' and '" +
                            std::to_string(m.tie_head) + ".weight' differ (max |a - b| = " +
                            std::to_string((tied(m.tie_head) - tied(m.tie_embedding)).abs().max().item<double>()) +
                            "); a tied model saves one tensor under both keys");

@@ -236,7 +236,9 @@ int64_t output_width(const std::vector<layer_spec>& layers, int index) {
     const layer_spec& l = layers.at(static_cast<size_t>(i));
     if (l.type == "linear") return l.out;
     if (l.type == "lm_head") return l.vocab;
-    if (l.type == "embedding" || l.type == "gpt_block" || l.type == "layernorm") return l.dim;
+    if (l.type == "embedding" || l.type == "gpt_block" || l.type == "layernorm" || l.type == "token_embedding" ||
+        l.type == "llama_block" || l.type == "rmsnorm")
+      return l.dim;
     if (l.type != "relu" && l.type != "gelu" && l.type != "tanh" && l.type != "dropout") return 0;
   }
   return 0;
@@ -245,7 +247,7 @@ int64_t output_width(const std::vector<layer_spec>& layers, int index) {
 int64_t largest_boundary_bytes(const config& cfg, const partition_t& parts) {
   const int64_t dp = std::max(1, cfg.parallel.dp), m = std::max(1, cfg.pipeline.microbatches);
   const int64_t rows = (cfg.train.batch_size + dp * m - 1) / (dp * m);
-  const int64_t seq = cfg.data.kind == "text" ? std::max<int64_t>(1, cfg.data.seq_len) : 1;
+  const int64_t seq = std::max<int64_t>(1, cfg.data.seq_len);  // text and tokens; 0 otherwise
   int64_t most = 0;  // the widest output that crosses: every part's but the last
   for (size_t k = 0; k + 1 < parts.size(); ++k) most = std::max(most, output_width(cfg.model.layers, parts[k].second));
   // The activation, and the targets (an int64 a row or token) that ride along with it.

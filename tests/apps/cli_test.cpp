@@ -164,8 +164,8 @@ TEST(CliKeys, EveryConfigKeyOrThoseUnderAPrefix) {
   auto none = actorpipe({"keys", "superviion"});
   EXPECT_EQ(none.code, 2) << describe(none);
   EXPECT_EQ(none.err,
-            "actorpipe: no config key starts with 'superviion' (the sections: model, data, train, parallel, pipeline, "
-            "compare, checkpoint, supervision, faults)\n");
+            "actorpipe: no config key starts with 'superviion' (the sections: model, data, train, eval, parallel, "
+            "pipeline, compare, checkpoint, supervision, faults)\n");
 }
 
 TEST(CliUsage, NoArgumentsExitsTwoWithUsageOnStderr) {

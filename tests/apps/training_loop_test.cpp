@@ -148,6 +148,7 @@ struct loop_case {
   std::string checkpoint_dir;  ///< checkpoint: {dir, every: 1} ("": none)
   double test_fraction = 0.1;
   std::string init;            ///< model.init_from ("": actorpipe's own)
+  std::string tail;            ///< more top-level YAML (supervision, faults)
 };
 
 std::string config_yaml(const loop_case& c, const std::string& text) {
@@ -179,6 +180,7 @@ std::string config_yaml(const loop_case& c, const std::string& text) {
         "  stages: 3\n"
         "  schedule: " << c.schedule << "\n"
         "  microbatches: 4\n";
+  os << c.tail;
   return os.str();
 }
 
@@ -861,6 +863,109 @@ TEST_F(TrainingLoop, TensorboardUnderARegularFileExitsTwoNamingThePath) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step should run\n" << describe(r);
   EXPECT_FALSE(fs::exists(save));
   EXPECT_TRUE(fs::is_regular_file(file));
+}
+
+// -- all of it under launch, through a heal --------------------------------------------
+
+// AdamW with a warmup and cosine decay, bfloat16 compute, an evaluation
+// every 2 updates and a TensorBoard file, over 3 processes, with stage 2's
+// process killed at step 3 and healed from its keeper's memory: the
+// weights end on the bytes of the same run without the fault (AdamW's
+// state travels and restores as Adam's); one process writes the event
+// file, and it holds every step and every evaluation, a re-run step's
+// point the last one written.
+TEST_F(TrainingLoop, AHealUnderLaunchWithEveryFeatureEndsOnTheFaultFreeBytes) {
+  loop_case c;
+  c.steps = 6;
+  c.eval = "{every: 2}";
+  c.mixed = "bfloat16";
+  c.tail =
+      "supervision: {max_restarts: 2, window_steps: 10, heartbeat_timeout_s: 2}\n"
+      "faults:\n"
+      "  inject:\n"
+      "    - {kind: kill_process, stage: 2, step: 3, after_op: B1}\n";
+  const std::string tb = (dir_ / "tb").string();
+  const run_out healed = train_run(c, "healed", {"--tensorboard", tb}, 3);
+  ASSERT_TRUE(healed.ok);
+  EXPECT_EQ(healed.results["supervision"]["restarts"].get<int>(), 1) << healed.results["supervision"].dump();
+  loop_case clean = c;
+  clean.tail.clear();
+  const run_out plain = train_run(clean, "clean");
+  ASSERT_TRUE(plain.ok);
+  expect_same_bytes(plain.save, healed.save, "healed under launch vs fault-free in one process");
+
+  const json& evals = healed.results["evals"];
+  ASSERT_EQ(evals.size(), 3u) << healed.results.dump(1);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(evals[i]["step"], plain.results["evals"][i]["step"]);
+    EXPECT_NEAR(evals[i]["loss"].get<double>(), plain.results["evals"][i]["loss"].get<double>(), 1e-9);
+  }
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(tb)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u) << "one process writes the event file";
+  const auto read = tfevents::read_event_file(files[0].string());
+  ASSERT_TRUE(read.ok());
+  std::map<int64_t, float> loss, val;  // the last point written for each step
+  for (const auto& e : read.events)
+    for (const auto& v : e.values) {
+      if (v.tag == "train/loss") loss[e.step] = v.simple_value;
+      if (v.tag == "val/loss") val[e.step] = v.simple_value;
+    }
+  ASSERT_EQ(loss.size(), 6u);
+  for (int64_t s = 0; s < 6; ++s)
+    EXPECT_TRUE(same_float(loss[s + 1], healed.results["steps"][s]["loss"].get<double>())) << "step " << s;
+  ASSERT_EQ(val.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(same_float(val[evals[i]["step"].get<int64_t>()], evals[i]["loss"].get<double>())) << evals[i];
+}
+
+// --report: the validation loss drawn beside the training loss.
+TEST_F(TrainingLoop, TheReportPlotsTheValidationLossBesideTheTrainingLoss) {
+  loop_case c;
+  c.steps = 4;
+  c.eval = "{every: 2}";
+  const std::string report = (dir_ / "report.html").string();
+  const run_out got = train_run(c, "report", {"--report", report});
+  ASSERT_TRUE(got.ok);
+  const std::string html = slurp_file(report);
+  EXPECT_NE(html.find("training and validation loss"), std::string::npos);
+  EXPECT_NE(html.find("<polyline class=\"train\""), std::string::npos);
+  EXPECT_NE(html.find("<polyline class=\"val\""), std::string::npos);
+  size_t markers = 0;
+  for (size_t at = html.find("<circle class=\"val\""); at != std::string::npos;
+       at = html.find("<circle class=\"val\"", at + 1))
+    ++markers;
+  EXPECT_EQ(markers, 2u) << "one marker per evaluation (after 2 and 4 updates)";
+}
+
+// configs/gpt_recipe.yaml, the recipe docs/TRAINING.md walks through, runs
+// (a few steps, its evaluation every 2 and its checkpoints redirected).
+TEST_F(TrainingLoop, TheShippedRecipeTrains) {
+  const std::string recipe = std::string(ACTORPIPE_SOURCE_DIR) + "/configs/gpt_recipe.yaml";
+  std::string yaml = slurp_file(recipe);
+  ASSERT_FALSE(yaml.empty()) << recipe;
+  // Its data and checkpoints relative to a copy here.
+  const std::string data = std::string(ACTORPIPE_SOURCE_DIR) + "/data/fortunes.txt";
+  if (!fs::exists(data)) GTEST_SKIP() << data << " is made by scripts/setup.sh";
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"../data/fortunes.txt", data},
+                                                         {"../checkpoints/gpt_recipe", (dir_ / "ck").string()},
+                                                         {"every: 250", "every: 2"},
+                                                         {"batches: 20", "batches: 2"}}) {
+    const auto at = yaml.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    yaml.replace(at, from.size(), to);
+  }
+  const std::string cfg = write(dir_ / "recipe.yaml", yaml);
+  const std::string results = (dir_ / "recipe.json").string();
+  auto r = run(ACTORPIPE_BIN, {"train", cfg, "--steps", "4", "--log-every", "2", "--samples", "0", "--results", results},
+               240);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("eval after 2/4  val loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  const json j = parse_json_file(results);
+  ASSERT_EQ(j["evals"].size(), 2u) << j.dump(1);
+  EXPECT_TRUE(fs::exists(dir_ / "ck" / "step_00000003.pt")) << "the last step's checkpoint";
 }
 
 }  // namespace

@@ -540,8 +540,13 @@ TEST(LoadDataset, ReadsSklearnDigits) {
 // [i T, (i + 1) T + 1), x its first T, y its last T; the tail is held out.
 config text_config(const std::string& path, int64_t seq_len, int64_t batch) {
   config cfg;
-  cfg.model.layers.push_back(layer_spec{"embedding", 0, 0, 0.0, 8, 256, 16, 0, 0, false, "model.layers[0]"});
-  cfg.model.layers.push_back(layer_spec{"lm_head", 0, 0, 0.0, 8, 256, 0, 0, 0, false, "model.layers[1]"});
+  layer_spec embedding{"embedding"}, head{"lm_head"};
+  embedding.dim = head.dim = 8;
+  embedding.vocab = head.vocab = 256;
+  embedding.max_seq = 16;
+  embedding.key = "model.layers[0]";
+  head.key = "model.layers[1]";
+  cfg.model.layers = {embedding, head};
   cfg.data.kind = "text";
   cfg.data.path = path;
   cfg.data.seq_len = seq_len;

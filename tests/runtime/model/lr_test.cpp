@@ -40,18 +40,29 @@ train_config train_for(const schedule_case& c) {
 // past the run too, where the decay ends.
 std::string hex(double v);
 
-std::vector<std::string> reference_rates(const schedule_case& c, int64_t decay) {
+// The reference's rates of every case for steps 0 .. steps + 5 (past the
+// run too, where the decay ends), as float.hex() strings, case by case: one
+// python3 start for all of them (importing torch takes seconds).
+std::vector<std::vector<std::string>> reference_rates(const std::vector<schedule_case>& cases,
+                                                      const std::vector<int64_t>& decays) {
   std::ostringstream code;
   code << "import sys; sys.path.insert(0, '" << ACTORPIPE_SOURCE_DIR << "/tests/reference')\n"
-       << "from llama_reference import lr_at\n"
-       << "lr, min_lr = float.fromhex('" << hex(c.lr) << "'), float.fromhex('" << hex(c.min_lr) << "')\n"
-       << "for s in range(" << c.steps + 5 << "): print(float(lr_at(s, lr, " << c.warmup << ", " << decay
-       << ", min_lr, '" << c.type << "')).hex())\n";
+       << "from llama_reference import lr_at\n";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    code << "lr, min_lr = float.fromhex('" << hex(c.lr) << "'), float.fromhex('" << hex(c.min_lr) << "')\n"
+         << "print(' '.join(float(lr_at(s, lr, " << c.warmup << ", " << decays[i] << ", min_lr, '" << c.type
+         << "')).hex() for s in range(" << c.steps + 5 << ")))\n";
+  }
   auto r = testing_util::run_child(python, {"-c", code.str()});
   EXPECT_EQ(r.code, 0) << r.err;
-  std::vector<std::string> out;
+  std::vector<std::vector<std::string>> out;
   std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) out.push_back(line);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    out.emplace_back();
+    for (std::string w; words >> w;) out.back().push_back(w);
+  }
   return out;
 }
 
@@ -72,12 +83,17 @@ TEST(LrAt, EveryScheduleTypeGivesTheReferencesRateBitForBit) {
       {"cosine", 5, -1, 40, 3e-4, 3e-5},   {"cosine", 0, 17, 40, 1e-3, 0.0},  {"cosine", 3, 10, 40, 6e-4, 6e-5},
       {"linear", 4, -1, 30, 2e-3, 1e-4},   {"linear", 0, 25, 30, 0.1, 0.0},   {"constant", 7, -1, 20, 5e-4, 0.0},
       {"cosine", 12, -1, 10, 1e-3, 0.0}};  // a warmup longer than the run
-  for (const auto& c : cases) {
+  std::vector<int64_t> decays;
+  for (const auto& c : cases) decays.push_back(decay_steps(train_for(c)));
+  const auto all = reference_rates(cases, decays);
+  ASSERT_EQ(all.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
     const auto t = train_for(c);
-    const int64_t decay = decay_steps(t);
+    const int64_t decay = decays[i];
     SCOPED_TRACE(c.type + " warmup " + std::to_string(c.warmup) + " decay " + std::to_string(decay));
     if (c.decay < 0) EXPECT_EQ(decay, std::max<int64_t>(0, c.steps - c.warmup)) << "the default decay";
-    const auto expected = reference_rates(c, decay);
+    const auto& expected = all[i];
     ASSERT_EQ(expected.size(), static_cast<size_t>(c.steps + 5));
     for (int64_t s = 0; s < c.steps + 5; ++s) {
       double want = 0;
