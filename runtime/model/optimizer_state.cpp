@@ -155,6 +155,20 @@ at::Tensor mul_into(at::Tensor out, const at::Tensor& t, double x) {
   return out;
 }
 
+// AdamW's last two ops on a block of float32, in one pass: out = from *
+// decay, then out + value * m / d, each op rounded to float as torch's
+// param.mul_(decay) and param.addcdiv_(m, d, value) round it (ATen's CPU
+// kernels compute these in float, left to right). No contraction into a
+// fused multiply-add, which would round once where torch rounds twice.
+__attribute__((optimize("fp-contract=off"))) void decayed_addcdiv(float* out, const float* from, const float* m,
+                                                                 const float* d, int64_t n, float decay, float value) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float decayed = from[i] * decay;
+    const float step = value * m[i];
+    out[i] = decayed + step / d[i];
+  }
+}
+
 // Adam's step after the bias corrections, block by block (step_aside):
 // per element, the ops and operands of the whole-tensor code below.
 // `decay` (AdamW's 1 - lr * weight_decay; 1: none) scales the parameter
@@ -181,7 +195,10 @@ void adam_blocked(torch::optim::AdamParamState& st, const at::Tensor& p, const a
     at::sqrt_out(db, vb);
     at::div_out(db, db, root);
     db.add_(eps);
-    if (decay != 1) {
+    if (decay != 1 && pb.scalar_type() == at::kFloat && db.is_contiguous()) {
+      decayed_addcdiv(pb.data_ptr<float>(), from.data_ptr<float>() + at, mb.data_ptr<float>(), db.data_ptr<float>(),
+                      len, static_cast<float>(decay), static_cast<float>(-step_size));
+    } else if (decay != 1) {
       mul_into(pb, from.narrow(0, at, len), decay);
       at::addcdiv_out(pb, pb, mb, db, -step_size);
     } else {

@@ -17,10 +17,15 @@ int64_t compute_parameters(const layer_spec& s) {
   if (s.type == "lm_head") return s.vocab * s.dim;
   if (s.type == "gpt_block")
     return 4 * s.dim + 4 * s.dim * s.dim + 4 * s.dim + 2 * s.dim * s.mlp_hidden + s.mlp_hidden + s.dim;
-  return 0;  // embedding (a lookup), activations, dropout
+  if (s.type == "rmsnorm") return s.dim;
+  if (s.type == "llama_block") {
+    const int64_t kv = (s.kv_heads > 0 ? s.kv_heads : s.heads) * (s.dim / s.heads);
+    return 2 * s.dim + 2 * s.dim * s.dim + 2 * s.dim * kv + 3 * s.dim * s.ffn_hidden;  // norms, wq wo, wk wv, SwiGLU
+  }
+  return 0;  // embedding, token_embedding (lookups), activations, dropout
 }
 
-bool attends(const layer_spec& s) { return s.type == "gpt_block"; }
+bool attends(const layer_spec& s) { return s.type == "gpt_block" || s.type == "llama_block"; }
 
 }  // namespace
 
