@@ -69,6 +69,19 @@ fetch_fortunes() {
   mv "$out.tmp" "$out"
 }
 
+# configs/llama_fortunes.yaml's tokenizer: a SentencePiece BPE model of the
+# fortunes (2048 pieces, about 3 s), trained once. The same input and
+# options give the same pieces every time.
+make_fortunes_tokenizer() {
+  local out="$ROOT/data/fortunes_spm"
+  if [ -s "$out.model" ]; then return; fi
+  spm_train --input="$ROOT/data/fortunes.txt" --model_prefix="$out.tmp" --vocab_size=2048 --model_type=bpe \
+            --character_coverage=1.0 --num_threads=1 >"$out.log" 2>&1 || { cat "$out.log" >&2; return 1; }
+  mv "$out.tmp.vocab" "$out.vocab"
+  mv "$out.tmp.model" "$out.model"
+}
+
 install_missing
 fetch_digits
 fetch_fortunes
+make_fortunes_tokenizer
