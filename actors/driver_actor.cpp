@@ -8,7 +8,7 @@
 #include <map>
 
 #include "actors/driver_logic.hpp"
-#include "actors/supervision.hpp"
+#include "actors/driver_state.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 #include "messages/payloads.hpp"
@@ -16,62 +16,14 @@
 #include "runtime/model/lr.hpp"
 #include "runtime/model/model.hpp"
 
-namespace actorpipe {
+namespace actorpipe::driver_detail {
 
-namespace {
-
-using clock_type = driver_clock;
-
-struct driver_state {
-  driver_setup setup;
-  caf::response_promise promise;
-  train_result result;
-  int64_t step = 0;
-  double lr = 0.0;
-  clock_type::time_point step_start;
-  int64_t pipeline_ns = 0;
-  std::vector<grads_report> reports;  // index: replica * S + rank
-  std::vector<uint64_t> checksums;
-  std::vector<std::string> nonfinite_updates;  // by stage index: what its update left non-finite
-  int reported = 0;
-  int applied = 0;
-  int64_t applying = -1;  // the step whose optimizer acks are awaited
-  bool overlapped = false;  // that step's successor already started
-  // Evaluations on their way, by the updates they follow: the answers'
-  // sums and how many batches are still out. `record`: one of the run's
-  // evals (eval.every); `final`: the run's held-out figures (the whole
-  // split), after which the run ends.
-  struct eval_run {
-    eval_result sum;
-    int pending = 0;
-    clock_type::time_point started;
-    bool record = false;
-    bool final = false;
-  };
-  std::map<int64_t, eval_run> evals;
-  int64_t evaluated = -1;  // the last update count an eval.every evaluation was sent for
-  bool trained = false;    // every step closed
-  bool final_sent = false, final_done = false;
-  bool finished = false;
-  // Async: reports per step as they come, and when the last step closed.
-  std::map<int64_t, std::vector<grads_report>> async_reports;
-  clock_type::time_point last_close;
-  watchdog_ledger watchdog;
-  std::string stop_reason;  // on_nonfinite: stop
-  int64_t round = 0;       // lock-step clock
-  int rounds_pending = 0;
-
-  static inline const char* name = "driver";
-};
-
-using driver_ptr = caf::stateful_actor<driver_state>*;
 
 int64_t since(const driver_state& s, clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t - s.setup.origin).count();
 }
 
-// The run's promise gets the result, or the error that ended the run.
-void finish(driver_ptr self, caf::error err = caf::error{}) {
+void finish(driver_ptr self, caf::error err) {
   auto& s = self->state;
   if (s.finished) return;
   s.finished = true;
@@ -137,10 +89,6 @@ void feed_async_step(driver_ptr self, int64_t t) {
                               mbs[i].x, mbs[i].y, nullptr});
 }
 
-void send_eval(driver_ptr self, int64_t after, bool record, bool final);
-void end_of_run(driver_ptr self);
-void after_eval(driver_ptr self, int64_t after);
-
 // Async: every stage has stepped its weights for step `t`.
 void on_async_report(driver_ptr self, grads_report& r) {
   auto& s = self->state;
@@ -168,88 +116,6 @@ void on_async_report(driver_ptr self, grads_report& r) {
   if (t + 1 == steps) {
     s.trained = true;
     end_of_run(self);
-  }
-}
-
-// The evaluation after `after` updates goes out (see driver_state::eval_run).
-void send_eval(driver_ptr self, int64_t after, bool record, bool final) {
-  auto& s = self->state;
-  const auto& cfg = s.setup.cfg;
-  if (record) s.evaluated = after;
-  if (final) s.final_sent = true;
-  auto msgs = takes_data(s) ? eval_batches(*s.setup.data, cfg.train.batch_size, final ? 0 : cfg.eval.batches, after)
-                            : std::vector<eval_msg>{};
-  if (msgs.empty()) {  // nothing held out: nothing to record
-    if (final) s.final_done = true;
-    after_eval(self, after);
-    return;
-  }
-  auto& run = s.evals[after];
-  run = driver_state::eval_run{};
-  run.pending = static_cast<int>(msgs.size());
-  run.started = clock_type::now();
-  run.record = record;
-  run.final = final;
-  for (auto& m : msgs) self->send(s.setup.stages.front(), eval_atom::value, std::move(m));
-}
-
-// Training is over (every step closed): the last evaluation (eval.every),
-// the held-out figures over the whole split, then the end, once no
-// evaluation is on its way. One pass serves both evaluations when
-// eval.batches takes the whole split.
-void end_of_run(driver_ptr self) {
-  auto& s = self->state;
-  const auto& cfg = s.setup.cfg;
-  const int64_t steps = s.setup.async ? cfg.train.steps : s.step;  // the updates done
-  if (eval_due(cfg.eval, steps, steps) && s.evaluated < steps && s.evals.count(steps) == 0) {
-    send_eval(self, steps, true, cfg.eval.batches == 0);
-    return;
-  }
-  if (!s.final_sent && s.evals.count(steps) == 0) {
-    send_eval(self, steps, false, true);
-    return;
-  }
-  if (s.final_done && s.evals.empty()) finish(self);
-}
-
-// Every answer of the evaluation after `after` updates is in.
-void on_evaluated(driver_ptr self, const eval_result& r) {
-  auto& s = self->state;
-  auto it = s.evals.find(r.after);
-  if (it == s.evals.end()) return;
-  auto& run = it->second;
-  run.sum.correct += r.correct;
-  run.sum.total += r.total;
-  run.sum.loss_sum += r.loss_sum;
-  if (--run.pending > 0) return;
-  const driver_state::eval_run done = std::move(run);
-  s.evals.erase(it);
-  if (done.record) {
-    const double seconds = std::chrono::duration<double>(clock_type::now() - done.started).count();
-    const eval_record rec = close_eval(done.sum, r.after, seconds);
-    record_eval(s.result.evals, rec);  // async evaluations may end out of order
-    if (s.setup.on_eval) s.setup.on_eval(rec);
-  }
-  if (done.final) {
-    const double n = static_cast<double>(std::max<int64_t>(1, done.sum.total));
-    s.result.test_accuracy = static_cast<double>(done.sum.correct) / n;
-    s.result.test_loss = done.sum.loss_sum / n;
-    s.final_done = true;
-  }
-  after_eval(self, r.after);
-}
-
-// What follows the evaluation after `after` updates: a synchronous run
-// waits for it and goes on with its next step; an async stream went on
-// meanwhile. After the last update, the end of the run.
-void after_eval(driver_ptr self, int64_t after) {
-  auto& s = self->state;
-  if (s.setup.async) {
-    if (s.trained) end_of_run(self);
-  } else if (after >= s.setup.cfg.train.steps || s.trained) {
-    end_of_run(self);
-  } else {
-    start_step(self);
   }
 }
 
@@ -356,24 +222,6 @@ void watch(driver_ptr self) {
             [=](caf::error&) {
               if (--*pending == 0) conclude();
             });
-}
-
-// At a step boundary (or a generation's start): the evaluation due after
-// the updates done so far, if not sent yet, then the next step; or, with
-// every step done, the end of the run.
-void begin_step_or_eval(driver_ptr self) {
-  auto& s = self->state;
-  const int64_t steps = s.setup.cfg.train.steps;
-  if (s.step >= steps) {
-    s.trained = true;
-    end_of_run(self);
-    return;
-  }
-  if (eval_due(s.setup.cfg.eval, s.step, steps) && s.evaluated < s.step) {
-    send_eval(self, s.step, true, false);
-    return;
-  }
-  start_step(self);
 }
 
 void advance(driver_ptr self) {
@@ -524,10 +372,12 @@ caf::behavior driver_behavior(driver_ptr self, driver_setup setup) {
   };
 }
 
-}  // namespace
+}  // namespace actorpipe::driver_detail
+
+namespace actorpipe {
 
 caf::actor spawn_driver(caf::actor_system& sys, driver_setup setup) {
-  return sys.spawn(driver_behavior, std::move(setup));
+  return sys.spawn(driver_detail::driver_behavior, std::move(setup));
 }
 
 }  // namespace actorpipe

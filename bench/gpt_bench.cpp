@@ -1,5 +1,7 @@
 // GPT throughput: a byte-level GPT (tests/reference/gpt_reference.py's
-// layers) as an S-stage pipeline on one device against the plain LibTorch
+// layers), or with --model llama a LLaMA (llama_reference.py's: GQA with
+// --kv-heads, SwiGLU of --ffn, a --vocab of random token ids), as an
+// S-stage pipeline on one device against the plain LibTorch
 // loop a user writes on that device (the same layers in one stack, the same
 // microbatches with gradient accumulation, and the whole batch at once),
 // Adam. Tokens per second, their ratio, model FLOPs utilization against a
@@ -8,11 +10,14 @@
 //
 // Model FLOPs per token: 6 x parameters (each counted once: the tied head is
 // the embedding's table) + the attention term 12 x blocks x T x dim (q k^T
-// and att v, forward and backward, the full T x T square).
+// and att v, forward and backward, the full T x T square). --peak-tflops
+// measure: the peak is what this device's float32 matmul reaches (a
+// 2048 x 2048 matmul on the cores LibTorch uses, best of 5).
 //
 //   build/gpt_bench [--device cpu|cuda:0] [--steps N] [--rounds R] [--blocks B]
 //                   [--dim D] [--heads H] [--seq T] [--batch N] [--stages S]
-//                   [--microbatches M] [--dtype T] [--schedules a,b] [--peak-tflops P]
+//                   [--microbatches M] [--dtype T] [--schedules a,b] [--peak-tflops P|measure]
+//                   [--model gpt|llama] [--kv-heads K] [--ffn F] [--vocab V] [--mixed]
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -44,20 +49,35 @@ using clock_type = std::chrono::steady_clock;
 
 struct shape {
   std::string device = "cpu";
-  int steps = 8, blocks = 4, stages = 4, microbatches = 8, heads = 4;
-  int64_t dim = 128, seq = 128, batch = 32;
+  int steps = 8, blocks = 4, stages = 4, microbatches = 8, heads = 4, kv_heads = 0;
+  int64_t dim = 128, seq = 128, batch = 32, ffn = 0, vocab = 256;
   std::string dtype = "float32";
+  std::string model = "gpt";
+  bool mixed = false;
   double peak_tflops = 989.0;
+  bool measure_peak = false;
 };
+
+bool llama(const shape& p) { return p.model == "llama"; }
 
 std::string model_yaml(const shape& p, const std::string& text, const std::string& schedule, int stages) {
   std::ostringstream y;
-  y << "model:\n  dtype: " << p.dtype << "\n  layers:\n"
-    << "    - {type: embedding, vocab: 256, dim: " << p.dim << ", max_seq: " << p.seq << "}\n"
-    << "    - {type: gpt_block, dim: " << p.dim << ", heads: " << p.heads << ", repeat: " << p.blocks << "}\n"
-    << "    - {type: layernorm, dim: " << p.dim << "}\n"
-    << "    - {type: lm_head, vocab: 256, dim: " << p.dim << ", tie: true}\n";
-  y << "data: {kind: text, path: " << text << ", seq_len: " << p.seq << ", test_fraction: 0}\n";
+  y << "model:\n  dtype: " << p.dtype << "\n" << (p.mixed ? "  mixed_precision: bfloat16\n" : "") << "  layers:\n";
+  if (llama(p)) {
+    y << "    - {type: token_embedding, vocab: " << p.vocab << ", dim: " << p.dim << "}\n"
+      << "    - {type: llama_block, dim: " << p.dim << ", heads: " << p.heads
+      << ", kv_heads: " << (p.kv_heads > 0 ? p.kv_heads : p.heads) << ", ffn_hidden: " << p.ffn
+      << ", repeat: " << p.blocks << "}\n"
+      << "    - {type: rmsnorm, dim: " << p.dim << "}\n"
+      << "    - {type: lm_head, vocab: " << p.vocab << ", dim: " << p.dim << ", tie: true}\n";
+    y << "data: {kind: tokens, path: " << text << ", seq_len: " << p.seq << ", test_fraction: 0}\n";
+  } else {
+    y << "    - {type: embedding, vocab: 256, dim: " << p.dim << ", max_seq: " << p.seq << "}\n"
+      << "    - {type: gpt_block, dim: " << p.dim << ", heads: " << p.heads << ", repeat: " << p.blocks << "}\n"
+      << "    - {type: layernorm, dim: " << p.dim << "}\n"
+      << "    - {type: lm_head, vocab: 256, dim: " << p.dim << ", tie: true}\n";
+    y << "data: {kind: text, path: " << text << ", seq_len: " << p.seq << ", test_fraction: 0}\n";
+  }
   y << "train: {steps: " << p.steps << ", batch_size: " << p.batch
     << ", optimizer: {type: adam, lr: 0.0001}, seed: 7}\n";
   y << "pipeline:\n  stages: " << stages << "\n  schedule: " << schedule << "\n  microbatches: " << p.microbatches
@@ -114,7 +134,7 @@ figures plain(const shape& p, const config& c, int microbatches, int warmup) {
   std::vector<at::Tensor> stack_params;  // as the layers hold them, head copy included
   for (const auto& l : model.layers())
     for (auto& [name, t] : l.parameters()) {
-      if (l.index() == c.model.tie_embedding && name == "wte.weight") table = t;
+      if (l.index() == c.model.tie_embedding && !table.defined()) table = t;  // wte.weight, or a token_embedding's
       stack_params.push_back(t);
       if (l.index() != head) params.push_back(t);
     }
@@ -131,11 +151,15 @@ figures plain(const shape& p, const config& c, int microbatches, int warmup) {
     auto b = batch_for_step(data, c, step);
     auto x = b.x.to(torch::Device(p.device)), y = b.y.to(torch::Device(p.device));
     auto xs = x.chunk(microbatches), ys = y.chunk(microbatches);
-    // The head's parameters are the table itself.
+    // The head's parameters are the table itself; mixed precision casts the
+    // weights once for the step, as a stage does.
     std::vector<at::Tensor> run = stack_params;
     if (head >= 0) run.back() = table;
+    if (p.mixed)
+      for (auto& t : run) t = t.to(at::kBFloat16);
     for (size_t i = 0; i < xs.size(); ++i) {
       auto logits = model.forward(xs[i], ctx, nullptr, &run);
+      if (p.mixed) logits = logits.to(at::kFloat);
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), ys[i].reshape({-1})) *
                   (static_cast<double>(xs[i].size(0)) / static_cast<double>(x.size(0)));
       loss.backward();
@@ -152,6 +176,23 @@ figures pipelined(const shape& p, const config& c, int warmup) {
   auto out = run_training(c);
   auto f = bench::figures(out.result, warmup);
   return {static_cast<double>(f.steps * c.train.batch_size * p.seq) / f.seconds, peak_gib(p)};
+}
+
+// What this device's float32 matmul reaches, in TFLOP/s: 2048 x 2048 x 2048
+// (2 n^3 FLOPs), best of 5 after a warm-up.
+double measured_peak_tflops(const shape& p) {
+  const int64_t n = 2048;
+  auto a = torch::randn({n, n}, torch::Device(p.device)), b = torch::randn({n, n}, torch::Device(p.device));
+  (void)torch::matmul(a, b);
+  sync(p);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = clock_type::now();
+    auto c = torch::matmul(a, b);
+    sync(p);
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(n * n * n) / best / 1e12;
 }
 
 double median(std::vector<double> v) {
@@ -179,12 +220,16 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: gpt_bench [--device cpu|cuda:0] [--steps N] [--rounds R] [--blocks B] [--dim D]\n"
           "                 [--heads H] [--seq T] [--batch N] [--stages S] [--microbatches M]\n"
-          "                 [--dtype float32|bfloat16|float16] [--schedules a,b] [--peak-tflops P]\n"
+          "                 [--dtype float32|bfloat16|float16] [--schedules a,b] [--peak-tflops P|measure]\n"
+          "                 [--model gpt|llama] [--kv-heads K] [--ffn F] [--vocab V] [--mixed 1]\n"
           "A byte-level GPT as an S-stage pipeline on one device against a plain LibTorch loop\n"
           "on it (the same microbatches, and the whole batch): tokens/s, their ratio, MFU\n"
           "against P TFLOPS, peak allocated memory on CUDA. Defaults: cpu, 8 steps (2 warm-up),\n"
           "3 rounds, 4 blocks of dim 128 (4 heads), T 128, batch 32 in 8 microbatches, 4 stages,\n"
-          "float32, schedules gpipe,1f1b,zb-h1, P 989 (an H100's dense bf16).\n");
+          "float32, schedules gpipe,1f1b,zb-h1, P 989 (an H100's dense bf16); measure: this device's\n"
+          "float32 matmul peak. llama: token_embedding, llama_block (K kv heads, SwiGLU F, default\n"
+          "8 dim / 3), rmsnorm, tied lm_head over random ids below V (default 2048); --mixed 1:\n"
+          "model.mixed_precision bfloat16 (the plain loop casts its weights once a step too).\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -204,7 +249,13 @@ int main(int argc, char** argv) {
     else if (a == "--microbatches") p.microbatches = std::atoi(v.c_str());
     else if (a == "--dtype") p.dtype = v;
     else if (a == "--schedules") schedules = split_list(v);
+    else if (a == "--peak-tflops" && v == "measure") p.measure_peak = true;
     else if (a == "--peak-tflops") p.peak_tflops = std::atof(v.c_str());
+    else if (a == "--model" && (v == "gpt" || v == "llama")) p.model = v;
+    else if (a == "--kv-heads") p.kv_heads = std::atoi(v.c_str());
+    else if (a == "--ffn") p.ffn = std::atoll(v.c_str());
+    else if (a == "--vocab") p.vocab = std::atoll(v.c_str());
+    else if (a == "--mixed") p.mixed = v == "1";
     else {
       std::fprintf(stderr, "gpt_bench: unknown option %s (see --help)\n", a.c_str());
       return 2;
@@ -220,14 +271,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (cuda(p)) (void)torch::zeros({1}, torch::Device(p.device));  // the allocator answers once CUDA is in use
-  // Random bytes: enough windows for every step (the speed does not depend on them).
-  const std::string text = "/tmp/actorpipe_gpt_bench_" + std::to_string(::getpid()) + ".txt";
+  if (llama(p) && p.ffn == 0) p.ffn = (8 * p.dim / 3 + 31) / 32 * 32;
+  if (!llama(p)) p.vocab = 256;
+  // Random bytes (GPT) or uint16 token ids (LLaMA): enough windows for every
+  // step (the speed does not depend on them).
+  const std::string text = "/tmp/actorpipe_gpt_bench_" + std::to_string(::getpid()) + (llama(p) ? ".bin" : ".txt");
   {
     std::mt19937 gen(7);
-    std::string bytes(static_cast<size_t>(p.batch * p.seq * (p.steps + 1) + 1), ' ');
-    for (auto& ch : bytes) ch = static_cast<char>(32 + gen() % 95);
+    const auto count = static_cast<size_t>(p.batch * p.seq * (p.steps + 1) + 1);
+    std::string bytes;
+    if (llama(p)) {
+      bytes.resize(2 * count);
+      for (size_t i = 0; i < count; ++i) {
+        const auto id = static_cast<uint16_t>(gen() % static_cast<uint32_t>(p.vocab));
+        bytes[2 * i] = static_cast<char>(id & 0xFF);
+        bytes[2 * i + 1] = static_cast<char>(id >> 8);
+      }
+    } else {
+      bytes.assign(count, ' ');
+      for (auto& ch : bytes) ch = static_cast<char>(32 + gen() % 95);
+    }
     std::ofstream(text, std::ios::binary) << bytes;
   }
+  if (p.measure_peak) p.peak_tflops = measured_peak_tflops(p);
   const int warmup = 2;
   load_env env;
   env.cuda_devices = static_cast<int>(torch::cuda::device_count());
@@ -243,14 +309,15 @@ int main(int argc, char** argv) {
   }
   int64_t params = 0;
   for (const auto& n : layer_parameter_counts(plain_cfg.model.layers)) params += n;
-  params -= 256 * p.dim;  // the tied head is the embedding's table
+  params -= p.vocab * p.dim;  // the tied head is the embedding's table
   const double flops_per_token =
       6.0 * static_cast<double>(params) + 12.0 * p.blocks * static_cast<double>(p.seq) * static_cast<double>(p.dim);
-  std::printf("device %s; GPT of %d blocks, dim %lld, %d heads, T %lld, %s: %.2f M parameters, %.3g FLOPs per "
-              "token; batch %lld sequences in %d microbatches; %d stages\n",
-              p.device.c_str(), p.blocks, static_cast<long long>(p.dim), p.heads, static_cast<long long>(p.seq),
-              p.dtype.c_str(), static_cast<double>(params) / 1e6, flops_per_token, static_cast<long long>(p.batch),
-              p.microbatches, p.stages);
+  std::printf("device %s; %s of %d blocks, dim %lld, %d heads, T %lld, %s%s: %.2f M parameters, %.3g FLOPs per "
+              "token; batch %lld sequences in %d microbatches; %d stages; peak %.3g TFLOPS%s\n",
+              p.device.c_str(), llama(p) ? "LLaMA" : "GPT", p.blocks, static_cast<long long>(p.dim), p.heads,
+              static_cast<long long>(p.seq), p.dtype.c_str(), p.mixed ? ", bf16 mixed" : "",
+              static_cast<double>(params) / 1e6, flops_per_token, static_cast<long long>(p.batch), p.microbatches,
+              p.stages, p.peak_tflops, p.measure_peak ? " (measured: a 2048^3 float32 matmul)" : "");
   std::fflush(stdout);
   std::vector<double> plain_mb, plain_full;
   std::map<std::string, std::vector<double>> pipe;

@@ -31,14 +31,6 @@ at::Tensor as_input(const std::vector<int64_t>& tokens, size_t from, const std::
       .to(torch::Device(device));
 }
 
-// Drops the oldest cached position of every layer.
-void drop_oldest(kv_cache& cache) {
-  for (auto& [index, kv] : cache.kv) {
-    kv.first = kv.first.slice(2, 1);
-    kv.second = kv.second.slice(2, 1);
-  }
-}
-
 }  // namespace
 
 std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector<int64_t>& prompt, int64_t count,
@@ -51,7 +43,6 @@ std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector
   std::vector<int64_t> seq = prompt, out;
   out.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
   const forward_ctx ctx{s.seed, 0, 0, /*training=*/false};
-  const bool learned_positions = !model.layers().empty() && model.layers().front().spec().type == "embedding";
   kv_cache cache;
   int64_t cached = 0;  // tokens of seq the cache holds (the last ones)
   for (int64_t i = 0; i < count; ++i) {
@@ -62,17 +53,17 @@ std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector
       logits = model.forward(as_input(seq, static_cast<size_t>(size - n), device), ctx, nullptr);
     } else {
       const int64_t fresh = size - (cache.length > 0 ? cached : 0);  // tokens not in the cache yet
-      const bool slides = cached + fresh > max_seq;
-      if (cache.length == 0 || (slides && learned_positions)) {
-        // The window from position 0: the prompt, or a slid window of learned positions.
+      if (cache.length == 0 || cached + fresh > max_seq) {
+        // The window from position 0: the prompt, or the window slid past
+        // its first token, whose keys and values every later layer's
+        // depend on (a dropped position cannot simply leave the cache).
         cache = kv_cache{};
         const int64_t n = std::min<int64_t>(max_seq, size);
         logits = model.forward_cached(as_input(seq, static_cast<size_t>(size - n), device), cache);
         cached = n;
       } else {
-        if (slides) drop_oldest(cache);
         logits = model.forward_cached(as_input(seq, static_cast<size_t>(size - fresh), device), cache);
-        cached = std::min<int64_t>(max_seq, cached + fresh);
+        cached += fresh;
       }
     }
     const int64_t t = next_token(logits.select(1, logits.size(1) - 1).select(0, 0), s, gen);

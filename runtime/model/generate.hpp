@@ -34,12 +34,11 @@ int64_t next_token(const at::Tensor& logits, const sampling& s, at::Generator& g
 ///
 /// With `kv_cache` (the default) the prompt runs once and each new token
 /// costs one position's work: the attention layers keep every position's
-/// keys and values (kv_cache in model.hpp). Past max_seq tokens the window
-/// slides: a model with learned positions (an embedding) runs the last
-/// max_seq tokens again from position 0, as the cache-less path does; a
-/// rotary one (a token_embedding) drops the oldest cached position, which
-/// sees the same relative positions. Without, every token runs the whole
-/// window again.
+/// keys and values (kv_cache in model.hpp). Once the window holds max_seq
+/// tokens it slides, and each token runs the last max_seq again from
+/// position 0, as the cache-less path does: a deeper layer's keys depend
+/// on every position before, so a dropped one cannot just leave the
+/// cache. Without, every token runs the whole window again.
 std::vector<int64_t> generate_tokens(const layer_stack& model, const std::vector<int64_t>& prompt, int64_t count,
                                      int64_t max_seq, const sampling& s, const std::string& device = "cpu",
                                      const std::function<void(int64_t)>& on_token = {}, bool kv_cache = true);

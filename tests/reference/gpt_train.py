@@ -247,7 +247,8 @@ TOKEN_DTYPES = {"uint16": 2, "uint32": 4}
 
 def sentencepiece_windows(path, model_path, seq_len):
     """data: {kind: text, tokenizer: M}: the file's UTF-8 text encoded by the
-    SentencePiece model M (no BOS/EOS), windows laid out as token_windows."""
+    SentencePiece model M line by line, as spm_encode does (each line's ids,
+    no BOS/EOS, no token for a line break), windows laid out as token_windows."""
     try:
         import sentencepiece  # noqa: PLC0415 - optional
     except ImportError as e:
@@ -256,7 +257,7 @@ def sentencepiece_windows(path, model_path, seq_len):
     try:
         sp = sentencepiece.SentencePieceProcessor(model_file=model_path)
         with open(path, encoding="utf-8") as f:
-            ids = sp.encode(f.read())
+            ids = [i for line in f.read().split("\n") for i in sp.encode(line)]
     except (OSError, RuntimeError, UnicodeDecodeError) as e:
         raise Refused(f"data.tokenizer {model_path}: {e}") from e
     raw = torch.tensor(ids, dtype=torch.long)
