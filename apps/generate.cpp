@@ -163,23 +163,32 @@ int cmd_generate(int argc, char** argv) {
     prompt.erase(prompt.begin(), prompt.end() - max_seq);
   }
 
-  // The text so far, as decoded: each new token prints what it adds (a
-  // SentencePiece piece decodes differently alone than after others).
+  // Each new token prints what it adds to the text: the decoding of the
+  // last few tokens with it, past their decoding without it (a
+  // SentencePiece piece decodes differently alone than after others; a
+  // character of several byte pieces needs them all). A window, not the
+  // whole text: decoding everything again for every token costs more than
+  // the model's step once the text is long.
   std::vector<int64_t> all = prompt;
-  std::string shown = tok ? tok->decode(all) : std::string(all.begin(), all.end());
-  std::fwrite(shown.data(), 1, shown.size(), stdout);
+  const std::string start = tok ? tok->decode(all) : std::string(all.begin(), all.end());
+  std::fwrite(start.data(), 1, start.size(), stdout);
   std::fflush(stdout);
   generate_tokens(
       model, prompt, tokens, max_seq, s, device,
       [&](int64_t t) {
-        all.push_back(t);
-        std::string now = tok ? tok->decode(all) : std::string(1, static_cast<char>(static_cast<unsigned char>(t)));
+        std::string added(1, static_cast<char>(static_cast<unsigned char>(t)));
         if (tok) {
-          const std::string added = now.compare(0, shown.size(), shown) == 0 ? now.substr(shown.size()) : now;
-          shown = std::move(now);
-          now = added;
+          const size_t from = all.size() > 16 ? all.size() - 16 : 0;
+          std::vector<int64_t> tail(all.begin() + static_cast<std::ptrdiff_t>(from), all.end());
+          const std::string before = tok->decode(tail);
+          tail.push_back(t);
+          const std::string after = tok->decode(tail);
+          size_t same = 0;
+          while (same < before.size() && same < after.size() && before[same] == after[same]) ++same;
+          added = after.substr(same);
         }
-        std::fwrite(now.data(), 1, now.size(), stdout);
+        all.push_back(t);
+        std::fwrite(added.data(), 1, added.size(), stdout);
         std::fflush(stdout);
       },
       !a.has("--no-cache"));
