@@ -848,5 +848,31 @@ TEST_F(Llama, BadConfigsExitTwoNamingTheKey) {
                  "model.layers[3].vocab");
 }
 
+// configs/llama_fortunes.yaml, the app docs/TRANSFORMERS.md walks through,
+// trains (a few steps, its tokenizer scripts/setup.sh's), evaluates, and
+// generates text through its tokenizer.
+TEST_F(Llama, TheShippedFortunesAppTrainsAndGenerates) {
+  const std::string data = std::string(ACTORPIPE_SOURCE_DIR) + "/data/";
+  if (!fs::exists(data + "fortunes.txt") || !fs::exists(data + "fortunes_spm.model"))
+    GTEST_SKIP() << data << "fortunes.txt and fortunes_spm.model are made by scripts/setup.sh";
+  std::string yaml = slurp_file(std::string(ACTORPIPE_SOURCE_DIR) + "/configs/llama_fortunes.yaml");
+  ASSERT_FALSE(yaml.empty());
+  for (size_t at = yaml.find("../data/"); at != std::string::npos; at = yaml.find("../data/", at))
+    yaml.replace(at, 8, data);
+  const auto every = yaml.find("every: 250");
+  ASSERT_NE(every, std::string::npos);
+  yaml.replace(every, 10, "every: 2");
+  const run_out got = train_yaml(yaml, "llama_fortunes", {"--steps", "3"});
+  ASSERT_TRUE(got.ok);
+  ASSERT_EQ(got.results["evals"].size(), 2u) << got.results.dump(1);
+  EXPECT_LT(got.results["evals"][1]["loss"].get<double>(), 7.7) << "ln 2048 = 7.62 untrained";
+  const std::string prompt = "A programmer is";
+  auto g = run(ACTORPIPE_BIN, {"generate", (dir_ / "llama_fortunes.yaml").string(), "--load", got.save, "--prompt",
+                               prompt, "--tokens", "12", "--seed", "7"}, 60);
+  ASSERT_EQ(g.code, 0) << describe(g);
+  EXPECT_EQ(g.out.rfind(prompt, 0), 0u) << describe(g);
+  EXPECT_GT(g.out.size(), prompt.size() + 2) << describe(g);
+}
+
 }  // namespace
 }  // namespace actorpipe
