@@ -8,7 +8,6 @@
 // masks are its own) but with each other: bitwise. An init_from whose two
 // tied copies differ is refused with exit 2.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/apps/child_process.hpp"
+#include "tests/apps/reference_runs.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -27,64 +26,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing_util::child_result;
-using testing_util::write;
-
-const std::string python = "/usr/bin/python3";
-const std::string reference_dir = std::string(ACTORPIPE_SOURCE_DIR) + "/tests/reference";
-const std::string gpt_train = reference_dir + "/gpt_train.py";
-const std::string compare = reference_dir + "/compare_state_dicts.py";
-
-child_result run(const std::string& program, const std::vector<std::string>& args, double timeout_s = 180) {
-  testing_util::child_limits limits;
-  limits.timeout_s = timeout_s;
-  return testing_util::run_child(program, args, limits);
-}
-
+using testing_util::compare_state_dicts;
 using testing_util::describe;
-
-/// A few KB of English-like text, the same bytes on every run: words drawn
-/// by a fixed LCG, sentences capitalised and punctuated, lines wrapped.
-std::string make_text(size_t bytes) {
-  static const char* const words[] = {
-      "the",    "a",      "of",     "and",   "to",     "in",     "is",     "it",    "that",   "was",
-      "for",    "on",     "with",   "as",    "his",    "they",   "at",     "be",    "this",   "from",
-      "river",  "stone",  "garden", "light", "winter", "morning", "letter", "window", "silver", "market",
-      "quietly", "never", "always", "slowly", "bright", "ancient", "small",  "green", "heavy",  "open",
-      "walked", "found",  "said",   "held",  "watched", "carried", "forgot", "sang",  "built",  "wondered",
-      "fortune", "favors", "the bold", "patience", "time", "friend", "road",  "home",  "sea",    "fire"};
-  const size_t n_words = sizeof(words) / sizeof(words[0]);
-  uint64_t state = 0x9e3779b97f4a7c15ULL;
-  auto next = [&state](uint64_t m) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (state >> 33) % m;
-  };
-  std::string text, line;
-  bool sentence_start = true;
-  while (text.size() < bytes) {
-    std::string w = words[next(n_words)];
-    if (sentence_start) w[0] = static_cast<char>(w[0] - 'a' + 'A');
-    sentence_start = false;
-    const uint64_t p = next(20);
-    if (p == 0) {
-      w += ".";
-      sentence_start = true;
-    } else if (p == 1) {
-      w += ",";
-    } else if (p == 2) {
-      w += "?";
-      sentence_start = true;
-    } else if (p == 3) {
-      w += std::to_string(next(100));
-    }
-    if (line.size() + 1 + w.size() > 64) {
-      text += line + "\n";
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + w;
-  }
-  return text + line + "\n";
-}
+using testing_util::gpt_train;
+using testing_util::make_text;
+using testing_util::python;
+using testing_util::run;
+using testing_util::write;
 
 struct gpt_case {
   std::string schedule = "1f1b";
@@ -134,62 +82,35 @@ std::string config_yaml(const gpt_case& c, const std::string& text, const std::s
   return os.str();
 }
 
-bool python_has_torch() {
-  if (access(python.c_str(), X_OK) != 0) return false;
-  return run(python, {"-c", "import torch, yaml"}).code == 0;
-}
-
-class GptReference : public ::testing::Test {
+class GptReference : public testing_util::reference_fixture {
 protected:
   /// Shared by every test: the text, the two initial weights (tied and
   /// not), and the reference's trained weights per (tie, dp).
-  static fs::path shared_;
   static std::string text_;
-  static std::map<std::string, std::string> inits_, trained_, trained_log_;
-  static bool have_torch_;
+  static std::map<std::string, std::string> trained_, trained_log_;
 
   static void SetUpTestSuite() {
-    have_torch_ = python_has_torch();
-    shared_ = fs::path(::testing::TempDir()) / ("actorpipe_gpt_reference_test_" + std::to_string(getpid()));
-    fs::remove_all(shared_);
-    fs::create_directories(shared_);
+    make_shared_dir("actorpipe_gpt_reference_test");
     text_ = write(shared_ / "text.txt", make_text(4096));
   }
 
   static void TearDownTestSuite() {
-    // After a failure the reference's files stay too (the messages name them).
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) fs::remove_all(shared_, ec);
-    inits_.clear();
+    remove_shared_dir();
     trained_.clear();
     trained_log_.clear();
   }
 
   void SetUp() override {
-    if (!have_torch_) GTEST_SKIP() << python << " cannot import torch and yaml; no reference to compare with";
-    dir_ = testing_util::test_dir("actorpipe_gpt_reference_test");
-  }
-
-  void TearDown() override {
-    // A failing test's files stay for a look; the others go.
-    if (!HasFailure() && !dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
+    NEED_TORCH();
+    reference_fixture::SetUp();
   }
 
   /// The reference's initial weights for tie / no tie (written once).
   static std::string init_for(bool tie) {
     const std::string key = tie ? "tied" : "untied";
-    if (auto it = inits_.find(key); it != inits_.end()) return it->second;
     gpt_case c;
     c.tie = tie;
-    const std::string init = (shared_ / ("init_" + key + ".pt")).string();
-    const std::string cfg = write(shared_ / ("init_" + key + ".yaml"), config_yaml(c, text_, init));
-    auto r = run(python, {gpt_train, cfg, "--write-init", init, "--seed", "1234"});
-    EXPECT_EQ(r.code, 0) << describe(r);
-    if (r.code != 0) return "";
-    return inits_[key] = init;
+    return reference_init(key, config_yaml(c, text_, init_path(key)));
   }
 
   /// The reference's weights after training (once per tie and dp; the
@@ -227,7 +148,7 @@ protected:
     ASSERT_FALSE(cases.empty());
     const std::string ref = reference_for(cases.front().first);
     ASSERT_FALSE(ref.empty());
-    std::vector<std::string> args = {compare, ref};
+    std::vector<std::string> args = {compare_state_dicts, ref};
     for (const auto& [c, name] : cases) {
       const std::string got = train(c, init_for(c.tie), name);
       if (!got.empty()) args.push_back(got);
@@ -241,14 +162,10 @@ protected:
     for (std::string l; std::getline(out, l);)
       if (l.rfind("== ", 0) == 0 || l.rfind("overall", 0) == 0) std::cout << "  " << l << "\n";
   }
-
-  fs::path dir_;
 };
 
-fs::path GptReference::shared_;
 std::string GptReference::text_;
-std::map<std::string, std::string> GptReference::inits_, GptReference::trained_, GptReference::trained_log_;
-bool GptReference::have_torch_ = false;
+std::map<std::string, std::string> GptReference::trained_, GptReference::trained_log_;
 
 // ctest runs every TEST_F in a process of its own, so the static caches
 // hold only within one test: the cases that share a reference (and its
@@ -289,7 +206,7 @@ TEST_F(GptReference, EverySynchronousScheduleAndStageCountMatchesTheReference) {
     const std::string again = (dir_ / "again.pt").string();
     auto r = run(python, {gpt_train, cfg, "--out", again, "--quiet"});
     ASSERT_EQ(r.code, 0) << describe(r);
-    auto same = run(python, {compare, ref, again, "--exact"});
+    auto same = run(python, {compare_state_dicts, ref, again, "--exact"});
     EXPECT_EQ(same.code, 0) << describe(same);
   }
   expect_match_reference({
@@ -340,7 +257,7 @@ TEST_F(GptReference, WithDropoutEverySynchronousScheduleSavesTheSameBits) {
   std::vector<std::string> saved;
   for (const auto& c : cases) saved.push_back(train(c, init, "dropout_" + testing_util::param_name(c.schedule)));
   ASSERT_FALSE(saved.front().empty());
-  std::vector<std::string> args = {compare};
+  std::vector<std::string> args = {compare_state_dicts};
   for (const auto& f : saved)
     if (!f.empty()) args.push_back(f);
   ASSERT_EQ(args.size(), cases.size() + 1) << "a run failed (above)";
@@ -350,7 +267,7 @@ TEST_F(GptReference, WithDropoutEverySynchronousScheduleSavesTheSameBits) {
   // Dropout is in play: far (beyond 2e-5) from the same run without it.
   const std::string without = train(gpt_case{"gpipe", 2}, init, "no_dropout_gpipe");
   ASSERT_FALSE(without.empty());
-  auto dropped = run(python, {compare, saved.front(), without, "--tol", "2e-5"});
+  auto dropped = run(python, {compare_state_dicts, saved.front(), without, "--tol", "2e-5"});
   EXPECT_EQ(dropped.code, 1) << "dropout 0.1 ended within 2e-5 of dropout 0:\n" << describe(dropped);
 }
 

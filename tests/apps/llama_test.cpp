@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/apps/child_process.hpp"
+#include "tests/apps/reference_runs.hpp"
 #include "tests/test_util.hpp"
 
 namespace actorpipe {
@@ -50,28 +50,22 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-using testing_util::child_result;
 using testing_util::describe;
+using testing_util::gpt_train;
+using testing_util::kFloat32Tolerance;
+using testing_util::parse_json_file;
+using testing_util::python;
+using testing_util::reference_dir;
+using testing_util::regex_escape;
+using testing_util::run;
+using testing_util::run_out;
 using testing_util::slurp_file;
 using testing_util::write;
 
-const std::string python = "/usr/bin/python3";
-const std::string reference_dir = std::string(ACTORPIPE_SOURCE_DIR) + "/tests/reference";
-const std::string gpt_train = reference_dir + "/gpt_train.py";
-const std::string compare = reference_dir + "/compare_state_dicts.py";
 const std::string fortunes = std::string(ACTORPIPE_SOURCE_DIR) + "/data/fortunes.txt";
-
-/// actorpipe against the reference in float32: every key within this.
-constexpr double kFloat32Tolerance = 1e-5;
 
 constexpr int kVocab = 64;
 constexpr int kTokens = 8192;
-
-child_result run(const std::string& program, const std::vector<std::string>& args, double timeout_s = 180) {
-  testing_util::child_limits limits;
-  limits.timeout_s = timeout_s;  // past it the child is killed and the test fails
-  return testing_util::run_child(program, args, limits);
-}
 
 /// A learnable token stream over kVocab ids, the same on every run: a
 /// Markov chain whose next id is (5 prev + 3) mod 64 three times in four,
@@ -209,23 +203,6 @@ double expected_cosine_lr(int64_t step, double lr, int64_t warmup, int64_t decay
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * r));
 }
 
-std::string regex_escape(const std::string& s) {
-  static const std::string special = R"(\^$.|?*+()[]{})";
-  std::string out;
-  for (char ch : s) {
-    if (special.find(ch) != std::string::npos) out += '\\';
-    out += ch;
-  }
-  return out;
-}
-
-json parse_json_file(const std::string& path) {
-  const std::string text = slurp_file(path);
-  json j = json::parse(text, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << path << " is no JSON:\n" << text;
-  return j.is_discarded() ? json() : j;
-}
-
 /// `text` with its one `from` replaced by `to` (a failure when absent).
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
   const auto at = text.find(from);
@@ -242,68 +219,32 @@ std::vector<uint32_t> parse_ids(const std::string& out) {
   return ids;
 }
 
-/// One actorpipe run: its --save and --results, parsed.
-struct run_out {
-  bool ok = false;
-  std::string save, results_path;
-  json results;
-  child_result r;
-};
-
-class Llama : public ::testing::Test {
+class Llama : public testing_util::reference_fixture {
 protected:
-  static fs::path shared_;
   static std::vector<uint32_t> ids_;
   static std::string tokens16_;  ///< ids_ as a flat uint16 file
-  /// The reference's initial weights by "tied" / "untied"; its trained
-  /// weights by the config text it ran.
-  static std::map<std::string, std::string> inits_, references_;
+  /// The reference's trained weights by the config text it ran (its
+  /// initial weights: reference_init's, by "tied" / "untied").
+  static std::map<std::string, std::string> references_;
 
   static void SetUpTestSuite() {
-    shared_ = fs::path(::testing::TempDir()) / ("actorpipe_llama_test_" + std::to_string(getpid()));
-    fs::remove_all(shared_);
-    fs::create_directories(shared_);
+    make_shared_dir("actorpipe_llama_test");
     ids_ = make_ids(kTokens);
     tokens16_ = write(shared_ / "tokens_u16.bin", pack(ids_, 2));
   }
 
   static void TearDownTestSuite() {
-    // After a failure the reference's files stay too (the messages name them).
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) fs::remove_all(shared_, ec);
-    inits_.clear();
+    remove_shared_dir();
     references_.clear();
-  }
-
-  void SetUp() override { dir_ = testing_util::test_dir("actorpipe_llama_test"); }
-
-  void TearDown() override {
-    // A failing test's files stay for a look; the others go.
-    if (!HasFailure() && !dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
-
-  static bool have_torch() {
-    static const int has = access(python.c_str(), X_OK) == 0 && run(python, {"-c", "import torch, yaml"}).code == 0;
-    return has != 0;
   }
 
   static std::string yaml(const llama_case& c) { return llama_yaml(c, tokens_data(tokens16_)); }
 
   /// The reference's initial weights for a tied or an untied head (written once).
   static std::string init_for(bool tie) {
-    const std::string key = tie ? "tied" : "untied";
-    if (auto it = inits_.find(key); it != inits_.end()) return it->second;
     llama_case c;
     c.tie = tie;
-    const std::string init = (shared_ / ("init_" + key + ".pt")).string();
-    const std::string cfg = write(shared_ / ("init_" + key + ".yaml"), yaml(c));
-    auto r = run(python, {gpt_train, cfg, "--write-init", init, "--seed", "1234"});
-    EXPECT_EQ(r.code, 0) << describe(r);
-    if (r.code != 0) return "";
-    return inits_[key] = init;
+    return reference_init(tie ? "tied" : "untied", yaml(c));
   }
 
   static llama_case from_init(llama_case c) {
@@ -328,53 +269,10 @@ protected:
     return references_[text] = out;
   }
 
-  /// actorpipe train (or, with nprocs > 1, launch --nprocs) on `yaml_text`,
-  /// with --save and --results; `extra` more flags.
-  run_out train_yaml(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& extra = {},
-                     int nprocs = 1) {
-    run_out o;
-    const std::string cfg = write(dir_ / (name + ".yaml"), yaml_text);
-    o.save = (dir_ / (name + ".pt")).string();
-    o.results_path = (dir_ / (name + ".json")).string();
-    std::vector<std::string> args;
-    if (nprocs > 1)
-      args = {"launch", "--nprocs", std::to_string(nprocs), cfg};
-    else
-      args = {"train", cfg};
-    args.insert(args.end(), {"--quiet", "--samples", "0", "--save", o.save, "--results", o.results_path});
-    args.insert(args.end(), extra.begin(), extra.end());
-    o.r = run(ACTORPIPE_BIN, args, 240);
-    EXPECT_EQ(o.r.code, 0) << name << ": " << describe(o.r);
-    std::cout << "  " << name << ": " << o.r.wall_s << " s\n";
-    if (o.r.code != 0 || !fs::exists(o.save) || !fs::exists(o.results_path)) return o;
-    o.results = parse_json_file(o.results_path);
-    o.ok = o.results.is_object();
-    return o;
-  }
-
+  /// train_yaml on `c`'s config.
   run_out train_run(const llama_case& c, const std::string& name, const std::vector<std::string>& extra = {},
                     int nprocs = 1) {
     return train_yaml(yaml(c), name, extra, nprocs);
-  }
-
-  /// Every key of `got` within `tol` of `want` (compare_state_dicts.py).
-  void expect_close(const std::string& want, const std::string& got, double tol, const std::string& what) {
-    char t[32];
-    std::snprintf(t, sizeof t, "%g", tol);
-    auto r = run(python, {compare, want, got, "--tol", t});
-    EXPECT_EQ(r.code, 0) << what << " (" << want << " vs " << got << "):\n" << describe(r);
-    std::istringstream out(r.out);
-    for (std::string l; std::getline(out, l);)
-      if (l.rfind("overall", 0) == 0) std::cout << "  " << what << ": " << l << "\n";
-  }
-
-  /// The same bytes on disk; else the keys that differ, for the message.
-  void expect_same_bytes(const std::string& want, const std::string& got, const std::string& what) {
-    const std::string a = slurp_file(want), b = slurp_file(got);
-    ASSERT_FALSE(a.empty()) << want;
-    if (a == b) return;
-    auto r = run(python, {compare, want, got, "--exact"});
-    ADD_FAILURE() << what << ": " << got << " is not the bytes of " << want << "\n" << describe(r);
   }
 
   /// `train CONFIG` exits 2 before any step, with one line on stderr:
@@ -396,18 +294,11 @@ protected:
     EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step should run\n" << describe(r);
     EXPECT_FALSE(fs::exists(save));
   }
-
-  fs::path dir_;
 };
 
-fs::path Llama::shared_;
 std::vector<uint32_t> Llama::ids_;
 std::string Llama::tokens16_;
-std::map<std::string, std::string> Llama::inits_;
 std::map<std::string, std::string> Llama::references_;
-
-#define NEED_TORCH() \
-  if (!have_torch()) GTEST_SKIP() << python << " cannot import torch and yaml; no reference to compare with"
 
 // -- training against the reference, under every layout ---------------------------------
 

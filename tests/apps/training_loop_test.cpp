@@ -27,7 +27,6 @@
 // one test, so the cases that share a reference share a test.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -42,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/apps/child_process.hpp"
+#include "tests/apps/reference_runs.hpp"
 #include "tests/cpu_only.hpp"
 #include "tests/runtime/observe/tfevents_reader.hpp"
 #include "tests/test_util.hpp"
@@ -53,18 +52,17 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-using testing_util::child_result;
 using testing_util::describe;
+using testing_util::gpt_train;
+using testing_util::kFloat32Tolerance;
+using testing_util::make_text;
+using testing_util::parse_json_file;
+using testing_util::python;
+using testing_util::regex_escape;
+using testing_util::run;
+using testing_util::run_out;
 using testing_util::slurp_file;
 using testing_util::write;
-
-const std::string python = "/usr/bin/python3";
-const std::string reference_dir = std::string(ACTORPIPE_SOURCE_DIR) + "/tests/reference";
-const std::string gpt_train = reference_dir + "/gpt_train.py";
-const std::string compare = reference_dir + "/compare_state_dicts.py";
-
-/// actorpipe against the reference in float32: every key within this.
-constexpr double kFloat32Tolerance = 1e-5;
 
 /// actorpipe's bfloat16 mixed-precision training against the reference's
 /// (6 steps of kAdamw and kCosine, 3 stages). Both cast the same float32
@@ -76,56 +74,6 @@ constexpr double kFloat32Tolerance = 1e-5;
 /// a float32 accumulation reordered somewhere (a hundred times the float32
 /// cases' gap) while staying 670 times below what bfloat16 itself moves.
 constexpr double kMixedTolerance = 1e-6;
-
-child_result run(const std::string& program, const std::vector<std::string>& args, double timeout_s = 180) {
-  testing_util::child_limits limits;
-  limits.timeout_s = timeout_s;  // past it the child is killed and the test fails
-  return testing_util::run_child(program, args, limits);
-}
-
-/// A few KB of English-like text, the same bytes on every run: words drawn
-/// by a fixed LCG, sentences capitalised and punctuated, lines wrapped.
-/// (As tests/apps/gpt_reference_test.cpp.)
-std::string make_text(size_t bytes) {
-  static const char* const words[] = {
-      "the",    "a",      "of",     "and",   "to",     "in",     "is",     "it",    "that",   "was",
-      "for",    "on",     "with",   "as",    "his",    "they",   "at",     "be",    "this",   "from",
-      "river",  "stone",  "garden", "light", "winter", "morning", "letter", "window", "silver", "market",
-      "quietly", "never", "always", "slowly", "bright", "ancient", "small",  "green", "heavy",  "open",
-      "walked", "found",  "said",   "held",  "watched", "carried", "forgot", "sang",  "built",  "wondered",
-      "fortune", "favors", "the bold", "patience", "time", "friend", "road",  "home",  "sea",    "fire"};
-  const size_t n_words = sizeof(words) / sizeof(words[0]);
-  uint64_t state = 0x9e3779b97f4a7c15ULL;
-  auto next = [&state](uint64_t m) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (state >> 33) % m;
-  };
-  std::string text, line;
-  bool sentence_start = true;
-  while (text.size() < bytes) {
-    std::string w = words[next(n_words)];
-    if (sentence_start) w[0] = static_cast<char>(w[0] - 'a' + 'A');
-    sentence_start = false;
-    const uint64_t p = next(20);
-    if (p == 0) {
-      w += ".";
-      sentence_start = true;
-    } else if (p == 1) {
-      w += ",";
-    } else if (p == 2) {
-      w += "?";
-      sentence_start = true;
-    } else if (p == 3) {
-      w += std::to_string(next(100));
-    }
-    if (line.size() + 1 + w.size() > 64) {
-      text += line + "\n";
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + w;
-  }
-  return text + line + "\n";
-}
 
 // AdamW with every setting off its default and a weight decay large enough
 // to matter (lr x weight_decay = 1e-4 a step, ten times the tolerance).
@@ -210,70 +158,21 @@ bool close(double got, double want, double tol) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
-std::string regex_escape(const std::string& s) {
-  static const std::string special = R"(\^$.|?*+()[]{})";
-  std::string out;
-  for (char ch : s) {
-    if (special.find(ch) != std::string::npos) out += '\\';
-    out += ch;
-  }
-  return out;
-}
-
-json parse_json_file(const std::string& path) {
-  const std::string text = slurp_file(path);
-  json j = json::parse(text, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << path << " is no JSON:\n" << text;
-  return j.is_discarded() ? json() : j;
-}
-
-bool python_has_torch() {
-  if (access(python.c_str(), X_OK) != 0) return false;
-  return run(python, {"-c", "import torch, yaml"}).code == 0;
-}
-
-/// One actorpipe run: its --save and --results, parsed.
-struct run_out {
-  bool ok = false;
-  std::string save, results_path;
-  json results;
-  child_result r;
-};
-
-class TrainingLoop : public ::testing::Test {
+class TrainingLoop : public testing_util::reference_fixture {
 protected:
-  static fs::path shared_;
   static std::string text_;
-  static bool have_torch_;
-  /// The reference's initial weights by "tied" / "untied"; its trained
-  /// weights and evaluations by the config text it ran.
-  static std::map<std::string, std::string> inits_;
+  /// The reference's trained weights and evaluations by the config text it
+  /// ran (its initial weights: reference_init's, by "tied" / "untied").
   static std::map<std::string, std::pair<std::string, json>> references_;
 
   static void SetUpTestSuite() {
-    have_torch_ = python_has_torch();
-    shared_ = fs::path(::testing::TempDir()) / ("actorpipe_training_loop_test_" + std::to_string(getpid()));
-    fs::remove_all(shared_);
-    fs::create_directories(shared_);
+    make_shared_dir("actorpipe_training_loop_test");
     text_ = write(shared_ / "text.txt", make_text(4096));
   }
 
   static void TearDownTestSuite() {
-    // After a failure the reference's files stay too (the messages name them).
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) fs::remove_all(shared_, ec);
-    inits_.clear();
+    remove_shared_dir();
     references_.clear();
-  }
-
-  void SetUp() override { dir_ = testing_util::test_dir("actorpipe_training_loop_test"); }
-
-  void TearDown() override {
-    // A failing test's files stay for a look; the others go.
-    if (!HasFailure() && !dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
   }
 
   /// The held-out split's size in target positions: the tail
@@ -285,16 +184,9 @@ protected:
 
   /// The reference's initial weights for a tied or an untied head (written once).
   static std::string init_for(bool tie) {
-    const std::string key = tie ? "tied" : "untied";
-    if (auto it = inits_.find(key); it != inits_.end()) return it->second;
     loop_case c;
     c.tie = tie;
-    const std::string init = (shared_ / ("init_" + key + ".pt")).string();
-    const std::string cfg = write(shared_ / ("init_" + key + ".yaml"), config_yaml(c, text_));
-    auto r = run(python, {gpt_train, cfg, "--write-init", init, "--seed", "1234"});
-    EXPECT_EQ(r.code, 0) << describe(r);
-    if (r.code != 0) return "";
-    return inits_[key] = init;
+    return reference_init(tie ? "tied" : "untied", config_yaml(c, text_));
   }
 
   /// `c` starting from the reference's initial weights.
@@ -322,49 +214,10 @@ protected:
     return references_[yaml] = {out, c.eval.empty() ? json() : parse_json_file(evals)};
   }
 
-  /// actorpipe train (or, with nprocs > 1, launch --nprocs) on `c`, with
-  /// --save and --results; `extra` more flags.
+  /// train_yaml on `c`'s config.
   run_out train_run(const loop_case& c, const std::string& name, const std::vector<std::string>& extra = {},
                     int nprocs = 1) {
-    run_out o;
-    const std::string cfg = write(dir_ / (name + ".yaml"), config_yaml(c, text_));
-    o.save = (dir_ / (name + ".pt")).string();
-    o.results_path = (dir_ / (name + ".json")).string();
-    std::vector<std::string> args;
-    if (nprocs > 1)
-      args = {"launch", "--nprocs", std::to_string(nprocs), cfg};
-    else
-      args = {"train", cfg};
-    args.insert(args.end(), {"--quiet", "--samples", "0", "--save", o.save, "--results", o.results_path});
-    args.insert(args.end(), extra.begin(), extra.end());
-    o.r = run(ACTORPIPE_BIN, args, 240);
-    EXPECT_EQ(o.r.code, 0) << name << ": " << describe(o.r);
-    if (o.r.code != 0 || !fs::exists(o.save) || !fs::exists(o.results_path)) return o;
-    o.results = parse_json_file(o.results_path);
-    o.ok = o.results.is_object();
-    return o;
-  }
-
-  /// Every key of `got` within `tol` of `want` (compare_state_dicts.py);
-  /// `expect_within` false: expects some key beyond it.
-  void expect_close(const std::string& want, const std::string& got, double tol, const std::string& what,
-                    bool expect_within = true) {
-    char t[32];
-    std::snprintf(t, sizeof t, "%g", tol);
-    auto r = run(python, {compare, want, got, "--tol", t});
-    EXPECT_EQ(r.code, expect_within ? 0 : 1) << what << " (" << want << " vs " << got << "):\n" << describe(r);
-    std::istringstream out(r.out);
-    for (std::string l; std::getline(out, l);)
-      if (l.rfind("overall", 0) == 0) std::cout << "  " << what << ": " << l << "\n";
-  }
-
-  /// The same bytes on disk; else the keys that differ, for the message.
-  void expect_same_bytes(const std::string& want, const std::string& got, const std::string& what) {
-    const std::string a = slurp_file(want), b = slurp_file(got);
-    ASSERT_FALSE(a.empty()) << want;
-    if (a == b) return;
-    auto r = run(python, {compare, want, got, "--exact"});
-    ADD_FAILURE() << what << ": " << got << " is not the bytes of " << want << "\n" << describe(r);
+    return train_yaml(config_yaml(c, text_), name, extra, nprocs);
   }
 
   /// The results' evals: after the updates `steps`, each over `positions`
@@ -387,18 +240,10 @@ protected:
                   1.5 / static_cast<double>(positions));
     }
   }
-
-  fs::path dir_;
 };
 
-fs::path TrainingLoop::shared_;
 std::string TrainingLoop::text_;
-bool TrainingLoop::have_torch_ = false;
-std::map<std::string, std::string> TrainingLoop::inits_;
 std::map<std::string, std::pair<std::string, json>> TrainingLoop::references_;
-
-#define NEED_TORCH() \
-  if (!have_torch_) GTEST_SKIP() << python << " cannot import torch and yaml; no reference to compare with"
 
 // -- AdamW and the warmup schedules against the reference -----------------------------
 
