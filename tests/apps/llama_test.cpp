@@ -703,41 +703,10 @@ TEST_F(Llama, GreedyTextIsTheSameWithAndWithoutTheKvCache) {
   }
 }
 
-// -- refused configs -------------------------------------------------------------------------
-
-// Each bad LLaMA config exits 2 before any work, with one line on stderr:
-// FILE:LINE:COL: KEY: message.
-TEST_F(Llama, BadConfigsExitTwoNamingTheKey) {
-  llama_case c;
-  c.stages = 1;
-  c.microbatches = 1;
-  c.steps = 1;
-  const std::string base = yaml(c);
-  const std::string block = "heads: 4, kv_heads: 2, ffn_hidden: 64";
-  expect_refused("kv_heads_not_dividing", replaced(base, block, "heads: 4, kv_heads: 3, ffn_hidden: 64"),
-                 "model.layers[1].kv_heads");
-  // dim 32 over 32 heads: a head width of 1, which rotary pairs cannot rotate.
-  expect_refused("odd_head_width", replaced(base, block, "heads: 32, kv_heads: 2, ffn_hidden: 64"),
-                 "model.layers[1].heads", "even");
-  expect_refused("ffn_hidden_missing", replaced(base, ", ffn_hidden: 64", ""), "model.layers[1].ffn_hidden");
-  expect_refused("token_embedding_second",
-                 replaced(base, "    - {type: token_embedding",
-                          "    - {type: rmsnorm, dim: 32}\n    - {type: token_embedding"),
-                 "model.layers[1].type");
-  const std::string text = write(dir_ / "bytes.txt", std::string(4096, 'a'));
-  expect_refused("dtype_under_text",
-                 replaced(base, tokens_data(tokens16_),
-                          "{kind: text, path: \"" + text + "\", seq_len: 16, dtype: uint16}"),
-                 "data.dtype");
-  expect_refused("tokenizer_under_tokens",
-                 replaced(base, tokens_data(tokens16_),
-                          "{kind: tokens, path: \"" + tokens16_ + "\", seq_len: 16, tokenizer: spm.model}"),
-                 "data.tokenizer");
-  expect_refused("lm_head_vocab_differs",
-                 replaced(base, "{type: lm_head, vocab: 64, dim: 32, tie: true}",
-                          "{type: lm_head, vocab: 60, dim: 32}"),
-                 "model.layers[3].vocab");
-}
+// The configs these layers and data refuse are rows of the bad-config
+// table (tests/runtime/config/bad_configs.hpp: Llama*, Token*, LmHead*),
+// which the config test and the CLI's bad-config test both run, each
+// against its exact message and exit 2.
 
 // configs/llama_fortunes.yaml, the app docs/TRANSFORMERS.md walks through,
 // trains (a few steps, its tokenizer scripts/setup.sh's), evaluates, and

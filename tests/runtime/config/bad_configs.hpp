@@ -1536,6 +1536,78 @@ eval: {every: 5}
   mixed_precision: bfloat16
 )yaml",
        "{FILE}:7:20: model.mixed_precision: keeps parameters, gradients and optimizer state in float32; model.dtype is bfloat16 (leave model.dtype out)"},
+      {"LlamaKvHeadsNotDividingHeads",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 3, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: tokens, path: config.yaml, seq_len: 16}
+)yaml",
+       "{FILE}:4:56: model.layers[1].kv_heads: 3 key/value heads do not divide the 4 query heads"},
+      {"LlamaOddHeadWidth",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 32, kv_heads: 2, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: tokens, path: config.yaml, seq_len: 16}
+)yaml",
+       "{FILE}:4:43: model.layers[1].heads: a head of dim / heads = 1 values cannot be rotated in pairs (rotary positions need an even head width)"},
+      {"LlamaFfnHiddenMissing",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 2}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: tokens, path: config.yaml, seq_len: 16}
+)yaml",
+       "{FILE}:4:7: model.layers[1].ffn_hidden: required for a llama_block layer"},
+      {"TokenEmbeddingNotFirst",
+       R"yaml(model:
+  layers:
+    - {type: rmsnorm, dim: 32}
+    - {type: rmsnorm, dim: 32}
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 2, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: tokens, path: config.yaml, seq_len: 16}
+)yaml",
+       "{FILE}:5:14: model.layers[2].type: an embedding takes tokens; it must be the first layer, not layer 2"},
+      {"TokenDtypeUnderText",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 2, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: text, path: config.yaml, seq_len: 16, dtype: uint16}
+)yaml",
+       "{FILE}:7:59: data.dtype: only used when data.kind is tokens, not text"},
+      {"TokenizerUnderTokens",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 2, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 64, dim: 32, tie: true}
+data: {kind: tokens, path: config.yaml, seq_len: 16, tokenizer: config.yaml}
+)yaml",
+       "{FILE}:7:65: data.tokenizer: only used when data.kind is text (a token file is tokenized already), not tokens"},
+      {"LmHeadVocabDiffersFromTokenEmbedding",
+       R"yaml(model:
+  layers:
+    - {type: token_embedding, vocab: 64, dim: 32}
+    - {type: llama_block, dim: 32, heads: 4, kv_heads: 2, ffn_hidden: 64}
+    - {type: rmsnorm, dim: 32}
+    - {type: lm_head, vocab: 60, dim: 32}
+data: {kind: tokens, path: config.yaml, seq_len: 16}
+)yaml",
+       "{FILE}:6:30: model.layers[3].vocab: 60 differs from model.layers[0].vocab 64: the logits name the same tokens"},
       {"YamlSyntaxError",
        R"yaml(model:
   layers: [{type: relu}
