@@ -83,7 +83,8 @@ const command_spec train_spec = {
     "exit codes: 0 done, 1 the run failed, 2 bad config or arguments, 3 the run hung\n"
     "(supervision.watchdog_s without an op anywhere; the op grid is printed), 4 more\n"
     "restarts than supervision.max_restarts within supervision.window_steps, 5 this\n"
-    "rank lost rank 0 (the coordinator): go on with --resume\n",
+    "process lost the coordinator (rank 0's process, or the coordinator apart): go on\n"
+    "with --resume, 130 and 143 after SIGINT and SIGTERM\n",
     20};
 
 void print_placement(const train_result& r) {
