@@ -107,6 +107,7 @@ void on_async_report(driver_ptr self, grads_report& r) {
   s.result.steps.push_back(close_async_step(reps, s.setup.cfg.train, s.last_close, now, s.setup.origin, s.result.duplicates));
   s.last_close = now;
   s.async_reports.erase(t);
+  s.step = t + 1;  // the first step not yet closed: what a failure names
   if (s.setup.on_step) s.setup.on_step(s.result.steps.back());
   const int64_t steps = s.setup.cfg.train.steps;
   if (t + 2 < steps) feed_async_step(self, t + 2);

@@ -87,9 +87,12 @@ public:
       auto user = opts_.on_step;
       const bool balances = balancing(o);
       const int64_t first = rp.ckpt.step + 1;
-      o.on_step = [this, &log, user, balances, first](const step_record& r) {
+      // Async keeps no boundary to roll back to: a restart's lost work runs
+      // from the generation's start.
+      const bool boundaries = policy_for(cfg_, o)->flushes();
+      o.on_step = [this, &log, user, balances, first, boundaries](const step_record& r) {
         log.steps.push_back(r);
-        log.boundary_at = clock_type::now();
+        if (boundaries) log.boundary_at = clock_type::now();
         if (balances && r.step > first) watch_->add(r.step, r.step_s * 1e3, stage_busy_ms(r));  // the first warms up
         if (user) user(r);
       };

@@ -93,6 +93,7 @@ caf::behavior stage_behavior(stage_ptr self, stage_setup setup) {
         link_setup ls;
         ls.rank = st.setup.rank;
         ls.microbatches = st.setup.microbatches;
+        if (st.setup.async) ls.step_microbatches = st.setup.step_microbatches;
         ls.chunks = st.setup.chunks;
         ls.plc = st.plc;
         ls.device = st.setup.device;

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <csignal>
 #include <limits>
 #include <thread>
 
@@ -195,6 +196,8 @@ void async_step(stage_ptr self, int64_t t) {
   auto& s = self->state;
   s.versions.step(t, *s.opt, s.params, lr_at(s.setup.train, t));
   s.compute.weights_changed();
+  // `after_op: update`: the process dies (or stops) right after it.
+  if (const auto kill = s.faults.kill_after_update(t)) ::raise(*kill == fault_kind::kill_process ? SIGKILL : SIGSTOP);
   inject_update_nan(s, t);
   keep_for_eval(s, t + 1);
   grads_report r;

@@ -181,7 +181,11 @@ private:
     const int to_rank = s_.plc.rank_of(k);
     const auto& h = msg.h;
     const op_kind kind = std::is_same<Atom, fwd_atom>::value ? op_kind::F : op_kind::B;
-    const auto verdict = s_.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
+    // Under async a fault names a step and a microbatch of it, as the
+    // stream's microbatch h.mb is.
+    const int per = s_.step_microbatches;
+    const auto verdict = per > 0 ? s_.faults.on_send(h.mb / per, op_id{kind, h.mb % per, h.chunk}, to_rank)
+                                 : s_.faults.on_send(h.step, op_id{kind, h.mb, h.chunk}, to_rank);
     if (verdict.drop) {
       ++s_.stats->injected_drops;
       return;

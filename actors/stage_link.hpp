@@ -56,6 +56,10 @@ public:
 struct link_setup {
   int rank = 0;
   int microbatches = 1;
+  /// Async: the microbatches of a step in the stream (a message's mb g is
+  /// microbatch g mod this of step g / this, as a fault names it); 0:
+  /// synchronous, the header's step and mb are the fault's.
+  int step_microbatches = 0;
   int chunks = 1;
   placement plc;
   std::string device;                ///< this stage's

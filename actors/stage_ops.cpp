@@ -48,7 +48,10 @@ void pad(stage_state& s, clock_type::time_point start, op_kind kind) {
 }
 
 // An injected NaN for (this step, mb, where), if the config asks for one.
-bool injected(const stage_state& s, int mb, nonfinite_site where) { return s.faults.nan_at(s.step, mb, where); }
+bool injected(const stage_state& s, int mb, nonfinite_site where) {
+  const op_id op{op_kind::F, mb, 0};
+  return s.faults.nan_at(fault_step(s, op), fault_op(s, op).mb, where);
+}
 
 void check_finite(stage_state& s, op_id op, const at::Tensor& t) {
   if (t.defined() && !s.setup.async && computes(s)) s.finite.add(op, t, now_ns(s));
@@ -207,6 +210,22 @@ void next_step(stage_ptr self, int64_t step) {
 void schedule_tick(stage_ptr self) { self->state.clock->poke(); }
 
 // Fires the policy's choice, if any. Returns whether an op ran.
+namespace {
+
+// Dies right after firing `op` where a fault asks: the stage, or its whole
+// process as a `kill -9` would (or stops it, as a hung host).
+bool die_after(stage_ptr self, const op_id& op) {
+  auto& s = self->state;
+  const auto kill = s.faults.kill_after(fault_step(s, op), fault_op(s, op));
+  if (!kill) return false;
+  if (*kill == fault_kind::kill_process) ::raise(SIGKILL);
+  if (*kill == fault_kind::stop_process) ::raise(SIGSTOP);
+  self->quit(caf::exit_reason::kill);
+  return true;
+}
+
+}  // namespace
+
 bool fire_one(stage_ptr self) {
   auto& s = self->state;
   if (s.step < 0 || step_done(s)) return false;
@@ -217,7 +236,7 @@ bool fire_one(stage_ptr self) {
   // other, with nothing in between; on CUDA they go on two streams.
   const bool closes = s.pair_open;  // op is the B of the pair
   s.pair_open = s.pol->overlaps_next(view);
-  if (auto what = s.faults.throw_in(s.step, *op)) throw std::runtime_error(*what);
+  if (auto what = s.faults.throw_in(fault_step(s, *op), fault_op(s, *op))) throw std::runtime_error(*what);
   // One clock read: the trace's start is the instant the op's padding and
   // the sim device's time count from (two reads drift apart under load).
   const auto start = clock_type::now();
@@ -260,19 +279,13 @@ bool fire_one(stage_ptr self) {
     st.events.push_back({{op->kind, op->mb % s.setup.step_microbatches, op->chunk}, start_ns, end_ns, weight_versions::version_of(t)});
     st.busy_ns += end_ns - start_ns;
     st.cpu_ns += cpu_ns;
+    if (die_after(self, *op)) return false;
     if (op->kind == op_kind::B && op->mb % s.setup.step_microbatches == s.setup.step_microbatches - 1)
       async_step(self, t);
     return true;
   }
   s.stats.events.push_back({*op, start_ns, end_ns});
-  if (const auto kill = s.faults.kill_after(s.step, *op)) {
-    // Dies right after firing the op, as the fault asks: the stage, or its
-    // whole process as a `kill -9` would.
-    if (*kill == fault_kind::kill_process) ::raise(SIGKILL);
-    if (*kill == fault_kind::stop_process) ::raise(SIGSTOP);
-    self->quit(caf::exit_reason::kill);
-    return false;
-  }
+  if (die_after(self, *op)) return false;
   s.stats.memory.emplace_back(end_ns, s.compute.stash_bytes());
   sample_cuda_memory(s.stats, s.setup.device, end_ns);
   s.stats.busy_ns += end_ns - start_ns;

@@ -165,6 +165,16 @@ inline bool step_done(const stage_state& s) { return s.board.done(); }
 inline bool computes(const stage_state& s) { return s.setup.work == stage_setup::work_kind::compute; }
 // Async: the step of stream microbatch g, and the weight version it uses.
 inline int64_t step_of(const stage_state& s, int g) { return g / s.setup.step_microbatches; }
+// The step and the op a fault names for `op`: under async the stream's
+// microbatch g is microbatch g mod M of step g / M (a fault fires at the
+// first op of a microbatch of its step, as in a synchronous run).
+inline int64_t fault_step(const stage_state& s, const op_id& op) {
+  return s.setup.async ? step_of(s, op.mb) : s.step;
+}
+inline op_id fault_op(const stage_state& s, op_id op) {
+  if (s.setup.async) op.mb %= s.setup.step_microbatches;
+  return op;
+}
 
 // A host tensor (a microbatch, its targets) on this stage's device as
 // `dtype`. On CUDA it goes through pinned memory without blocking: a plain

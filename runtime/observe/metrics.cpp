@@ -10,7 +10,10 @@ double measured_bubble(const std::vector<stage_stats>& stages, int64_t span_ns) 
   if (stages.empty() || span_ns <= 0) return 0.0;
   double busy = 0.0;
   for (const auto& s : stages) busy += static_cast<double>(s.busy_ns);
-  return 1.0 - busy / (static_cast<double>(stages.size()) * static_cast<double>(span_ns));
+  // A share of idle time is never negative: under async a step's ops run
+  // before its span (the steps overlap), and mean_bubble measures the
+  // stream instead.
+  return std::clamp(1.0 - busy / (static_cast<double>(stages.size()) * static_cast<double>(span_ns)), 0.0, 1.0);
 }
 
 namespace {
@@ -31,7 +34,21 @@ double mean_step_seconds(const train_result& r) {
 }
 
 double mean_bubble(const train_result& r) {
-  return mean_over_steps(r, [](const step_record& s) { return s.bubble; });
+  if (r.schedule.rfind("async", 0) != 0) return mean_over_steps(r, [](const step_record& s) { return s.bubble; });
+  // Async has no flush, so no bubble of a step: its steps overlap. What it
+  // has is the stream's idle share: every op's busy time over the stages'
+  // time from the first step's close to the last's (steps after the first,
+  // as above).
+  if (r.steps.size() < 2) return 0.0;
+  double busy = 0.0, span = 0.0;
+  size_t stages = 0;
+  for (size_t i = 1; i < r.steps.size(); ++i) {
+    for (const auto& st : r.steps[i].stages) busy += static_cast<double>(st.busy_ns) * 1e-9;
+    span += r.steps[i].step_s;
+    stages = std::max(stages, r.steps[i].stages.size());
+  }
+  if (span <= 0 || stages == 0) return 0.0;
+  return std::clamp(1.0 - busy / (static_cast<double>(stages) * span), 0.0, 1.0);
 }
 
 std::vector<int64_t> peak_stash_bytes(const train_result& r) {

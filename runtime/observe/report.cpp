@@ -67,7 +67,8 @@ std::string format_comparison(const std::vector<train_result>& runs) {
     rows.push_back({r.schedule, std::to_string(r.stages), std::to_string(r.microbatches),
                     fmt("%.2f ms", mean_step_seconds(r) * 1e3),
                     r.steps.empty() ? "-" : fmt("%.4f", r.steps.back().loss),
-                    analytic_text(r), fmt("%.3f", mean_bubble(r)), mem,
+                    analytic_text(r),
+                    fmt("%.3f", mean_bubble(r)) + (r.schedule.rfind("async", 0) == 0 ? " (stream idle)" : ""), mem,
                     r.test_accuracy < 0 ? "-" : fmt("%.2f%%", r.test_accuracy * 100.0)});
   }
   return box(rows);

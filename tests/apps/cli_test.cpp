@@ -1165,6 +1165,47 @@ faults:
   EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
+// Under async a fault that names a step fires at the first op of a
+// microbatch of that step (the stream's microbatch g is microbatch g mod M
+// of step g / M), as in a synchronous run: a throw ends the run (exit 1)
+// naming its op and step; a killed stage is restarted from the run's start
+// (async keeps no boundary) and the weights end on the fault-free bytes.
+TEST(CliFaults, UnderAsyncAFaultNamingAStepFiresAtThatStep) {
+  const fs::path dir = test_dir();
+  const std::string base = R"(model:
+  layers:
+    - {type: linear, in: 16, out: 32}
+    - {type: relu}
+    - {type: linear, in: 32, out: 32}
+    - {type: relu}
+    - {type: linear, in: 32, out: 4}
+data: {kind: synthetic, synthetic: {samples: 512}}
+train: {steps: 6, batch_size: 32}
+pipeline: {stages: 3, microbatches: 4, schedule: async}
+)";
+  const std::string thrown = write(dir / "async_throw.yaml", base + R"(faults:
+  inject:
+    - {kind: throw, stage: 2, step: 4, op: B1}
+)");
+  auto t = actorpipe({"train", thrown, "--quiet"});
+  EXPECT_EQ(t.code, 1) << describe(t);
+  EXPECT_NE(t.err.find("injected fault: throw in B1 at step 4"), std::string::npos) << describe(t);
+  const std::string killed = write(dir / "async_kill.yaml", base + R"(supervision: {max_restarts: 1}
+faults:
+  inject:
+    - {kind: kill_stage, stage: 1, step: 3, after_op: F2}
+)");
+  auto k = actorpipe({"train", killed, "--quiet", "--verify-against-clean"});
+  ASSERT_EQ(k.code, 0) << describe(k);
+  EXPECT_NE(k.err.find("note: restart 1: stage 1 stopped at step 3: exit_reason(kill); rolled back to after step -1"),
+            std::string::npos)
+      << describe(k);
+  EXPECT_NE(k.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << describe(k);
+  // No share of idle time is negative; async's is the stream's.
+  EXPECT_NE(k.out.find("(stream idle)"), std::string::npos) << k.out;
+  EXPECT_EQ(k.out.find("| -0."), std::string::npos) << k.out;
+}
+
 // Under the lock-step device the whole trace, ops in firing order too, is
 // the same run after run, through duplicates, a death and a throw.
 TEST(CliFaults, UnderLockstepTheOrderIsTheSameRunAfterRun) {
