@@ -25,6 +25,7 @@
 #include "messages/errors.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/files/file_io.hpp"
+#include "runtime/model/lr.hpp"
 #include "runtime/model/model.hpp"
 
 namespace actorpipe {
@@ -126,6 +127,9 @@ void throw_run_error(run_failure f) {
 }
 
 train_output run_training(const config& cfg, const train_options& opts) {
+  // Foreseeable from the config (and --steps): refused before any work,
+  // naming the key that grows the rate.
+  check_rates(cfg);
   keep_freed_memory();
   if (opts.ranks.rank == 0) prepare_checkpoint_dir(cfg, opts);  // rank 0 writes the checkpoints
   if (opts.ranks.multi_process()) return run_rank(cfg, opts);

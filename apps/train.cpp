@@ -331,6 +331,7 @@ int cmd_train(int argc, char** argv) {
   auto cfg = load(a.positional[0], env);
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
+  check_rates(cfg);  // before the plan: --steps may be what grows a rate past float's range
   int64_t samples = cfg.data.kind == "text" ? 3 : 0;
   if (a.has("--samples")) {
     const std::string& v = a.options["--samples"];

@@ -9,6 +9,9 @@
 //   warmup and decay).
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
 
 #include "runtime/config/config.hpp"
 
@@ -39,6 +42,32 @@ inline double lr_at(const train_config& t, int64_t step) {
   const double r = static_cast<double>(step - warmup) / static_cast<double>(decay);
   const double c = l.type == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * r)) : 1.0 - r;
   return l.min_lr + (lr - l.min_lr) * c;
+}
+
+/// "" when every update of a run of t.steps steps has a rate LibTorch can
+/// take (a float); else what grows past it: the step (StepLR with a gamma
+/// above 1 is the one schedule that grows) and the rate. Every other
+/// schedule stays at or below train.optimizer.lr, which the config checks.
+inline std::string rate_overflow(const train_config& t) {
+  const auto& l = t.lr_schedule;
+  if (l.type != "step" || l.gamma <= 1) return {};
+  double lr = t.optimizer.lr;
+  for (int64_t s = 1; s < t.steps; ++s) {
+    if (s % l.step_size == 0) lr *= l.gamma;
+    if (lr <= static_cast<double>(std::numeric_limits<float>::max())) continue;
+    std::ostringstream factor;
+    factor << l.gamma;  // as the config wrote it (10, not 10.000000)
+    return "StepLR (gamma " + factor.str() + " every " + std::to_string(l.step_size) +
+           " steps) grows train.optimizer.lr past float32's largest value (3.4e+38), which the optimizer computes "
+           "in, at step " + std::to_string(s) + " of train.steps " + std::to_string(t.steps);
+  }
+  return {};
+}
+
+/// Throws cfg's config_error at train.lr_schedule.gamma when rate_overflow
+/// has something to say (exit 2, before any work).
+inline void check_rates(const config& cfg) {
+  if (const std::string why = rate_overflow(cfg.train); !why.empty()) throw cfg.error_at("train.lr_schedule.gamma", why);
 }
 
 }  // namespace actorpipe

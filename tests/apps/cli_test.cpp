@@ -1165,6 +1165,33 @@ faults:
   EXPECT_NE(r.err.find("2 restarts within 10 steps exceed supervision.max_restarts 1"), std::string::npos) << r.err;
 }
 
+// A StepLR whose gamma grows the rate past float32's range (what LibTorch's
+// optimizer takes) within train.steps is refused before any work, exit 2,
+// naming the key, the step and the file; with --steps short of it, the
+// same config trains.
+TEST(CliUsage, AStepLrThatGrowsTheRatePastFloatIsRefusedNamingTheKey) {
+  const fs::path dir = test_dir();
+  const std::string cfg = write(dir / "growing.yaml", R"(model:
+  layers:
+    - {type: linear, in: 16, out: 4}
+data: {kind: synthetic, synthetic: {samples: 512}}
+train:
+  steps: 60
+  batch_size: 32
+  optimizer: {type: sgd, lr: 0.1}
+  lr_schedule: {type: step, step_size: 1, gamma: 10}
+)");
+  auto r = actorpipe({"train", cfg, "--quiet"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_EQ(r.err, cfg + ":9:50: train.lr_schedule.gamma: StepLR (gamma 10 every 1 steps) grows train.optimizer.lr "
+                         "past float32's largest value (3.4e+38), which the optimizer computes in, at step 40 of "
+                         "train.steps 60\n")
+      << describe(r);
+  EXPECT_TRUE(r.out.empty()) << "refused before the plan\n" << describe(r);
+  auto shorter = actorpipe({"train", cfg, "--quiet", "--steps", "30"});
+  EXPECT_EQ(shorter.code, 0) << describe(shorter);
+}
+
 // Under async a fault that names a step fires at the first op of a
 // microbatch of that step (the stream's microbatch g is microbatch g mod M
 // of step g / M), as in a synchronous run: a throw ends the run (exit 1)
