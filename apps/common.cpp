@@ -240,8 +240,12 @@ void print_plan(const config& cfg, const rank_env& ranks) {
   auto pol = make_policy(cfg.pipeline.schedule, policy_options{cfg.pipeline.virtual_stages});
   const placement plc = pol ? pol->layout(stages) : placement{placement_kind::round_robin, stages, 1};
   const int64_t share = (cfg.train.batch_size + dp - 1) / dp;
+  // auto across processes is Gloo: said, so that no one takes it for NCCL.
+  const std::string backend = cfg.parallel.allreduce == "auto" && ranks.multi_process()
+                                  ? std::string("auto: gloo across processes")
+                                  : cfg.parallel.allreduce;
   std::printf("parallel: data parallel dp=%d x pipeline stages pp=%d = %d stage actors; allreduce %s\n", dp,
-              stages, dp * stages, cfg.parallel.allreduce.c_str());
+              stages, dp * stages, backend.c_str());
   std::printf("  batch %lld per step: %lld per replica", static_cast<long long>(cfg.train.batch_size),
               static_cast<long long>(share));
   if (cfg.train.batch_size != share * dp)

@@ -76,6 +76,11 @@ void shared_threads_run_one_replica(const reader& r) {
 
 void nccl_needs_cuda_stages(const reader& r) {
   if (r.cfg().parallel.allreduce != "nccl") return;
+  // Across processes the replicas' groups are Gloo's; NCCL's across
+  // processes has not run on a GPU, so it is not taken silently as Gloo.
+  if (r.env().local_rank && r.cfg().parallel.dp > 1)
+    r.fail_key("parallel.allreduce", "nccl across processes has not run on a GPU yet; use gloo (or auto, which takes "
+                                     "gloo across processes, the gradients of CUDA stages staged through the host)");
   for (const auto& replica : planned_devices(r.cfg(), r.env()))
     for (const auto& d : replica)
       if (d.rfind("cuda:", 0) != 0)

@@ -128,7 +128,8 @@ constexpr key_doc table[] = {
      "train.batch_size is split over them."},
     {"parallel.allreduce", "auto | gloo | nccl", "auto",
      "How replicas sum their gradients: auto takes nccl when every stage is on a GPU in one process, gloo otherwise. "
-     "Across processes the groups are gloo."},
+     "Across processes the groups are gloo: auto takes it (the plan line says so), and nccl is refused until it has "
+     "run on a GPU across processes."},
     // -- pipeline --
     {"pipeline", "map", "(one stage)", "How the model is cut into stages and which schedule runs them."},
     {"pipeline.stages", "int", "1", "Pipeline stages. Layers are balanced by compute (multiply-adds per token) unless a partition is given."},

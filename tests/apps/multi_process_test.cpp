@@ -252,10 +252,14 @@ TEST(LaunchEqualsOneProcessMore, AnUpdateLeftNonFiniteIsUndoneInEveryProcess) {
 // say so as one process does.
 TEST(LaunchReportsDevices, EveryStageOnTheDeviceItsRankRegistered) {
   const auto dir = test_dir();
-  const std::string config = write_config("dp2pp2", config_text(2, 4, "1f1b", 2));
+  // allreduce auto: across processes the plan says it is Gloo.
+  std::string text = config_text(2, 4, "1f1b", 2);
+  text.replace(text.find("allreduce: gloo"), 15, "allreduce: auto");
+  const std::string config = write_config("dp2pp2", text);
   const std::string results = (dir / "results.json").string(), trace = (dir / "trace.json").string();
   auto r = actorpipe({"launch", "--nprocs", "4", config, "--quiet", "--results", results, "--trace", trace});
   ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("= 4 stage actors; allreduce auto: gloo across processes\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(": replica 0 on cpu, replica 1 on cpu\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  stage 0 on cpu: layers"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  stage 1 on cpu: layers"), std::string::npos) << r.out;

@@ -329,6 +329,19 @@ TEST(LoadConfig, DevicesAutoPastTheMachinesGpusNamesTheRankAndItsVariable) {
                      "device");
 }
 
+// Across processes the replicas' groups are Gloo's: nccl is refused (it has
+// not run across processes), naming the key; in one process it stands.
+TEST(LoadConfig, NcclAcrossProcessesIsRefusedNamingTheKey) {
+  const std::string file = write(test_dir() / "config.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+parallel: {dp: 2, allreduce: nccl}
+pipeline: {stages: 2, devices: auto}
+)");
+  EXPECT_EQ(load_error(file, rank_of_several(2, 1, 1)),
+            file + ":7:30: parallel.allreduce: nccl across processes has not run on a GPU yet; use gloo (or auto, "
+                   "which takes gloo across processes, the gradients of CUDA stages staged through the host)");
+  EXPECT_EQ(load_config(file, gpus(2)).parallel.allreduce, "nccl");
+}
+
 // Rank 0's plan of a dp 2 x pp 2 run on 4 ranks (rank q runs slot q):
 // under auto on CUDA the other ranks' stages are on their own GPUs, which
 // rank 0 names by the variable; without CUDA, with a list, or in one
