@@ -63,8 +63,9 @@ const command_spec simulate_spec = {
       "compute_only or compute_comms (SEND/RECV, UNSHARD/RESHARD\n"
       "are checked and ignored with a note; REDUCE_GRAD is the\n"
       "rank's allreduce; OVERLAP_F_B an overlapped pair)"}},
-    "exit codes: 0 done, 2 bad arguments, 3 the schedule deadlocks (the op grid\n"
-    "is printed with the stuck stages marked)\n",
+    "exit codes: 0 done, 1 an output file (--svg, --export) could not be written,\n"
+    "2 bad arguments, 3 the schedule deadlocks (the op grid is printed with the\n"
+    "stuck stages marked)\n",
     22};
 
 /// What to simulate: from the config when given, then the flags.

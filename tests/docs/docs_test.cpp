@@ -22,9 +22,29 @@
 // Then the commands themselves: scripts/tour (the README's tour) runs with
 // ACTORPIPE_TOUR_QUICK=1 and the built binary, and BUILDING.md's install
 // and PATH lines run from another directory with HOME set to a test dir.
+//
+// And the facts that have one source, each against the places that repeat it:
+//
+// - exit codes: docs/EXIT_CODES.md's table is the source. README.md's
+//   "Exit codes:" paragraph lists every code of the table and no other, and
+//   says of each what the table's row says (a word in common). Each command
+//   of `actorpipe --help` has an entry under EXIT_CODES.md's "By command";
+//   where `actorpipe CMD --help` has an "exit codes:" paragraph, it lists the
+//   same codes as that entry, each a code of the table, with a word in common
+//   with the entry's or the table's words for it;
+// - environment variables: every variable the code under apps/, actors/,
+//   runtime/ and messages/ reads (getenv with the name written at the call,
+//   or, in a file whose getenv takes a name from elsewhere, each string
+//   literal spelled like a variable) is named in docs/ENVIRONMENT.md; every
+//   ACTORPIPE_* variable the page names is read by that code or by a script
+//   (scripts/*, bench/*.sh: `$NAME`, `${NAME...}`); every ACTORPIPE_*
+//   variable a script reads is named on the page;
+// - packages: docs/BUILDING.md's package table names the packages of
+//   scripts/setup.sh's PACKAGES list (with its `PACKAGES+=`), no more.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -43,6 +63,7 @@ namespace fs = std::filesystem;
 using actorpipe::testing_util::child_limits;
 using actorpipe::testing_util::child_result;
 using actorpipe::testing_util::run_child;
+using actorpipe::testing_util::first_line;
 using actorpipe::testing_util::slurp_file;
 
 const fs::path source_dir = ACTORPIPE_SOURCE_DIR;
@@ -534,6 +555,475 @@ TEST(BuildingPage, TheRuntimePackagesHoldEveryLibraryTheBinaryLinks) {
         << lib << " (" << path << ") comes from " << pkg
         << ", which docs/BUILDING.md's runtime apt-get line does not name: add it there";
   }
+}
+
+// -- facts with one source: exit codes ---------------------------------------------
+
+/// The paragraph of `text` that starts with a line starting with `start`
+/// (without `start`), to the next blank line; "" when no line starts so.
+std::string paragraph_from(const std::string& text, const std::string& start) {
+  std::string out;
+  bool in = false;
+  for (const auto& l : split_lines(text)) {
+    if (!in) {
+      if (l.rfind(start, 0) == 0) {
+        in = true;
+        out = l.substr(start.size());
+      }
+      continue;
+    }
+    if (trim(l).empty()) break;
+    out += "\n" + l;
+  }
+  return out;
+}
+
+struct listed_code {
+  int code = 0;
+  std::string phrase;  ///< what follows the code, up to the next code
+};
+
+/// The exit codes a text lists, in order: a number at the start of the text
+/// (after an optional ':') or of a list item (`- 5: ...`), or right after
+/// `,`, `;`, `(`, `and` or `or`, and not part of a word: `rank 0's`, `5e7`,
+/// `1/4`, `exits 1` are not codes.
+std::vector<listed_code> listed_codes(const std::string& text) {
+  static const std::regex code(R"((^[:\s]*|\n\s*-\s+|[,;(]\s*|\s(?:and|or)\s+)(\d{1,3})(?![\w/'-]|\.\d))");
+  std::vector<listed_code> out;
+  std::vector<std::pair<size_t, size_t>> spans;  // where each phrase starts, where the next match starts
+  for (std::sregex_iterator it(text.begin(), text.end(), code), end; it != end; ++it) {
+    const auto at = static_cast<size_t>(it->position(0));
+    if (!spans.empty()) spans.back().second = at;
+    out.push_back({std::stoi((*it)[2]), ""});
+    spans.emplace_back(at + static_cast<size_t>(it->length(0)), text.size());
+  }
+  for (size_t i = 0; i < out.size(); ++i) out[i].phrase = trim(text.substr(spans[i].first, spans[i].second - spans[i].first));
+  return out;
+}
+
+/// The words of `s` that say something (four letters or more, lower case,
+/// not a word every phrase has).
+std::set<std::string> content_words(const std::string& s) {
+  static const std::regex word(R"([A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9_])");
+  static const std::set<std::string> common = {"that",  "this",  "with",      "when", "than", "then", "from",
+                                               "into",  "which", "there",     "also", "only", "after", "before",
+                                               "under", "exit",  "exits",     "code", "codes", "actorpipe", "otherwise"};
+  std::set<std::string> out;
+  for (std::sregex_iterator it(s.begin(), s.end(), word), end; it != end; ++it) {
+    std::string w = it->str();
+    std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (w.size() >= 4 && !common.count(w)) out.insert(w);
+  }
+  return out;
+}
+
+/// What a list says of its i-th code: its phrase's words, or, for a code
+/// listed with the next (`130 and 143 after ...`), the next one's.
+std::set<std::string> meaning_of(const std::vector<listed_code>& codes, size_t i) {
+  for (; i < codes.size(); ++i)
+    if (auto w = content_words(codes[i].phrase); !w.empty()) return w;
+  return {};
+}
+
+bool share_a_word(const std::set<std::string>& a, const std::set<std::string>& b) {
+  return std::any_of(a.begin(), a.end(), [&](const std::string& w) { return b.count(w) > 0; });
+}
+
+std::string codes_text(const std::set<int>& codes) {
+  std::string out;
+  for (int c : codes) out += (out.empty() ? "" : ", ") + std::to_string(c);
+  return "{" + out + "}";
+}
+
+/// docs/EXIT_CODES.md's table: each code with its row's other cells (a row
+/// `| 130, 143 | ... |` gives both). A first cell that is not a list of
+/// numbers is a problem.
+std::map<int, std::string> exit_code_table(const std::string& md, std::vector<std::string>& problems) {
+  std::map<int, std::string> out;
+  const auto lines = split_lines(md);
+  size_t i = 0;
+  while (i < lines.size() && lines[i].rfind("| code |", 0) != 0) ++i;
+  for (i += 2; i < lines.size() && lines[i].rfind("|", 0) == 0; ++i) {
+    const auto bar = lines[i].find('|', 1);
+    const std::string first = lines[i].substr(1, bar == std::string::npos ? std::string::npos : bar - 1);
+    std::istringstream in(first);
+    for (std::string c; std::getline(in, c, ',');) {
+      c = trim(c);
+      if (c.empty() || c.find_first_not_of("0123456789") != std::string::npos) {
+        problems.push_back("docs/EXIT_CODES.md:" + std::to_string(i + 1) + ": the table's first cell '" + trim(first) +
+                           "' is not a list of codes");
+        break;
+      }
+      out[std::stoi(c)] = bar == std::string::npos ? "" : lines[i].substr(bar + 1);
+    }
+  }
+  return out;
+}
+
+/// docs/EXIT_CODES.md's "By command" entries (`**`CMD`** ...` up to the next
+/// entry, fenced block or comment), by command.
+std::map<std::string, std::string> exit_codes_by_command(const std::string& md) {
+  std::map<std::string, std::string> out;
+  std::string name;
+  bool in_section = false;
+  for (const auto& l : split_lines(md)) {
+    if (l.rfind("## ", 0) == 0) {
+      in_section = trim(l) == "## By command";
+      name.clear();
+      continue;
+    }
+    if (!in_section) continue;
+    const std::string t = trim(l);
+    if (t.rfind("```", 0) == 0 || t.rfind("<!--", 0) == 0) {
+      name.clear();
+      continue;
+    }
+    if (l.rfind("**`", 0) == 0) {
+      const auto tick = l.find('`', 3), bold = l.find("**", 3);
+      name = l.substr(3, tick == std::string::npos ? std::string::npos : tick - 3);
+      out[name] = bold == std::string::npos ? "" : l.substr(bold + 2);
+      continue;
+    }
+    if (!name.empty()) out[name] += "\n" + l;
+  }
+  return out;
+}
+
+/// The commands `actorpipe --help` lists: the lines under "commands:" that
+/// start with two spaces and a name.
+std::vector<std::string> commands_in_help(const std::string& help) {
+  static const std::regex entry(R"(^  ([a-z][a-z0-9-]*)(\s.*)?$)");
+  std::vector<std::string> out;
+  bool in = false;
+  for (const auto& l : split_lines(help)) {
+    if (trim(l) == "commands:") {
+      in = true;
+      continue;
+    }
+    if (!in) continue;
+    if (trim(l).empty()) break;
+    std::smatch m;
+    if (std::regex_match(l, m, entry)) out.push_back(m[1]);
+  }
+  return out;
+}
+
+TEST(ExitCodeLists, AreReadFromProse) {
+  const auto c = listed_codes(": 0 done; 1 a write (`--svg`, rank 0's) failed, exits 1 or more than 5e7 ops;\n"
+                              "2 bad, 130 and 143 after SIGINT (1 if killed)\n- 5: lost, dp 2 at 1/4\n- 6.");
+  std::vector<int> got;
+  for (const auto& x : c) got.push_back(x.code);
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 130, 143, 1, 5, 6}));
+  ASSERT_EQ(c.size(), 8u);
+  EXPECT_EQ(c[1].phrase, "a write (`--svg`, rank 0's) failed, exits 1 or more than 5e7 ops");
+  EXPECT_EQ(meaning_of(c, 3), (std::set<std::string>{"sigint"})) << "130 means what 143 says";
+  EXPECT_EQ(commands_in_help("usage\n\ncommands:\n  train CONFIG  t\n                  more\n  keys\n\nRun\n  x y\n"),
+            (std::vector<std::string>{"train", "keys"}));
+}
+
+TEST(ExitCodes, TheReadmeListsEveryCodeOfTheTableAndSaysWhatItsRowSays) {
+  std::vector<std::string> problems;
+  const auto table = exit_code_table(slurp_file(source_dir / "docs/EXIT_CODES.md"), problems);
+  for (const auto& p : problems) ADD_FAILURE() << p;
+  ASSERT_FALSE(table.empty()) << "docs/EXIT_CODES.md has no table whose header starts `| code |`";
+  const std::string para = paragraph_from(slurp_file(source_dir / "README.md"), "Exit codes:");
+  ASSERT_FALSE(trim(para).empty()) << "README.md has no paragraph starting `Exit codes:`";
+  const auto listed = listed_codes(para);
+  std::set<int> seen;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const int c = listed[i].code;
+    seen.insert(c);
+    if (!table.count(c)) {
+      ADD_FAILURE() << "README.md lists exit code " << c << " (" << listed[i].phrase
+                    << "), which docs/EXIT_CODES.md's table does not have: add it to the table, or drop it from "
+                       "README.md";
+      continue;
+    }
+    if (!share_a_word(meaning_of(listed, i), content_words(table.at(c))))
+      ADD_FAILURE() << "README.md says exit code " << c << " is '" << listed[i].phrase
+                    << "', docs/EXIT_CODES.md's table row says '" << trim(table.at(c))
+                    << "': not one word in common; say the same thing";
+  }
+  for (const auto& [c, row] : table)
+    if (!seen.count(c))
+      ADD_FAILURE() << "docs/EXIT_CODES.md's table has exit code " << c << " (" << trim(row)
+                    << "), which README.md's `Exit codes:` paragraph does not list: add it there";
+}
+
+TEST(ExitCodes, EachCommandsHelpListsTheCodesOfItsEntryInExitCodesMd) {
+  const std::string md = slurp_file(source_dir / "docs/EXIT_CODES.md");
+  std::vector<std::string> problems;
+  const auto table = exit_code_table(md, problems);
+  ASSERT_FALSE(table.empty());
+  const auto entries = exit_codes_by_command(md);
+  ASSERT_FALSE(entries.empty()) << "docs/EXIT_CODES.md has no `## By command` entries";
+
+  const auto top = run_child(ACTORPIPE_BIN, {"--help"});
+  ASSERT_EQ(top.code, 0) << describe(top);
+  const auto commands = commands_in_help(top.out + top.err);
+  ASSERT_FALSE(commands.empty()) << "`actorpipe --help` lists no commands under `commands:`\n" << describe(top);
+  for (const auto& [name, text] : entries)
+    if (name != "actorpipe" && std::find(commands.begin(), commands.end(), name) == commands.end())
+      ADD_FAILURE() << "docs/EXIT_CODES.md has a By command entry for `" << name
+                    << "`, which `actorpipe --help` does not list";
+  for (const auto& [name, text] : entries)
+    for (const auto& x : listed_codes(text))
+      if (!table.count(x.code))
+        ADD_FAILURE() << "docs/EXIT_CODES.md's entry for `" << name << "` lists exit code " << x.code
+                      << ", which its table does not have";
+
+  // Every command's --help at once: each process spends most of its time
+  // loading LibTorch.
+  const fs::path dir = actorpipe::testing_util::test_dir("actorpipe_docs");
+  std::string script;
+  for (const auto& c : commands)
+    script += "( " + sh_quoted(ACTORPIPE_BIN) + " " + c + " --help >" + sh_quoted(dir / c) + " 2>&1; echo $? >" +
+              sh_quoted(dir / (c + ".rc")) + " ) &\n";
+  const auto r = bash(script + "wait\n", 120);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  for (const auto& c : commands) {
+    const std::string help = slurp_file(dir / c);
+    EXPECT_EQ(first_line(slurp_file(dir / (c + ".rc"))), "0") << "actorpipe " << c << " --help\n" << help;
+    if (!entries.count(c)) {
+      ADD_FAILURE() << "docs/EXIT_CODES.md's `## By command` has no entry for `" << c
+                    << "` (a line starting **`" << c << "`**): add one with the codes it exits with";
+      continue;
+    }
+    const std::string para = paragraph_from(help, "exit codes:");
+    if (trim(para).empty()) continue;  // checked through its entry only
+    const auto in_help = listed_codes(para), in_doc = listed_codes(entries.at(c));
+    std::set<int> help_codes, doc_codes;
+    for (const auto& x : in_help) help_codes.insert(x.code);
+    for (const auto& x : in_doc) doc_codes.insert(x.code);
+    EXPECT_EQ(help_codes, doc_codes) << "`actorpipe " << c << " --help` lists the exit codes " << codes_text(help_codes)
+                                     << ", docs/EXIT_CODES.md's entry for `" << c << "` "
+                                     << codes_text(doc_codes) << ": make them the same\n--- help:\n"
+                                     << para << "\n--- EXIT_CODES.md:" << entries.at(c);
+    for (size_t i = 0; i < in_help.size(); ++i) {
+      const int code = in_help[i].code;
+      if (!table.count(code)) {
+        ADD_FAILURE() << "`actorpipe " << c << " --help` lists exit code " << code << " (" << in_help[i].phrase
+                      << "), which docs/EXIT_CODES.md's table does not have";
+        continue;
+      }
+      std::set<std::string> doc_words = content_words(table.at(code));
+      for (size_t j = 0; j < in_doc.size(); ++j)
+        if (in_doc[j].code == code)
+          for (const auto& w : meaning_of(in_doc, j)) doc_words.insert(w);
+      if (!share_a_word(meaning_of(in_help, i), doc_words))
+        ADD_FAILURE() << "`actorpipe " << c << " --help` says exit code " << code << " is '" << in_help[i].phrase
+                      << "': not one word in common with docs/EXIT_CODES.md's table row ('" << trim(table.at(code))
+                      << "') or its entry for `" << c << "`; say the same thing";
+    }
+  }
+}
+
+// -- facts with one source: environment variables ---------------------------------
+
+/// Whether a line is a comment (`//`, `/*`, or a `*` line of a block).
+bool comment_line(const std::string& line) {
+  const std::string t = trim(line);
+  return t.rfind("//", 0) == 0 || t.rfind("/*", 0) == 0 || t == "*" || t.rfind("* ", 0) == 0 || t.rfind("*/", 0) == 0;
+}
+
+struct env_read {
+  std::string name, where;  ///< the variable; file:line of its first read
+};
+
+/// The environment variables the code under apps/, actors/, runtime/ and
+/// messages/ of `root` reads: the name of every `getenv("NAME")` (std::getenv,
+/// secure_getenv), and in a file whose getenv takes its name from elsewhere
+/// (a helper such as `env("NAME")` or `wall_from_env("NAME")`, a loop over
+/// names) every string literal spelled like a variable: capitals, digits and
+/// '_', three or more.
+std::map<std::string, std::string> environment_reads(const fs::path& root) {
+  static const std::regex literal(R"#("([A-Z][A-Z0-9_]{2,})")#");
+  std::map<std::string, std::string> out;
+  std::vector<fs::path> files;
+  for (const char* d : {"apps", "actors", "runtime", "messages"})
+    if (fs::is_directory(root / d))
+      for (const auto& e : fs::recursive_directory_iterator(root / d))
+        if (e.is_regular_file() && std::set<std::string>{".cpp", ".hpp", ".h", ".cc"}.count(e.path().extension().string()))
+          files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const std::string rel = fs::relative(f, root).string();
+    const auto lines = split_lines(slurp_file(f));
+    bool wraps = false;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string& l = lines[i];
+      if (comment_line(l)) continue;
+      for (size_t p = l.find("getenv"); p != std::string::npos; p = l.find("getenv", p + 1)) {
+        size_t b = p;
+        while (b > 0 && (std::isalnum(static_cast<unsigned char>(l[b - 1])) || l[b - 1] == '_')) --b;
+        const std::string ident = l.substr(b, p + 6 - b);
+        if (ident != "getenv" && ident != "secure_getenv") continue;
+        size_t a = l.find_first_not_of(" \t", p + 6);
+        if (a == std::string::npos || l[a] != '(') continue;
+        a = l.find_first_not_of(" \t", a + 1);
+        if (a != std::string::npos && l[a] == '"') {
+          const auto close = l.find('"', a + 1);
+          if (close != std::string::npos) out.emplace(l.substr(a + 1, close - a - 1), rel + ":" + std::to_string(i + 1));
+        } else {
+          wraps = true;
+        }
+      }
+    }
+    if (!wraps) continue;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (comment_line(lines[i])) continue;
+      for (std::sregex_iterator it(lines[i].begin(), lines[i].end(), literal), end; it != end; ++it)
+        out.emplace((*it)[1], rel + ":" + std::to_string(i + 1));
+    }
+  }
+  return out;
+}
+
+/// The scripts: every file under scripts/, and bench/*.sh.
+std::vector<fs::path> script_files(const fs::path& root) {
+  std::vector<fs::path> out;
+  if (fs::is_directory(root / "scripts"))
+    for (const auto& e : fs::directory_iterator(root / "scripts"))
+      if (e.is_regular_file()) out.push_back(e.path());
+  if (fs::is_directory(root / "bench"))
+    for (const auto& e : fs::directory_iterator(root / "bench"))
+      if (e.is_regular_file() && e.path().extension() == ".sh") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// The ACTORPIPE_* variables the scripts read (`$NAME`, `${NAME...}`), each
+/// with the first script that does.
+std::map<std::string, std::string> script_reads(const fs::path& root) {
+  static const std::regex read(R"(\$\{?[#!]?(ACTORPIPE_[A-Z0-9_]+))");
+  std::map<std::string, std::string> out;
+  for (const auto& f : script_files(root)) {
+    const std::string text = slurp_file(f);
+    for (std::sregex_iterator it(text.begin(), text.end(), read), end; it != end; ++it)
+      out.emplace((*it)[1], fs::relative(f, root).string());
+  }
+  return out;
+}
+
+/// The variable-like words in the backquoted spans of a Markdown text.
+std::set<std::string> backquoted_names(const std::string& md) {
+  static const std::regex name(R"([A-Z][A-Z0-9_]*)");
+  std::set<std::string> out;
+  std::istringstream in(md);
+  bool inside = false;
+  for (std::string part; std::getline(in, part, '`'); inside = !inside)
+    if (inside)
+      for (std::sregex_iterator it(part.begin(), part.end(), name), end; it != end; ++it) out.insert(it->str());
+  return out;
+}
+
+/// Every ACTORPIPE_* word of a text.
+std::set<std::string> actorpipe_names(const std::string& text) {
+  static const std::regex name(R"(ACTORPIPE_[A-Z0-9_]*[A-Z0-9])");
+  std::set<std::string> out;
+  for (std::sregex_iterator it(text.begin(), text.end(), name), end; it != end; ++it) out.insert(it->str());
+  return out;
+}
+
+TEST_F(CheckerOnMadeUpPages, TheVariablesTheCodeReadsAreFoundBehindHelpers) {
+  actorpipe::testing_util::write(root_ / "apps/a.cpp",
+                                 "auto x = std::getenv(\"ACTORPIPE_A\");\n// getenv(\"IN_A_COMMENT\")\n"
+                                 "auto y = secure_getenv( \"B_VAR\" ); auto z = my_getenv(\"NOT_GETENV\");\n"
+                                 "log(\"NOT_READ_HERE\");\n");
+  actorpipe::testing_util::write(root_ / "runtime/w.cpp",
+                                 "opt env(const std::string& n) { return std::getenv(n.c_str()); }\n"
+                                 "auto v = env(\"WRAPPED_ONE\"); for (auto k : {\"LOOPED\", \"X\"}) f(k);\n");
+  std::set<std::string> names;
+  for (const auto& [n, where] : environment_reads(root_)) names.insert(n);
+  EXPECT_EQ(names, (std::set<std::string>{"ACTORPIPE_A", "B_VAR", "LOOPED", "WRAPPED_ONE"}));
+  EXPECT_EQ(environment_reads(root_).at("WRAPPED_ONE"), "runtime/w.cpp:2");
+  actorpipe::testing_util::write(root_ / "scripts/s", "x=${ACTORPIPE_S:-1} $ACTORPIPE_T ${#ACTORPIPE_U[@]}\n"
+                                                      "ACTORPIPE_SET_ONLY=1\n");
+  std::set<std::string> scripted;
+  for (const auto& [n, where] : script_reads(root_)) scripted.insert(n);
+  EXPECT_EQ(scripted, (std::set<std::string>{"ACTORPIPE_S", "ACTORPIPE_T", "ACTORPIPE_U"}));
+}
+
+TEST(EnvironmentPage, NamesEveryVariableTheCodeReads) {
+  const std::string page = slurp_file(source_dir / "docs/ENVIRONMENT.md");
+  ASSERT_FALSE(page.empty());
+  const auto named = backquoted_names(page);
+  const auto reads = environment_reads(source_dir);
+  ASSERT_FALSE(reads.empty()) << "no getenv found under apps/, actors/, runtime/, messages/";
+  for (const auto& [name, where] : reads)
+    if (!named.count(name))
+      ADD_FAILURE() << where << " reads the environment variable " << name
+                    << ", which docs/ENVIRONMENT.md does not name (in backquotes): add it there";
+}
+
+TEST(EnvironmentPage, EveryActorpipeVariableItNamesIsReadByTheCodeOrAScript) {
+  const auto reads = environment_reads(source_dir);
+  const auto scripted = script_reads(source_dir);
+  const auto named = actorpipe_names(slurp_file(source_dir / "docs/ENVIRONMENT.md"));
+  ASSERT_FALSE(named.empty());
+  for (const auto& name : named)
+    if (!reads.count(name) && !scripted.count(name))
+      ADD_FAILURE() << "docs/ENVIRONMENT.md names " << name
+                    << ", which neither the code (apps/, actors/, runtime/, messages/) nor a script (scripts/*, "
+                       "bench/*.sh) reads: drop it from the page, or correct its name";
+}
+
+TEST(EnvironmentPage, NamesEveryActorpipeVariableAScriptReads) {
+  const auto named = actorpipe_names(slurp_file(source_dir / "docs/ENVIRONMENT.md"));
+  const auto scripted = script_reads(source_dir);
+  ASSERT_FALSE(scripted.empty());
+  for (const auto& [name, script] : scripted)
+    if (!named.count(name))
+      ADD_FAILURE() << script << " reads " << name
+                    << ", which docs/ENVIRONMENT.md does not name: add it to the page's table of the scripts";
+}
+
+// -- facts with one source: packages ------------------------------------------------
+
+/// The packages of scripts/setup.sh: the words of `PACKAGES=(...)` and
+/// every `PACKAGES+=(...)`, comments dropped.
+std::set<std::string> setup_packages(const std::string& script) {
+  static const std::regex list(R"(\bPACKAGES\+?=\(([^)]*)\))");
+  std::string text;
+  for (const auto& l : split_lines(script)) text += drop_comment(l) + " ";
+  std::set<std::string> out;
+  for (std::sregex_iterator it(text.begin(), text.end(), list), end; it != end; ++it) {
+    std::istringstream in((*it)[1].str());
+    for (std::string w; in >> w;) out.insert(w);
+  }
+  return out;
+}
+
+/// The packages of docs/BUILDING.md's table under `## The packages`: the
+/// backquoted words of each row's first cell.
+std::set<std::string> building_packages(const std::string& md) {
+  std::set<std::string> out;
+  bool in_section = false;
+  for (const auto& l : split_lines(md)) {
+    if (l.rfind("## ", 0) == 0) in_section = trim(l) == "## The packages";
+    if (!in_section || l.rfind("| `", 0) != 0) continue;
+    const std::string first = l.substr(1, l.find('|', 1) - 1);
+    std::istringstream in(first);
+    bool inside = false;
+    for (std::string part; std::getline(in, part, '`'); inside = !inside)
+      if (inside) out.insert(trim(part));
+  }
+  return out;
+}
+
+TEST(BuildingPage, ThePackageTableNamesTheSetupScriptsPackages) {
+  const auto script = setup_packages(slurp_file(source_dir / "scripts/setup.sh"));
+  ASSERT_FALSE(script.empty()) << "scripts/setup.sh has no PACKAGES=(...) list";
+  const auto page = building_packages(slurp_file(source_dir / "docs/BUILDING.md"));
+  ASSERT_FALSE(page.empty()) << "docs/BUILDING.md has no package table under `## The packages`";
+  for (const auto& p : script)
+    if (!page.count(p))
+      ADD_FAILURE() << "scripts/setup.sh installs " << p
+                    << ", which docs/BUILDING.md's package table does not name: add a row saying what it is for";
+  for (const auto& p : page)
+    if (!script.count(p))
+      ADD_FAILURE() << "docs/BUILDING.md's package table names " << p
+                    << ", which scripts/setup.sh's PACKAGES does not install: drop the row, or add it to the script";
 }
 
 }  // namespace
