@@ -9,13 +9,17 @@
 // a V (ZBVZeroBubble, DualPipeV); which one a file uses is read from it.
 //
 // Import (read_schedule_csv) accepts every action torch writes:
-//   F, B, I, W       compute: F forward, B full backward, I input gradient,
+//   F, B, I, W       compute: F forward, B backward, I input gradient,
 //                    W weight gradient. A schedule with any I or W splits
-//                    the backward: its I cells are actorpipe's B ops, and a
-//                    full backward B (as DualPipeV writes for some chunks)
-//                    becomes its I immediately followed by its W (same
-//                    microbatch, same stage). Without I or W, B is the full
-//                    backward.
+//                    the backward: its I cells are actorpipe's B ops. A B
+//                    whose W (same stage, same microbatch) is also in the
+//                    row is the input gradient alone, as an I (the Zero
+//                    Bubble paper's notation: F, B, W); any other B is a
+//                    full backward, which in a split schedule (as DualPipeV
+//                    writes for some chunks) becomes its I immediately
+//                    followed by its W. Without I or W, B is the full
+//                    backward. A W needs a B or I of its stage and
+//                    microbatch in the row.
 //   (xF m;yB n)OVERLAP_F_B
 //                    one overlapped action: the F, then the B (or I) of the
 //                    other chunk, with the F's overlap flag set (a full B in

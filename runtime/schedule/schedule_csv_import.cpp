@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 namespace actorpipe {
 
@@ -70,6 +71,18 @@ public:
     out.order.resize(stages_);
     out.overlap.resize(stages_);
     out.reduce_grad.resize(stages_);
+    // Per rank, the (stage, microbatch) of each W and of each backward (B or
+    // I, alone or in a compound): a B whose W is in the row is its I.
+    weights_.assign(stages_, {});
+    backwards_.assign(stages_, {});
+    for (int rank = 0; rank < stages_; ++rank)
+      for (const auto& c : rows_[rank]) {
+        const auto& parts = c.a.sub.empty() ? std::vector<action>{c.a} : c.a.sub;
+        for (const auto& p : parts) {
+          if (p.type == act::W) weights_[rank].insert({p.stage, p.mb});
+          if (p.type == act::B || p.type == act::I) backwards_[rank].insert({p.stage, p.mb});
+        }
+      }
     seen_.assign(stages_, std::vector<std::vector<int>>(3));
     last_backward_.assign(stages_, {});
     ops_at_.assign(stages_, {});
@@ -193,7 +206,14 @@ private:
       } else if (a.type == act::I) {
         push(op_kind::B, "");
       } else if (a.type == act::W) {
+        if (!backwards_[rank].count({a.stage, a.mb}))
+          throw std::invalid_argument(where + "a W (weight gradient) without a backward of microbatch " +
+                                      std::to_string(a.mb) + " on stage " + std::to_string(a.stage) +
+                                      " in the row (B or I, e.g. " + std::to_string(a.stage) + "B" +
+                                      std::to_string(a.mb) + ")");
         push(op_kind::W, "");
+      } else if (weights_[rank].count({a.stage, a.mb})) {  // B with its W in the row: the I (zero-bubble notation)
+        push(op_kind::B, "");
       } else {  // B: the full backward; split, its I then its W
         push(op_kind::B, "");
         if (split_) {
@@ -316,7 +336,8 @@ private:
   bool round_robin_ok_ = true, v_ok_ = true;
   std::string first_placement_cell_;
   int chunks_ = 1;
-  std::vector<std::vector<std::vector<int>>> seen_;  // [rank][kind][chunk * M + mb]
+  std::vector<std::set<std::pair<int, int>>> weights_, backwards_;  // [rank]: (stage, mb) of its Ws, its B and I
+  std::vector<std::vector<std::vector<int>>> seen_;                  // [rank][kind][chunk * M + mb]
   std::vector<std::vector<size_t>> ops_at_;          // [rank][cell]: ops emitted up to and with that cell
   // [rank][chunk]: ops up to and with the chunk's last backward, its column and text
   std::vector<std::map<int, std::tuple<size_t, int, std::string>>> last_backward_;

@@ -550,8 +550,9 @@ TEST(GreedyPolicy, TwoChunksComeCloseToInterleaved) {
 }
 
 // torch writes a full backward B inside a split schedule (DualPipeV does):
-// it is the I of that microbatch and stage, then at once its W. A W of its
-// own for the same op is then one too many.
+// it is the I of that microbatch and stage, then at once its W. A second W
+// of its own for the same op is then one too many. (A B with one W of its
+// own in the row is the zero-bubble notation's B, the I alone: below.)
 TEST(ScheduleCsvSplit, AFullBackwardInASplitScheduleIsItsIThenItsW) {
   auto imported = read_schedule_csv("0F0,0B0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
   EXPECT_TRUE(imported.split_backward);
@@ -559,11 +560,67 @@ TEST(ScheduleCsvSplit, AFullBackwardInASplitScheduleIsItsIThenItsW) {
   EXPECT_EQ(imported.order[0], fbw);
   EXPECT_EQ(imported.order[1], fbw);
   try {
-    parse_schedule_csv("0F0,0B0,0W0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
+    parse_schedule_csv("0F0,0B0,0W0,0W0\n1F0,1I0,1W0\n", 2, 1, "s.csv");
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "s.csv:1:3: '0W0': appears twice in the row");
+    EXPECT_EQ(std::string(e.what()), "s.csv:1:4: '0W0': appears twice in the row");
   }
+}
+
+// The Zero Bubble paper's notation (and older torch dumps): F, B, W, where B
+// is the input gradient alone. ZB-H1 at S = 4, M = 8 written so imports to
+// the canonical zb-h1 order, with no full-backward notice.
+TEST(ScheduleCsvSplit, ZeroBubbleNotationBWithItsWImportsAsTheZbH1Order) {
+  const std::string zb =
+      "0F0,0F1,0F2,0F3,0B0,0W0,0F4,0B1,0W1,0F5,0B2,0W2,0F6,0B3,0W3,0F7,0B4,0W4,0B5,0W5,0B6,0W6,0B7,0W7\n"
+      "1F0,1F1,1F2,1B0,1F3,1B1,1W0,1F4,1B2,1W1,1F5,1B3,1W2,1F6,1B4,1W3,1F7,1B5,1W4,1B6,1W5,1B7,1W6,1W7\n"
+      "2F0,2F1,2B0,2F2,2B1,2F3,2B2,2W0,2F4,2B3,2W1,2F5,2B4,2W2,2F6,2B5,2W3,2F7,2B6,2W4,2B7,2W5,2W6,2W7\n"
+      "3F0,3B0,3F1,3B1,3F2,3B2,3F3,3B3,3W0,3F4,3B4,3W1,3F5,3B5,3W2,3F6,3B6,3W3,3F7,3B7,3W4,3W5,3W6,3W7\n";
+  auto imported = read_schedule_csv(zb, 4, 8, "zb.csv");
+  EXPECT_TRUE(imported.split_backward);
+  EXPECT_TRUE(imported.notices.empty());
+  const auto canon = canonical_order("zb-h1", 4, 8);
+  ASSERT_EQ(imported.order.size(), canon.size());
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(to_string(imported.order[rank]), to_string(canon[rank])) << "rank " << rank;
+  // It simulates as zb-h1 does (F = B = W).
+  cost_model c;
+  c.w = 1.0;
+  auto replay = simulate(fixed_order_policy(imported.order), 4, 8, c);
+  ASSERT_FALSE(replay.deadlock) << replay.diagnosis;
+  EXPECT_DOUBLE_EQ(replay.makespan, simulate("zb-h1", 4, 8, c).makespan);
+
+  // Both spellings in one file: rank 0's B0 has its W (the I), its B1 has
+  // none (a full backward: its I, then its W, with the one notice).
+  auto mixed = read_schedule_csv("0F0,0F1,0B0,0B1,0W0\n1F0,1I0,1F1,1I1,1W0,1W1\n", 2, 2, "s.csv");
+  const std::vector<op_id> rank0{{op_kind::F, 0, 0}, {op_kind::F, 1, 0}, {op_kind::B, 0, 0},
+                                 {op_kind::B, 1, 0}, {op_kind::W, 1, 0}, {op_kind::W, 0, 0}};
+  EXPECT_EQ(mixed.order[0], rank0);
+  ASSERT_EQ(mixed.notices.size(), 1u);
+  EXPECT_EQ(mixed.notices[0].action, "B");
+  EXPECT_EQ(mixed.notices[0].count, 1);
+  EXPECT_EQ(mixed.notices[0].first, "s.csv:1:4");
+}
+
+TEST(ScheduleCsvSplit, ZeroBubbleNotationErrorsNameTheCell) {
+  auto err = [](const std::string& text) {
+    try {
+      read_schedule_csv(text, 2, 1, "s.csv");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err("0F0,0B0,0W0\n1F0,1B0,1W0\n"), "no error");
+  EXPECT_EQ(err("0F0,0B0,0W0\n1F0,1W0\n"),
+            "s.csv:2:2: '1W0': a W (weight gradient) without a backward of microbatch 0 on stage 1 in the row "
+            "(B or I, e.g. 1B0)");
+  EXPECT_EQ(err("0F0,0B0,0W0,0B0\n1F0,1B0,1W0\n"), "s.csv:1:4: '0B0': appears twice in the row");
+  EXPECT_EQ(err("0F0,0B0,0W0\n1F0,1B0,1W0,1W0\n"), "s.csv:2:4: '1W0': appears twice in the row");
+  EXPECT_EQ(err("0F0,0I0,0B0,0W0\n1F0,1B0,1W0\n"), "s.csv:1:3: '0B0': appears twice in the row");
+  // A W before its B: the order as written, which the dry run finds stuck.
+  auto late = read_schedule_csv("0F0,0B0,0W0\n1F0,1W0,1B0\n", 2, 1, "s.csv");
+  EXPECT_TRUE(simulate(fixed_order_policy(late.order), 2, 1).deadlock);
 }
 
 }  // namespace
