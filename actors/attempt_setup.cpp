@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -29,7 +30,9 @@ resume_point find_resume(const train_options& opts, const checkpoint* from) {
     for (const auto& p : problems)
       if (opts.on_notice) opts.on_notice("note: skipped " + p);
     if (opts.on_notice)
-      opts.on_notice("note: resuming after step " + std::to_string(rp.ckpt.step) + " from " + opts.resume_dir);
+      opts.on_notice("note: resuming after step " + std::to_string(rp.ckpt.step) + " from " + opts.resume_dir + " (" +
+                     std::filesystem::path(rp.ckpt.path).filename().string() + ": " +
+                     std::to_string(rp.ckpt.step + 1) + " steps done)");
   }
   return rp;
 }

@@ -45,15 +45,17 @@ int64_t checksum(const named_tensors& entries) {
   return static_cast<int64_t>(h.digest());
 }
 
+// Named by the steps done: step_00000012.pt holds the state after 12
+// updates (meta.step 11, the last update's 0-based index).
 std::string file_name(int64_t step) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08lld.pt", static_cast<long long>(step));
+  std::snprintf(buf, sizeof buf, "step_%08lld.pt", static_cast<long long>(step + 1));
   return buf;
 }
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
-/// The step of a file named step_NNNNNNNN.pt; -1 for any other name.
+/// The number in a file named step_NNNNNNNN.pt; -1 for any other name.
 int64_t step_of(const std::string& name) {
   const std::string prefix = "step_", suffix = ".pt";
   if (name.size() <= prefix.size() + suffix.size() || !starts_with(name, prefix) ||
@@ -122,7 +124,7 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t step,
   if (keep_last <= 0) return removed;
   int kept = 0;
   for (const auto& [s, path] : checkpoint_files(dir)) {
-    if (s > step) continue;  // not this run's: leave it alone
+    if (s > step + 1) continue;  // later than this run's newest: not this run's, left alone
     if (++kept <= keep_last) continue;
     std::error_code ec;
     if (fs::remove(path, ec)) removed.push_back(path);

@@ -1,8 +1,13 @@
 #pragma once
 // On-disk checkpoints at step boundaries: one torch.load-readable file per
-// checkpoint (DIR/step_00000009.pt holds the weights after step 9), written
-// atomically (a temporary file, fsync, rename) with a checksum over its
-// contents, so a torn or corrupted file is found, named, and skipped.
+// checkpoint, named by the steps done (DIR/step_00000010.pt holds the
+// state after 10 updates, its meta.step 9: the last update's 0-based
+// index, as the logs' "after step 9" counts). A file's step is its
+// meta.step, never its name: the names an older actorpipe wrote
+// (step_00000009.pt for the same state) still load and still sort in
+// order among the new ones. Written atomically (a temporary file, fsync,
+// rename) with a checksum over its contents, so a torn or corrupted file
+// is found, named, and skipped.
 //
 // A file holds plain tensors only (torch.load reads it as a dict):
 //   meta.step                    int64 [1]
@@ -38,7 +43,8 @@ struct checkpoint {
 std::string save_checkpoint(const std::string& dir, const checkpoint& c);
 
 /// Removes the checkpoints in `dir` older than the `keep_last` newest up to
-/// `step` (0 keeps every one); files of later steps are left alone.
+/// `step` (the 0-based index of the update the newest holds; keep_last 0
+/// keeps every one); files of later steps are left alone.
 /// Returns the paths removed.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t step, int keep_last);
 
@@ -48,7 +54,8 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t step,
 /// each file tried and why it failed.
 checkpoint load_latest_checkpoint(const std::string& dir, std::vector<std::string>* problems = nullptr);
 
-/// The step_NNNNNNNN.pt files in `dir` with their steps, newest first
+/// The step_NNNNNNNN.pt files in `dir` with the numbers in their names
+/// (steps done; an older actorpipe's names are one less), newest first
 /// (whether they load is not checked). Throws std::runtime_error when the
 /// directory cannot be read.
 std::vector<std::pair<int64_t, std::string>> checkpoint_files(const std::string& dir);

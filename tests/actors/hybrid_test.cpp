@@ -149,8 +149,8 @@ checkpointed_mesh run_checkpointed_mesh(const std::string& name) {
 TEST(HybridCheckpoint, ResumingTheMeshFromACheckpointIsBitwiseUninterrupted) {
   auto [c, opts, dir, full] = run_checkpointed_mesh("actorpipe_hybrid_ckpt");
   ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
-  std::filesystem::remove(dir / "step_00000005.pt");
-  std::filesystem::remove(dir / "step_00000003.pt");
+  std::filesystem::remove(dir / "step_00000006.pt");
+  std::filesystem::remove(dir / "step_00000004.pt");
   opts.resume_dir = dir.string();
   auto resumed = run_training(c, opts);
   EXPECT_EQ(resumed.result.resumed_from, 1);
@@ -251,7 +251,7 @@ TEST(HybridNonFinite, ANaNInOneReplicaSkipsTheStepEverywhere) {
 TEST(HybridCheckpoint, ATornNewestCheckpointFallsBackToTheOneBefore) {
   auto [c, opts, dir, full] = run_checkpointed_mesh("actorpipe_hybrid_torn");
   ASSERT_EQ(full.result.checkpoints.size(), 3u);  // after steps 1, 3 and 5
-  const auto torn = dir / "step_00000005.pt";
+  const auto torn = dir / "step_00000006.pt";
   std::filesystem::resize_file(torn, std::filesystem::file_size(torn) / 2);
   std::vector<std::string> notices;
   opts.resume_dir = dir.string();

@@ -613,6 +613,35 @@ pipeline:
       << wrong.err;
 }
 
+// The Zero Bubble paper's notation (F, B, W; B the input gradient alone,
+// as older torch dumps write it): zb-h1 at S = 2, M = 4, written by hand,
+// trains the bytes of the built-in zb-h1.
+TEST(CliTrain, ImportedZeroBubbleNotationTrainsTheSameWeightsAsZbH1) {
+  const fs::path dir = test_dir();
+  std::string text = small_config;
+  text.replace(text.find("  stages: 2\n"), 0, "  schedule: zb-h1\n");
+  const std::string cfg = write(dir / "zbh1.yaml", text);
+  const std::string csv = write(dir / "zb.csv",
+                                "0F0,0F1,0B0,0W0,0F2,0B1,0W1,0F3,0B2,0W2,0B3,0W3\n"
+                                "1F0,1B0,1F1,1B1,1W0,1F2,1B2,1W1,1F3,1B3,1W2,1W3\n");
+  const std::string a = (dir / "a.pt").string(), b = (dir / "b.pt").string();
+  auto plain = actorpipe({"train", cfg, "--quiet", "--save", a});
+  auto replay = actorpipe({"train", cfg, "--quiet", "--import", csv, "--save", b});
+  ASSERT_EQ(plain.code, 0) << describe(plain);
+  ASSERT_EQ(replay.code, 0) << describe(replay);
+  EXPECT_EQ(replay.err, "") << "no full-backward notice: every B has its W";
+  expect_bitwise(a, b);
+  // A W with no backward of its microbatch is named by file, row and column.
+  const std::string bad = write(dir / "bad.csv",
+                                "0F0,0F1,0B0,0W0,0F2,0B1,0W1,0F3,0B2,0W2,0B3,0W3\n"
+                                "1F0,1B0,1F1,1W1,1W0,1F2,1B2,1F3,1B3,1W2,1W3\n");
+  auto wrong = actorpipe({"train", cfg, "--quiet", "--import", bad});
+  EXPECT_EQ(wrong.code, 2) << describe(wrong);
+  EXPECT_NE(wrong.err.find(bad + ":2:4: '1W1': a W (weight gradient) without a backward of microbatch 1 on stage 1"),
+            std::string::npos)
+      << wrong.err;
+}
+
 TEST(CliSimulate, AsyncStreamsStepsWithoutAFlush) {
   auto r = actorpipe({"simulate", "--stages", "4", "--microbatches", "8", "--schedule", "async", "--steps", "3"});
   ASSERT_EQ(r.code, 0) << describe(r);
@@ -949,14 +978,14 @@ void sigkill_then_resume(const std::string& yaml) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, ACTORPIPE_BIN, nullptr, nullptr, argv.data(), environ), 0);
   // Kill it once a few checkpoints exist, somewhere inside a later step.
-  const fs::path third = dir / "ckpt" / "step_00000003.pt";
+  const fs::path third = dir / "ckpt" / "step_00000004.pt";
   for (int i = 0; i < 3000 && !fs::exists(third); ++i) usleep(10000);
   usleep(15000);
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
-  ASSERT_FALSE(fs::exists(dir / "ckpt" / "step_00000011.pt"));
+  ASSERT_FALSE(fs::exists(dir / "ckpt" / "step_00000012.pt"));
 
   auto r = actorpipe({"train", cfg, "--quiet", "--resume", (dir / "ckpt").string(), "--save", resumed});
   ASSERT_EQ(r.code, 0) << describe(r);
@@ -977,10 +1006,11 @@ TEST(CliResume, TruncatedCheckpointIsNamedAndTheOneBeforeIsUsed) {
   const std::string clean = (dir / "clean.pt").string(), resumed = (dir / "resumed.pt").string();
   auto full = actorpipe({"train", cfg, "--quiet", "--save", clean, "--steps", "6"});
   ASSERT_EQ(full.code, 0) << describe(full);
-  // Keep steps 0..2, tear step 3's file in half, drop the later ones.
+  // Keep steps 0..2 (step_00000001..3.pt), tear step 3's file (step_00000004.pt) in half, drop the
+  // later ones.
   const fs::path ck = dir / "ckpt";
-  for (int s = 4; s < 6; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
-  const fs::path torn = ck / "step_00000003.pt";
+  for (int s = 5; s < 7; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
+  const fs::path torn = ck / "step_00000004.pt";
   fs::resize_file(torn, fs::file_size(torn) / 2);
   auto r = actorpipe({"train", cfg, "--quiet", "--steps", "6", "--resume", ck.string(), "--save", resumed});
   ASSERT_EQ(r.code, 0) << describe(r);
@@ -989,8 +1019,8 @@ TEST(CliResume, TruncatedCheckpointIsNamedAndTheOneBeforeIsUsed) {
   expect_bitwise(clean, resumed);
   // A flipped byte inside a tensor fails the checksum, named too (the
   // resumed run wrote steps 3..5 again: drop them).
-  for (int s = 3; s < 6; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
-  const fs::path two = ck / "step_00000002.pt";
+  for (int s = 4; s < 7; ++s) fs::remove(ck / ("step_0000000" + std::to_string(s) + ".pt"));
+  const fs::path two = ck / "step_00000003.pt";
   auto bytes = slurp(two);
   at::Tensor weight;
   for (auto& [name, t] : load_tensors(two.string()))
@@ -1276,7 +1306,7 @@ supervision:
 )");
   auto r = actorpipe({"train", cfg, "--quiet"});
   EXPECT_EQ(r.code, 1) << describe(r);
-  const fs::path saved = dir / "ckpt" / "step_00000002.pt";
+  const fs::path saved = dir / "ckpt" / "step_00000003.pt";
   EXPECT_NE(r.err.find("step 2: non-finite value first seen on stage 1, microbatch 1, in a gradient; stopping "
                        "(supervision.on_nonfinite: stop); checkpoint " + saved.string()),
             std::string::npos)

@@ -189,7 +189,7 @@ TEST(SavedCheckpoints, KeepLastKeepsTheNewestAndTornWritesAreRemovedAndNamed) {
                        ", a checkpoint whose write was interrupted"),
             std::string::npos)
       << describe(r);
-  EXPECT_EQ(names_in(ck), (std::vector<std::string>{"step_00000004.pt", "step_00000005.pt", "step_00000009.pt"}));
+  EXPECT_EQ(names_in(ck), (std::vector<std::string>{"step_00000005.pt", "step_00000006.pt", "step_00000009.pt"}));
 }
 
 TEST(SavedCheckpoints, AFileWhereTheDirectoryShouldBeIsABadConfig) {
@@ -215,7 +215,7 @@ TEST(SavedCheckpoints, ResumingUnderAnotherStageSplitIsBitwiseUninterrupted) {
   const std::string cfg3 = write(dir / "c3.yaml", three + ckpt);
   const std::string clean = (dir / "clean.pt").string(), resumed = (dir / "resumed.pt").string();
   ASSERT_EQ(actorpipe({"train", cfg, "--quiet", "--save", clean}).code, 0);
-  for (int s = 3; s < 6; ++s) fs::remove(dir / "ckpt" / ("step_0000000" + std::to_string(s) + ".pt"));
+  for (int s = 4; s < 7; ++s) fs::remove(dir / "ckpt" / ("step_0000000" + std::to_string(s) + ".pt"));
   const auto r = actorpipe({"train", cfg3, "--quiet", "--resume", (dir / "ckpt").string(), "--save", resumed});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_NE(r.err.find("note: resuming after step 2 "), std::string::npos) << r.err;
@@ -233,7 +233,7 @@ TEST(SavedCheckpoints, ResumingAdamStateIntoSgdSaysWhatDiffers) {
   const std::string cfg_sgd = write(dir / "sgd.yaml", sgd);
   const auto r = actorpipe({"train", cfg_sgd, "--quiet", "--steps", "8", "--resume", (dir / "ckpt").string()});
   EXPECT_EQ(r.code, 2) << describe(r);
-  EXPECT_NE(r.err.find((dir / "ckpt" / "step_00000005.pt").string() +
+  EXPECT_NE(r.err.find((dir / "ckpt" / "step_00000006.pt").string() +
                        ": the checkpoint holds adam state (exp_avg, exp_avg_sq, max_exp_avg_sq per parameter), "
                        "but train.optimizer.type is sgd"),
             std::string::npos)
@@ -354,8 +354,8 @@ TEST(SavedFailures, AnUpdateThatLeavesANaNIsUndoneEverywhereAndTheStepSkipped) {
     EXPECT_TRUE(slurp_file(dir / (tag + "_3.pt")) == slurp_file(dir / (tag + "_4.pt")))
         << tag << ": the weights after the skipped step 3 are not those after step 2";
     std::string why;
-    EXPECT_TRUE(same_tensors(checkpoint_state((dir / (tag + "_3") / "step_00000002.pt").string()),
-                             checkpoint_state((dir / (tag + "_4") / "step_00000003.pt").string()), why))
+    EXPECT_TRUE(same_tensors(checkpoint_state((dir / (tag + "_3") / "step_00000003.pt").string()),
+                             checkpoint_state((dir / (tag + "_4") / "step_00000004.pt").string()), why))
         << tag << ": the state after the skipped step 3 is not the state after step 2: " << why;
   }
   const auto stop = actorpipe({"train", write(dir / "stop.yaml", bad_update_yaml(6, 3, "supervision: {on_nonfinite: stop}\n"
@@ -370,8 +370,8 @@ TEST(SavedFailures, AnUpdateThatLeavesANaNIsUndoneEverywhereAndTheStepSkipped) {
   const auto newest = load_latest_checkpoint((dir / "stop").string());
   EXPECT_EQ(newest.step, 3) << "the stop's boundary is checkpointed, with the update undone";
   std::string why;
-  EXPECT_TRUE(same_tensors(checkpoint_state((dir / "stop" / "step_00000003.pt").string()),
-                           checkpoint_state((dir / "dp1_3" / "step_00000002.pt").string()), why))
+  EXPECT_TRUE(same_tensors(checkpoint_state((dir / "stop" / "step_00000004.pt").string()),
+                           checkpoint_state((dir / "dp1_3" / "step_00000003.pt").string()), why))
       << why;
 }
 
@@ -421,13 +421,13 @@ TEST(SavedFailures, ACheckpointThatWouldHoldAnInfinityIsRefusedAndTheLastFiniteO
                             "--quiet"});
   EXPECT_EQ(r.code, 1) << describe(r);
   EXPECT_NE(r.err.find("the checkpoint after step 3 could not be written: 'model.0.weight' holds a NaN or an "
-                       "infinity; the latest good one is " + ckpt + "/step_00000002.pt"),
+                       "infinity; the latest good one is " + ckpt + "/step_00000003.pt"),
             std::string::npos)
       << describe(r);
   const auto newest = load_latest_checkpoint(ckpt);
   EXPECT_EQ(newest.step, 2);
   EXPECT_EQ(first_nonfinite(newest.weights), "");
-  EXPECT_FALSE(fs::exists(dir / "ckpt" / "step_00000003.pt"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt" / "step_00000004.pt"));
 }
 
 }  // namespace

@@ -796,7 +796,7 @@ TEST_F(TrainingLoop, TheShippedRecipeTrains) {
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
   const json j = parse_json_file(results);
   ASSERT_EQ(j["evals"].size(), 2u) << j.dump(1);
-  EXPECT_TRUE(fs::exists(dir_ / "ck" / "step_00000003.pt")) << "the last step's checkpoint";
+  EXPECT_TRUE(fs::exists(dir_ / "ck" / "step_00000004.pt")) << "the last step's checkpoint";
 }
 
 }  // namespace
