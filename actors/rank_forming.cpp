@@ -94,7 +94,9 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
       watched[dir.address()] = q;
     }
     // By RANK: a joiner beats from before this generation; a process
-    // started again is watched once its count moves from the first read.
+    // started again beats from its first moment (early_beats): silent for
+    // the limit from now, it is lost, as any peer (one stopped before its
+    // first beat too).
     struct beats {
       int64_t count = -1;
       clock_type::time_point since = clock_type::now();
@@ -104,7 +106,7 @@ forming_watch::forming_watch(caf::actor_system& sys, kv_store_ptr client, const 
     };
     std::map<int, beats> seen;
     for (int r : joiners) seen[r] = beats{};
-    for (const auto& [q, r] : restarted) seen[r] = beats{-1, clock_type::now(), q, false, false};
+    for (const auto& [q, r] : restarted) seen[r] = beats{-1, clock_type::now(), q, false, true};
     forming_loss loss;
     std::string why;
     const auto add_why = [&why](const std::string& w) { why += (why.empty() ? "" : "; ") + w; };

@@ -129,7 +129,7 @@ public:
     g.plan = cx_.plan;
     g.stages = gen_.peers.all;
     g.resumed_after = g.resumed_from = hp.generation > 0 ? hp.resume_after : gen_.rp.ckpt.step;
-    g.backend = cx_.plan.dp > 1 ? "gloo" : "";
+    g.backend = cx_.plan.dp > 1 ? (cx_.cfg.parallel.allreduce == "nccl" ? "nccl" : "gloo") : "";
     g.driver = spawn_attempt_driver(sys, gen_.cfg, opts, cx_.plan, g.stages, g.resumed_after, nullptr, gen_.links.origin);
     g.local = {g.driver};
     return g;
@@ -243,8 +243,7 @@ private:
   // While generation next_ forms after one that ran (gen_): its processes
   // from that one (a loss is healed as any other: over the survivors, or
   // started again by the launcher), those that joined for it, and those
-  // the launcher started again for it once they beat (their start takes
-  // seconds).
+  // the launcher started again for it (beating from their start).
   // Null: none to watch.
   std::unique_ptr<forming_watch> watch_forming() {
     const uint32_t g = next_.generation;
@@ -257,7 +256,7 @@ private:
     for (int h : next_.members)
       if (h >= cx_.world0 && std::find(before_->members.begin(), before_->members.end(), h) == before_->members.end())
         joiners.push_back(h);
-    // Those started again for it, once they beat (a start takes seconds).
+    // Those started again for it.
     std::vector<std::pair<int, int>> restarted;
     for (int q : next_.replaced) {
       const int h = next_.members.empty() ? home_rank(cx_, q) : next_.members.at(static_cast<size_t>(q));
@@ -266,7 +265,9 @@ private:
     if (old.empty() && joiners.empty() && restarted.empty()) return nullptr;
     if (!watch_store_) watch_store_ = open_client_store(cx_.env.master_addr, rt_.store->port(), cx_.timeout);
     // A joiner beats while it waits and while it forms; between the two
-    // it starts its actor system: a second more than the heartbeat.
+    // it starts its actor system: a second more than the heartbeat. A
+    // process started again beats from its start (early_beats) and has
+    // as long.
     const auto beat_limit = milliseconds(static_cast<int64_t>(cx_.cfg.supervision.heartbeat_timeout_s * 1000) + 1000);
     const std::vector<int> was = before_->members;
     return std::make_unique<forming_watch>(
@@ -309,7 +310,14 @@ private:
   // connection of this host's own, at every step boundary.
   void open_for_joiners_once() {
     const auto& env = cx_.env;
-    if (!supervised() || !rt_.store || cx_.cfg.supervision.replace_timeout_s < 0) return;
+    if (!rt_.store) return;
+    // One that asks a run that takes none is told so at once.
+    if (!supervised() || cx_.cfg.supervision.replace_timeout_s < 0) {
+      refuse_joiners(*rt_.store, env.store_prefix,
+                     !supervised() ? "its config sets no supervision.max_restarts, so it heals nothing"
+                                   : "its config does not set supervision.replace_timeout_s");
+      return;
+    }
     open_for_joiners(*rt_.store, env.store_prefix, cx_.opts.config_digest, cx_.world0, env.apart);
     const std::string at = env.master_addr + ":" + std::to_string(rt_.store->port());
     poll_ = open_client_store(env.master_addr, rt_.store->port(), cx_.timeout);

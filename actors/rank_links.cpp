@@ -20,23 +20,47 @@ namespace actorpipe::rank_detail {
 
 namespace {
 
+// This process's members (ranks of a group of `size` that meets under
+// `name`), one per slot of `slots` (replica * pp + stage): Gloo's groups,
+// or NCCL's where parallel.allreduce is nccl, each member on its stage's
+// CUDA device (across processes only under ACTORPIPE_NCCL_ACROSS_PROCESSES,
+// until it has run on a GPU: docs/GPUS.md).
+allreduce_groups join_groups(const rank_context& cx, const kv_store_ptr& store, const std::string& name,
+                             const std::vector<int>& members, int size, const std::vector<int>& slots) {
+  if (cx.cfg.parallel.allreduce != "nccl") return join_gloo_groups(store, name, members, size, cx.host, cx.timeout);
+  std::vector<int> devices;
+  const int pp = cx.places.pp();
+  for (int slot : slots) {
+    const std::string& d = cx.plan.replica_devices.at(static_cast<size_t>(slot / pp)).at(static_cast<size_t>(slot % pp));
+    if (d.rfind("cuda:", 0) != 0)
+      throw collective_error("nccl group '" + name + "': stage " + std::to_string(slot % pp) + " of replica " +
+                             std::to_string(slot / pp) + " is on " + d + ", not a CUDA device; use gloo");
+    devices.push_back(std::atoi(d.c_str() + 5));
+  }
+  return join_nccl_groups(store, name, members, size, devices, cx.timeout);
+}
+
 // The allreduce group member of each of this rank's slots, over the
 // replicas of its stage (ranks of the group = replica numbers), formed
 // through the store. Stages in ascending order on every rank, so no two
 // ranks wait on each other's next group.
-std::map<int, std::shared_ptr<allreduce_group>> join_replica_groups(const rank_placement& places, int rank,
-                                                                   const kv_store_ptr& store, const std::string& prefix,
-                                                                   const std::string& host, milliseconds timeout) {
+std::map<int, std::shared_ptr<allreduce_group>> join_replica_groups(const rank_context& cx, int rank,
+                                                                   const kv_store_ptr& store,
+                                                                   const std::string& prefix) {
+  const rank_placement& places = cx.places;
   std::map<int, std::shared_ptr<allreduce_group>> out;  // by slot index d * pp + r
   if (places.dp() <= 1) return out;
   const auto mine = places.owned(rank);
   for (int r = 0; r < places.pp(); ++r) {
-    std::vector<int> replicas;
+    std::vector<int> replicas, slots;
     for (const auto& s : mine)
-      if (s.stage == r) replicas.push_back(s.replica);
+      if (s.stage == r) {
+        replicas.push_back(s.replica);
+        slots.push_back(s.replica * places.pp() + r);
+      }
     if (replicas.empty()) continue;
-    auto made = join_gloo_groups(store, prefix + "/actorpipe/dp/stage_" + std::to_string(r), replicas, places.dp(),
-                                 host, timeout);
+    auto made = join_groups(cx, store, prefix + "/actorpipe/dp/stage_" + std::to_string(r), replicas, places.dp(),
+                            slots);
     for (size_t i = 0; i < replicas.size(); ++i)
       out[replicas[i] * places.pp() + r] = std::shared_ptr<allreduce_group>(std::move(made[i]));
   }
@@ -46,10 +70,10 @@ std::map<int, std::shared_ptr<allreduce_group>> join_replica_groups(const rank_p
 // The tie's two-rank group of each replica whose embedding and head sit on
 // two stages, this rank's members by slot index; after the replica groups,
 // in replica order on every rank.
-std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_placement& places, int rank,
+std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_context& cx, int rank,
                                                                std::pair<int, int> tied, const kv_store_ptr& store,
-                                                               const std::string& prefix, const std::string& host,
-                                                               milliseconds timeout) {
+                                                               const std::string& prefix) {
+  const rank_placement& places = cx.places;
   std::map<int, std::shared_ptr<allreduce_group>> out;
   const auto [e, h] = tied;
   if (e == h) return out;
@@ -62,8 +86,7 @@ std::map<int, std::shared_ptr<allreduce_group>> join_tie_groups(const rank_place
         slots.push_back(d * places.pp() + s.stage);
       }
     if (members.empty()) continue;
-    auto made = join_gloo_groups(store, prefix + "/actorpipe/tie/replica_" + std::to_string(d), members, 2, host,
-                                 timeout);
+    auto made = join_groups(cx, store, prefix + "/actorpipe/tie/replica_" + std::to_string(d), members, 2, slots);
     for (size_t i = 0; i < members.size(); ++i) out[slots[i]] = std::shared_ptr<allreduce_group>(std::move(made[i]));
   }
   return out;
@@ -269,8 +292,8 @@ generation_links form_links(rank_runtime& rt, rank_context& cx, uint32_t g, cons
   cx.places.set_hosts(std::move(hosts));
   links.copies = keeps_copies ? join_channel("copies") : nullptr;
   try {
-    links.groups = join_replica_groups(cx.places, env.rank, store, prefix, cx.host, cx.timeout);
-    links.ties = join_tie_groups(cx.places, env.rank, tied_stages(cfg, cx.plan), store, prefix, cx.host, cx.timeout);
+    links.groups = join_replica_groups(cx, env.rank, store, prefix);
+    links.ties = join_tie_groups(cx, env.rank, tied_stages(cfg, cx.plan), store, prefix);
   } catch (const collective_error& e) {
     throw rendezvous_error(e.what());
   }

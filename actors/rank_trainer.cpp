@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "actors/rank_context.hpp"
@@ -128,7 +129,7 @@ joining join_if_asked(rank_runtime& rt, const config& cfg, train_options& opts) 
     throw config_error("the run at " + at + " has one stage: a process that joins would have nothing to take");
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
   rt.store = open_client_store(env.master_addr, static_cast<uint16_t>(env.master_port), timeout);
-  const join_ticket t = join_running(*rt.store, env.store_prefix, opts.config_digest, at, opts.on_notice);
+  const join_ticket t = join_running(*rt.store, env.store_prefix, opts.config_digest, at, opts.on_notice, timeout);
   env.apart = t.apart;
   env.world_size = cfg.parallel.dp * cfg.pipeline.stages + (t.apart ? 1 : 0);
   env.rank = 1;
@@ -206,6 +207,16 @@ train_output run_rank_in(rank_runtime& rt, const config& cfg, const train_option
   const joining joined = join_if_asked(rt, cfg, opts);
   const rank_env& env = opts.ranks;
   const auto timeout = milliseconds(static_cast<int64_t>(cfg.supervision.connect_timeout_s * 1000));
+  // A process started again beats before its data loads (runtime/dist/join.hpp).
+  // ACTORPIPE_TEST_STOP_BEFORE_BEAT=G stops the one started for generation
+  // G here, before its first beat (tests/apps/multi_process_test.cpp).
+  std::optional<early_beats> beats;
+  if (const uint32_t g = start_generation(); g > 0 && env.rank != 0 && joined.home < 0 && env.master_port > 0) {
+    if (const char* stop = std::getenv("ACTORPIPE_TEST_STOP_BEFORE_BEAT"); stop && std::strtoul(stop, nullptr, 10) == g)
+      ::raise(SIGSTOP);
+    beats.emplace(env.master_addr, static_cast<uint16_t>(env.master_port), env.store_prefix, env.rank,
+                  milliseconds(200));
+  }
   attempt_plan plan = plan_attempt(cfg, opts);
   plan.pol = policy_for(cfg, opts);
   plan.plc = plan.pol->layout(plan.stages);

@@ -5,6 +5,9 @@
 #include "runtime/config/checks.hpp"
 #include "runtime/config/sections.hpp"
 
+#include <cstdlib>
+#include <string>
+
 namespace actorpipe::config_detail {
 
 void device_lists_match_the_replicas(const reader& r) {
@@ -76,9 +79,11 @@ void shared_threads_run_one_replica(const reader& r) {
 
 void nccl_needs_cuda_stages(const reader& r) {
   if (r.cfg().parallel.allreduce != "nccl") return;
-  // Across processes the replicas' groups are Gloo's; NCCL's across
-  // processes has not run on a GPU, so it is not taken silently as Gloo.
-  if (r.env().local_rank && r.cfg().parallel.dp > 1)
+  // Across processes NCCL's groups are built (actors/rank_links.cpp), but
+  // they have not run on a GPU yet: refused, unless the GPU check of
+  // docs/GPUS.md asks for them (ACTORPIPE_NCCL_ACROSS_PROCESSES=1).
+  const char* asked = std::getenv("ACTORPIPE_NCCL_ACROSS_PROCESSES");
+  if (r.env().local_rank && r.cfg().parallel.dp > 1 && !(asked && std::string(asked) == "1"))
     r.fail_key("parallel.allreduce", "nccl across processes has not run on a GPU yet; use gloo (or auto, which takes "
                                      "gloo across processes, the gradients of CUDA stages staged through the host)");
   for (const auto& replica : planned_devices(r.cfg(), r.env()))

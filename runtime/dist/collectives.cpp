@@ -197,6 +197,11 @@ allreduce_groups make_nccl_groups(const std::vector<int>&, const std::string& na
   nccl_available(&why);
   throw collective_error("nccl group '" + name + "': " + why + "; use gloo");
 }
+
+allreduce_groups join_nccl_groups(const kv_store_ptr&, const std::string& name, const std::vector<int>&, int,
+                                  const std::vector<int>& devices, std::chrono::milliseconds) {
+  return make_nccl_groups(devices, name);  // says why there is none
+}
 #endif
 
 allreduce_groups make_allreduce_groups(const std::string& backend, const std::vector<std::string>& devices,

@@ -103,6 +103,20 @@ bool nccl_available(std::string* reason = nullptr);
 /// streams must be synchronized by the caller first.
 allreduce_groups make_nccl_groups(const std::vector<int>& devices, const std::string& name = "nccl");
 
+/// Ranks `ranks` (this process's, each in 0 .. size - 1) of an NCCL group
+/// whose other ranks live in other processes, ranks[i] on CUDA device
+/// devices[i]. The group's rank 0 makes NCCL's unique id and sets it in
+/// `store` under `name`; every other rank waits for it (at most `timeout`)
+/// and joins with ncclCommInitRank, this process's ranks in one NCCL group
+/// call. Give each generation its own `name`: its communicators are new,
+/// as the Gloo groups are. Throws collective_error when NCCL is not built
+/// in, there is no CUDA device, an ordinal is out of range, two ranks of
+/// this process name one device, or the id does not come. A rank that
+/// never joins holds the others in NCCL's init (it has no timeout).
+allreduce_groups join_nccl_groups(const kv_store_ptr& store, const std::string& name, const std::vector<int>& ranks,
+                                  int size, const std::vector<int>& devices,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
 /// One rank per device ("cpu" or "cuda:N"). `backend` is "gloo", "nccl" or
 /// "auto": NCCL when every device is a distinct GPU and NCCL is available,
 /// else Gloo (which sums CPU tensors only).

@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 
 namespace actorpipe {
 
@@ -168,16 +171,19 @@ bool nccl_available(std::string* reason) {
   return true;
 }
 
-allreduce_groups make_nccl_groups(const std::vector<int>& devices, const std::string& name) {
-  const int size = static_cast<int>(devices.size());
-  const std::string where = "nccl group '" + name + "'";
-  if (size < 1) throw collective_error(where + ": needs at least one device");
-  // Checked before touching CUDA, so the message is the same with or without a GPU.
+namespace {
+
+// Ranks `ranks` (of `size`) on `devices`, ranks[i] on devices[i]: two ranks
+// of this process on one device, no CUDA device, or an ordinal out of range
+// is a collective_error. The first is checked before touching CUDA, so its
+// message is the same with or without a GPU.
+void check_devices(const std::string& where, const std::string& name, const std::vector<int>& ranks, int size,
+                   const std::vector<int>& devices) {
   std::map<int, int> first_rank;
-  for (int r = 0; r < size; ++r) {
-    auto [it, fresh] = first_rank.emplace(devices[static_cast<size_t>(r)], r);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto [it, fresh] = first_rank.emplace(devices[i], ranks[i]);
     if (!fresh)
-      throw collective_error(where + ": ranks " + std::to_string(it->second) + " and " + std::to_string(r) +
+      throw collective_error(where + ": ranks " + std::to_string(it->second) + " and " + std::to_string(ranks[i]) +
                              " both name cuda:" + std::to_string(it->first) +
                              "; NCCL refuses two ranks on one device; use gloo");
   }
@@ -185,35 +191,121 @@ allreduce_groups make_nccl_groups(const std::vector<int>& devices, const std::st
   if (!nccl_available(&why)) throw collective_error(where + ": " + why + "; use gloo");
   int count = 0;
   check_cuda(cudaGetDeviceCount(&count), where, "cudaGetDeviceCount");
-  for (int r = 0; r < size; ++r) {
-    int d = devices[static_cast<size_t>(r)];
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int d = devices[i];
     if (d < 0 || d >= count)
-      throw collective_error(rank_where(name, r, size) + ": cuda:" + std::to_string(d) + " does not exist (" +
+      throw collective_error(rank_where(name, ranks[i], size) + ": cuda:" + std::to_string(d) + " does not exist (" +
                              std::to_string(count) + " CUDA devices)");
   }
+}
 
-  std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
-  check_nccl(ncclCommInitAll(comms.data(), size, devices.data()), where, "ncclCommInitAll");
-  std::vector<cudaStream_t> streams(static_cast<size_t>(size), nullptr);
-  for (int r = 0; r < size; ++r) {
+// The groups of communicators just made, comms[i] for ranks[i] on
+// devices[i], each with a stream of its own. Destroys them all on a failure.
+allreduce_groups wrap(std::vector<ncclComm_t>& comms, const std::vector<int>& ranks, int size,
+                      const std::vector<int>& devices, const std::string& name) {
+  std::vector<cudaStream_t> streams(comms.size(), nullptr);
+  for (size_t i = 0; i < comms.size(); ++i) {
     // A blocking stream: it waits for the legacy default stream, where the
     // gradients were made, and needs no LibTorch CUDA API to find it.
-    cudaError_t e = cudaSetDevice(devices[static_cast<size_t>(r)]);
-    if (e == cudaSuccess) e = cudaStreamCreate(&streams[static_cast<size_t>(r)]);
+    cudaError_t e = cudaSetDevice(devices[i]);
+    if (e == cudaSuccess) e = cudaStreamCreate(&streams[i]);
     if (e != cudaSuccess) {
-      for (int q = 0; q < size; ++q) {
-        ncclCommDestroy(comms[static_cast<size_t>(q)]);
-        if (streams[static_cast<size_t>(q)]) cudaStreamDestroy(streams[static_cast<size_t>(q)]);
+      for (size_t q = 0; q < comms.size(); ++q) {
+        if (comms[q]) ncclCommDestroy(comms[q]);
+        if (streams[q]) cudaStreamDestroy(streams[q]);
       }
-      check_cuda(e, rank_where(name, r, size), "cudaStreamCreate");
+      check_cuda(e, rank_where(name, ranks[i], size), "cudaStreamCreate");
     }
   }
   allreduce_groups out;
-  for (int r = 0; r < size; ++r) {
-    size_t i = static_cast<size_t>(r);
-    out.push_back(std::make_unique<nccl_group>(comms[i], streams[i], devices[i], name, r, size));
+  for (size_t i = 0; i < comms.size(); ++i)
+    out.push_back(std::make_unique<nccl_group>(comms[i], streams[i], devices[i], name, ranks[i], size));
+  return out;
+}
+
+std::string hex_of(const char* p, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(p[i]);
+    out += digits[b >> 4];
+    out += digits[b & 15];
   }
   return out;
+}
+
+bool bytes_of(const std::string& hex, char* out, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < n; ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+}  // namespace
+
+allreduce_groups make_nccl_groups(const std::vector<int>& devices, const std::string& name) {
+  const int size = static_cast<int>(devices.size());
+  const std::string where = "nccl group '" + name + "'";
+  if (size < 1) throw collective_error(where + ": needs at least one device");
+  std::vector<int> ranks(devices.size());
+  for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+  check_devices(where, name, ranks, size, devices);
+  std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
+  check_nccl(ncclCommInitAll(comms.data(), size, devices.data()), where, "ncclCommInitAll");
+  return wrap(comms, ranks, size, devices, name);
+}
+
+allreduce_groups join_nccl_groups(const kv_store_ptr& store, const std::string& name, const std::vector<int>& ranks,
+                                  int size, const std::vector<int>& devices, std::chrono::milliseconds timeout) {
+  const std::string where = "nccl group '" + name + "'";
+  if (!store) throw collective_error(where + ": no store to meet through");
+  if (ranks.empty() || ranks.size() != devices.size())
+    throw collective_error(where + ": " + std::to_string(ranks.size()) + " ranks of this process and " +
+                           std::to_string(devices.size()) + " devices; one device per rank");
+  for (int r : ranks)
+    if (r < 0 || r >= size)
+      throw collective_error(where + ": rank " + std::to_string(r) + " is not in 0 .. " + std::to_string(size - 1));
+  check_devices(where, name, ranks, size, devices);
+  // The group's rank 0 makes NCCL's id and every rank reads it from the
+  // store: the rendezvous the Gloo groups make through it too. `name`
+  // holds the generation, so each generation's communicators are new.
+  const std::string key = name + "/nccl_unique_id";
+  ncclUniqueId id;
+  if (std::find(ranks.begin(), ranks.end(), 0) != ranks.end()) {
+    check_nccl(ncclGetUniqueId(&id), where, "ncclGetUniqueId");
+    store->set(key, hex_of(id.internal, sizeof id.internal));
+  } else {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (!store->has(key)) {
+      if (std::chrono::steady_clock::now() >= until)
+        throw collective_error(where + ": rank 0's NCCL id did not come within " +
+                               std::to_string(timeout.count()) + " ms");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!bytes_of(store->get(key), id.internal, sizeof id.internal))
+      throw collective_error(where + ": the NCCL id in the store under " + key + " is not " +
+                             std::to_string(sizeof id.internal) + " bytes in hex");
+  }
+  // This process's ranks in one NCCL group call: each init waits for every
+  // rank of the group, those of this process included.
+  std::vector<ncclComm_t> comms(ranks.size(), nullptr);
+  ncclResult_t r = ncclGroupStart();
+  for (size_t i = 0; i < ranks.size() && r == ncclSuccess; ++i) {
+    check_cuda(cudaSetDevice(devices[i]), rank_where(name, ranks[i], size), "cudaSetDevice");
+    r = ncclCommInitRank(&comms[i], size, id, ranks[i]);
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  if (r == ncclSuccess) r = ended;
+  if (r != ncclSuccess) {
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+    check_nccl(r, where, "ncclCommInitRank");
+  }
+  return wrap(comms, ranks, size, devices, name);
 }
 
 }  // namespace actorpipe

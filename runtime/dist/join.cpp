@@ -100,6 +100,28 @@ void beat(const kv_store& store, const std::string& store_prefix, int rank) {
   store.set(alive_key(store_prefix, rank), std::to_string(++beats));
 }
 
+early_beats::early_beats(std::string host, uint16_t port, std::string store_prefix, int rank,
+                         std::chrono::milliseconds every)
+    : thread_([this, host = std::move(host), port, prefix = std::move(store_prefix), rank, every] {
+        kv_store_ptr store;
+        while (!stop_.load()) {
+          try {
+            if (!store) store = open_client_store(host, port, std::chrono::milliseconds(1000));
+            beat(*store, prefix, rank);
+          } catch (const std::exception&) {
+            store.reset();  // not listening yet, or gone: the agent's own watch judges a store lost
+          }
+          for (auto slept = std::chrono::milliseconds(0); slept < every && !stop_.load();
+               slept += std::chrono::milliseconds(10))
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }) {}
+
+early_beats::~early_beats() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
 std::string exited_key(const std::string& store_prefix, int rank) {
   return key(store_prefix, "exited/" + std::to_string(rank));
 }
@@ -156,12 +178,28 @@ std::string exited_in(const kv_store& store, const std::string& store_prefix, in
   return v.substr(space + 1);
 }
 
+void refuse_joiners(const kv_store& store, const std::string& store_prefix, const std::string& why) {
+  store.set(key(store_prefix, "refused"), why);
+}
+
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
-                         const std::string& at, const std::function<void(const std::string&)>& waiting) {
-  if (!store.has(key(store_prefix, "digest")))
-    throw config_error("the run at " + at +
-                       " takes no processes that join (its config does not set supervision.replace_timeout_s, or it "
-                       "has not started yet)");
+                         const std::string& at, const std::function<void(const std::string&)>& waiting,
+                         std::chrono::milliseconds opening) {
+  // A coordinator opens for joiners once its first generation formed (a
+  // standby's just after a takeover): until it says yes or no, wait.
+  const auto until = std::chrono::steady_clock::now() + opening;
+  poll_backoff wait(std::chrono::milliseconds(20));
+  for (bool said = false; !store.has(key(store_prefix, "digest"));) {
+    if (store.has(key(store_prefix, "refused")))
+      throw config_error("the run at " + at + " takes no processes that join: " + store.get(key(store_prefix, "refused")));
+    if (std::chrono::steady_clock::now() >= until)
+      throw config_error("the run at " + at + " takes no processes that join (it did not open for them within " +
+                         describe_timeout(opening) + ": it has not started, or its config does not set "
+                         "supervision.replace_timeout_s)");
+    if (!said && waiting) waiting("the run at " + at + " has not opened for processes that join yet; waiting for it");
+    said = true;
+    wait.pause();
+  }
   const std::string theirs = store.get(key(store_prefix, "digest"));
   if (theirs != config_digest)
     throw rendezvous_mismatch_error("this process's config differs from the running job's at " + at + " (digest " +

@@ -14,10 +14,12 @@
 //                waits and while a generation forms: rank 0 takes a joiner
 //                whose count stands still for too long as lost
 //                (actors/rank_forming.cpp)
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/dist/transport/kv_store.hpp"
@@ -54,6 +56,25 @@ void turn_away_joiners(const kv_store& store, const std::string& store_prefix, c
 std::string alive_key(const std::string& store_prefix, int rank);
 void beat(const kv_store& store, const std::string& store_prefix, int rank);
 
+/// A process started again for a later generation beats `alive/<rank>`
+/// from its first moment, every `every`, before its data, checkpoint and
+/// actor system load (seconds, some of them): rank 0 takes one whose count
+/// stands still for supervision.heartbeat_timeout_s for lost, as it does
+/// any silent peer, and one stopped before this beat is such a one. A
+/// store not yet reached is tried again each round. Destroying it stops
+/// the beats (waiting at most for a connect in progress, 1 s).
+class early_beats {
+public:
+  early_beats(std::string host, uint16_t port, std::string store_prefix, int rank, std::chrono::milliseconds every);
+  ~early_beats();
+  early_beats(const early_beats&) = delete;
+  early_beats& operator=(const early_beats&) = delete;
+
+private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 /// `exited/<rank>`: "<generation> <how>", set by the launcher that started
 /// process `rank` again for that generation when it ends (a process that
 /// dies before its first beat is seen at once, not after a timeout).
@@ -76,13 +97,21 @@ struct join_ticket {
   bool apart = false;
 };
 
-/// A joining process: checks its config digest against rank 0's (throws
-/// rendezvous_mismatch_error, exit 2, when they differ, and config_error
-/// when the run takes no joiners), takes a ticket, and waits for rank 0's
-/// answer, calling `waiting` once. Throws rendezvous_error when rank 0
-/// turns it away or the store goes.
+/// Rank 0 of a run that takes no joiners: a process that asks is told
+/// `why` at once.
+void refuse_joiners(const kv_store& store, const std::string& store_prefix, const std::string& why);
+
+/// A joining process: waits (at most `opening`) until rank 0 has opened
+/// for joiners or refused them (a coordinator just started, a standby's
+/// after a takeover, opens once its first generation formed), checks its
+/// config digest against rank 0's (throws rendezvous_mismatch_error, exit
+/// 2, when they differ, and config_error when the run takes no joiners),
+/// takes a ticket, and waits for rank 0's answer, calling `waiting` with
+/// each change. Throws rendezvous_error when rank 0 turns it away or the
+/// store goes.
 join_ticket join_running(const kv_store& store, const std::string& store_prefix, const std::string& config_digest,
-                         const std::string& at, const std::function<void(const std::string&)>& waiting);
+                         const std::string& at, const std::function<void(const std::string&)>& waiting,
+                         std::chrono::milliseconds opening = std::chrono::seconds(60));
 
 /// A joiner whose generation `called_off` rank 0 called off for another
 /// process's loss: waits (beating) until rank 0 places it again, and

@@ -277,6 +277,26 @@ std::vector<int> steps_printed(const std::string& text, size_t from = 0) {
   return out;
 }
 
+// Whether the run's record in etcd names generation `gen` within `limit`.
+bool record_names_generation(etcd_client& c, const std::string& run, int gen, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  do {
+    if (const auto text = c.get(run_key(run, "record"))) {
+      const auto record = nlohmann::json::parse(*text, nullptr, false);
+      if (record.is_object() && record.value("generation", -1) == gen) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+// The number after `prefix` in the first line of `text` that has it, -1
+// when none has.
+int number_after(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find(prefix);
+  return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + prefix.size());
+}
+
 // What a takeover must show: the run ended bitwise equal to the clean
 // one; the workers waited; the new coordinator's line; after it, the steps
 // from the boundary it rolled to up to the end, each once (none lost, none
@@ -400,9 +420,16 @@ void Takeover::take_over_a_generation_in_doubt(const std::string& run_id, const 
   ASSERT_GT(victim, 0) << run.output();
   ::kill(victim, SIGKILL);
   const bool formed = run.wait_for_output("heal: generation 1 runs from after step");
+  // Rank 0 says the line before it writes the record: where the test is
+  // of a generation the record names, it waits for the record (well
+  // inside the workers' hold), so that a loaded machine's kill does not
+  // land between the two.
+  etcd_client c(cluster().endpoints());
+  const bool recorded = formed && (taken == 0 || record_names_generation(c, run_id, 1, std::chrono::seconds(2)));
   if (formed) std::this_thread::sleep_for(kill_after);
   ::kill(coordinator, SIGKILL);
   ASSERT_TRUE(formed) << run.output();
+  ASSERT_TRUE(recorded) << "the record did not name generation 1 within 2 s of its line\n" << run.output();
   ASSERT_EQ(run.wait(120), 0) << run.output();
   const std::string out = run.output();
   const std::string other = taken == 1 ? "0" : "1";
@@ -547,13 +574,23 @@ TEST_F(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise)
   pid_t coordinator = run.coordinator();
   ASSERT_GT(coordinator, 0) << run.output();
   ::kill(coordinator, SIGKILL);
-  ASSERT_TRUE(run.wait_for_output("takeover 1: generation 2 runs from after step")) << run.output();
+  // The heal's line comes before its record: the takeover is of
+  // generation 1, or of 0 where the kill landed between the two. Either
+  // way the numbers go on from the one it ran.
+  ASSERT_TRUE(run.wait_for_output("\ntakeover 1: generation ")) << run.output();
+  const int taken = number_after(run.output(), "\ntakeover 1: generation ");
+  ASSERT_TRUE(taken == 1 || taken == 2) << run.output();
+  const std::string joined = std::to_string(taken + 1), retaken = std::to_string(taken + 2);
   testing_util::background_launch joiner(ACTORPIPE_BIN, (test_dir() / "join.out").string(),
                                          {"--join", cluster().url(), "--run-id", "joined", cfg});
   ASSERT_TRUE(joiner.started());
-  ASSERT_TRUE(run.wait_for_output("re-placed: generation 3 takes in rank 3 (joined)")) << run.output()
-                                                                                       << joiner.output();
-  ASSERT_TRUE(run.wait_for_output("heal: generation 3 runs from after step")) << run.output();
+  ASSERT_TRUE(run.wait_for_output("re-placed: generation " + joined + " takes in rank 3 (joined)"))
+      << run.output() << joiner.output();
+  ASSERT_TRUE(run.wait_for_output("heal: generation " + joined + " runs from after step")) << run.output();
+  // The joined process is taken over too once the record names its
+  // generation (written just after that line).
+  etcd_client c(cluster().endpoints());
+  ASSERT_TRUE(record_names_generation(c, "joined", taken + 1, std::chrono::seconds(10))) << run.output();
   // Forked from the launcher, the new coordinator's /proc environ is the
   // launcher's: its pid is the one the launcher's line names.
   const std::string started = "started a coordinator to take the run over (pid ";
@@ -565,12 +602,13 @@ TEST_F(Takeover, AProcessJoinsThroughEtcdAfterATakeoverAndIsTakenOverTooBitwise)
   ASSERT_EQ(run.wait(180), 0) << run.output() << joiner.output();
   EXPECT_EQ(joiner.wait(60), 0) << joiner.output();
   const std::string out = run.output();
-  const size_t second = out.find("\ntakeover 2: generation 4 runs from after step ");
+  const std::string second_line = "\ntakeover 2: generation " + retaken + " runs from after step ";
+  const size_t second = out.find(second_line);
   ASSERT_NE(second, std::string::npos) << out;
   std::printf("%s\n", out.substr(second + 1, out.find('\n', second + 1) - second - 1).c_str());
-  EXPECT_NE(out.find("takeover 2 of generation 3 (3 of 3 workers answered"), std::string::npos) << out;
+  EXPECT_NE(out.find("takeover 2 of generation " + joined + " (3 of 3 workers answered"), std::string::npos) << out;
   EXPECT_NE(joiner.output().find(": taken over by the coordinator at "), std::string::npos) << joiner.output();
-  const int after = std::atoi(out.c_str() + second + std::strlen("\ntakeover 2: generation 4 runs from after step "));
+  const int after = std::atoi(out.c_str() + second + second_line.size());
   std::vector<int> want;
   for (int s = after + 2; s <= steps; ++s) want.push_back(s);
   EXPECT_EQ(steps_printed(out, second), want) << out;

@@ -544,7 +544,7 @@ TEST(RanksByHand, ATorchrunRestartResumesFromTheNewestCheckpointBitwise) {
     for (int r = 1; r >= 0; --r) ranks.start(torchrun_env(r, 2, port), {"train", config, "--quiet", "--steps", "2"});
     for (int c : ranks.wait_all(120)) ASSERT_EQ(c, 0);
   }
-  ASSERT_TRUE(fs::exists(ckpt / "step_00000001.pt"));
+  ASSERT_TRUE(fs::exists(ckpt / "step_00000002.pt"));
   rank_processes ranks;
   const int port = static_cast<int>(free_port("127.0.0.1"));
   for (int r = 1; r >= 0; --r) {
@@ -1009,6 +1009,47 @@ TEST(HealFromOutside, AProcessStartedAgainAndStoppedWhileItsGenerationFormsIsSta
       << out;
   EXPECT_NE(out.find("generation 1 was called off: rank 2 (started again) gave no sign of life for 3 s while "
                      "generation 1 formed"),
+            std::string::npos)
+      << out;
+  expect_started_once_more_bitwise(out, clean, healed);
+}
+
+// The process started again for RANK 2 stops before its first beat
+// (ACTORPIPE_TEST_STOP_BEFORE_BEAT=1: the one started for generation 1
+// stops itself first thing). Rank 0 takes it for lost as any silent peer,
+// after the heartbeat timeout and a second, calls generation 1 off, and
+// the launcher kills it and starts RANK 2 once more. Before, nothing was
+// seen until supervision.connect_timeout_s (600 s here: the wait below
+// runs out long before).
+TEST(HealFromOutside, AProcessStartedAgainAndStoppedBeforeItsFirstBeatIsGivenUpAfterTheHeartbeatTimeoutBitwise) {
+  const std::string clean = (test_dir() / "clean.pt").string(), healed = (test_dir() / "healed.pt").string();
+  auto a = actorpipe({"train", long_healing_config("clean"), "--quiet", "--save", clean});
+  ASSERT_EQ(a.code, 0) << describe(a);
+  auto text = config_text(2, 4, "1f1b", 2);
+  text.replace(text.find("steps: 4"), 8, "steps: 40");
+  text.replace(text.find("intra_op_threads: 1"), 19, "intra_op_threads: 1\n  pace_ms: 4");
+  const std::string cfg = write_config(
+      "stop_before_beat", text + "supervision: {max_restarts: 2, heartbeat_timeout_s: 2, connect_timeout_s: 600}\n");
+  struct stop_before_beat {
+    stop_before_beat() { ::setenv("ACTORPIPE_TEST_STOP_BEFORE_BEAT", "1", 1); }
+    ~stop_before_beat() { ::unsetenv("ACTORPIPE_TEST_STOP_BEFORE_BEAT"); }
+  } hook;
+  background_launch run("stop_before_beat", {"--nprocs", "4", cfg, "--save", healed});
+  pid_t again = -1;
+  ASSERT_NO_FATAL_FAILURE(kill_rank_2_for_a_restart(run, again));
+  const int code = run.wait(120);
+  ::kill(again, SIGKILL);  // in every path
+  ASSERT_EQ(code, 0) << run.output();
+  const std::string out = run.output();
+  const size_t off = out.find("was called off");
+  ASSERT_NE(off, std::string::npos) << out;
+  std::printf("%s\n", out.substr(out.rfind('\n', off) + 1, out.find('\n', off) - out.rfind('\n', off) - 1).c_str());
+  EXPECT_NE(out.find("generation 1 was called off: rank 2 (started again) gave no sign of life for 3 s while "
+                     "generation 1 formed"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("worker rank 2 (pid " + std::to_string(again) +
+                     ") was taken for dead by the coordinator; killed it"),
             std::string::npos)
       << out;
   expect_started_once_more_bitwise(out, clean, healed);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -340,6 +341,19 @@ pipeline: {stages: 2, devices: auto}
             file + ":7:30: parallel.allreduce: nccl across processes has not run on a GPU yet; use gloo (or auto, "
                    "which takes gloo across processes, the gradients of CUDA stages staged through the host)");
   EXPECT_EQ(load_config(file, gpus(2)).parallel.allreduce, "nccl");
+  // ACTORPIPE_NCCL_ACROSS_PROCESSES=1, for the GPU check of docs/GPUS.md,
+  // lifts the refusal; CPU stages are still refused.
+  const std::string on_cpus = write(test_dir() / "cpus.yaml", std::string(small_model) + R"(train: {batch_size: 8}
+parallel: {dp: 2, allreduce: nccl}
+pipeline: {stages: 2, devices: [cpu, cpu]}
+)");
+  EXPECT_NE(load_error(on_cpus, rank_of_several(2, 1, 1)).find("nccl across processes has not run on a GPU yet"),
+            std::string::npos);
+  ::setenv("ACTORPIPE_NCCL_ACROSS_PROCESSES", "1", 1);
+  const std::string lifted = load_error(on_cpus, rank_of_several(2, 1, 1));
+  ::unsetenv("ACTORPIPE_NCCL_ACROSS_PROCESSES");
+  EXPECT_EQ(lifted, on_cpus + ":7:30: parallel.allreduce: nccl sums CUDA tensors only, but a stage is on cpu; use "
+                              "gloo or auto");
 }
 
 // Rank 0's plan of a dp 2 x pp 2 run on 4 ranks (rank q runs slot q):

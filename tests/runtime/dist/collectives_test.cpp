@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/dist/collectives.hpp"
+#include "runtime/dist/transport/rendezvous.hpp"
 
 #if ACTORPIPE_HAS_NCCL
 #include <cuda_runtime.h>
@@ -348,6 +349,49 @@ TEST(NcclGroups, UnavailableNcclSaysWhyAndRefusesGroups) {
   } catch (const collective_error& e) {
     EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("use gloo"), std::string::npos) << e.what();
+  }
+}
+
+// NCCL across processes (join_nccl_groups): what it refuses before any
+// rank meets, with or without a GPU, and with the same words as in one
+// process.
+TEST(NcclGroups, AcrossProcessesTwoRanksOfOneProcessOnOneDeviceAreRefused) {
+  if (!nccl_compiled) GTEST_SKIP() << "built without NCCL: nothing to refuse";
+  kv_store_ptr store = host_store(0, std::chrono::milliseconds(5000));
+  try {
+    join_nccl_groups(store, "gen_1/dp/stage_0", {0, 2}, 3, {1, 1});
+    FAIL() << "NCCL group with two ranks on cuda:1 was built";
+  } catch (const collective_error& e) {
+    EXPECT_EQ(std::string(e.what()), "nccl group 'gen_1/dp/stage_0': ranks 0 and 2 both name cuda:1; NCCL refuses "
+                                     "two ranks on one device; use gloo");
+  }
+  EXPECT_FALSE(store->has("gen_1/dp/stage_0/nccl_unique_id")) << "no id is published for a refused group";
+}
+
+TEST(NcclGroups, AcrossProcessesUnavailableNcclSaysWhyAndPublishesNothing) {
+  std::string why;
+  if (nccl_available(&why)) GTEST_SKIP() << "NCCL is available here";
+  kv_store_ptr store = host_store(0, std::chrono::milliseconds(5000));
+  try {
+    join_nccl_groups(store, "g", {0}, 2, {0});
+    FAIL() << "NCCL group built although NCCL is unavailable";
+  } catch (const collective_error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use gloo"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(store->has("g/nccl_unique_id"));
+  if (!nccl_compiled) return;  // the stub says only why
+  try {
+    join_nccl_groups(store, "g", {0, 1}, 2, {0});
+    FAIL() << "two ranks with one device were taken";
+  } catch (const collective_error& e) {
+    EXPECT_EQ(std::string(e.what()), "nccl group 'g': 2 ranks of this process and 1 devices; one device per rank");
+  }
+  try {
+    join_nccl_groups(store, "g", {2}, 2, {0});
+    FAIL() << "rank 2 of a group of 2 was taken";
+  } catch (const collective_error& e) {
+    EXPECT_EQ(std::string(e.what()), "nccl group 'g': rank 2 is not in 0 .. 1");
   }
 }
 
