@@ -407,7 +407,7 @@ std::map<std::string, std::string> final_losses(const std::string& table) {
 /// Whether scripts/setup.sh has made data/ (a test failure names what is missing).
 bool have_data() {
   bool ok = true;
-  for (const char* f : {"data/digits.csv.gz", "data/fortunes.txt"})
+  for (const char* f : {"data/digits.csv.gz", "data/fortunes.txt", "data/fortunes_spm.model"})
     if (!fs::exists(source_dir / f)) {
       ADD_FAILURE() << (source_dir / f) << " is missing: run scripts/setup.sh (scripts/demo and scripts/test source it)";
       ok = false;
@@ -417,7 +417,8 @@ bool have_data() {
 
 // The README's tour, quick: every command exits 0, both fault scenarios end
 // bitwise on their fault-free runs, every synchronous schedule ends on one
-// final loss, and the GPT's weights are written and continue the prompt.
+// final loss, and the GPT's and the LLaMA's weights are written and
+// continue their prompts.
 TEST(Tour, RunsEveryCommandOfTheReadmeInOrder) {
   if (!have_data()) return;
   const fs::path dir = actorpipe::testing_util::test_dir("actorpipe_docs");
@@ -433,7 +434,9 @@ TEST(Tour, RunsEveryCommandOfTheReadmeInOrder) {
       "actorpipe train configs/faults/chaos.yaml --quiet --verify-against-clean",
       "actorpipe launch --nprocs 3 configs/faults/heal_pipeline.yaml --quiet --verify-against-clean",
       "actorpipe train configs/gpt_fortunes.yaml --log-every 250 --save gpt.pt",
-      "actorpipe generate configs/gpt_fortunes.yaml --load gpt.pt --prompt \"Q: \" --tokens 160 --seed 7"};
+      "actorpipe generate configs/gpt_fortunes.yaml --load gpt.pt --prompt \"Q: \" --tokens 160 --seed 7",
+      "actorpipe train configs/llama_fortunes.yaml --log-every 250 --save llama.pt",
+      "actorpipe generate configs/llama_fortunes.yaml --load llama.pt --prompt \"A programmer is\" --tokens 60 --seed 7"};
   EXPECT_EQ(shown, want) << r.out;
   EXPECT_EQ(count(r.out, "verify: final weights bitwise equal to a fault-free run"), 2u) << r.out;
   EXPECT_EQ(count(r.out, "restarts: 2,"), 2u) << "the chaos scenario and the heal: two restarts each in 8 steps\n"
@@ -448,6 +451,9 @@ TEST(Tour, RunsEveryCommandOfTheReadmeInOrder) {
         << s << " against gpipe: every synchronous schedule ends on the same weights\n" << r.out;
   EXPECT_TRUE(fs::is_regular_file(dir / "tour" / "gpt.pt"));
   EXPECT_NE(r.out.find("\nQ: "), std::string::npos) << "generate prints the prompt first\n" << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir / "tour" / "llama.pt"));
+  EXPECT_NE(r.out.find("\nA programmer is"), std::string::npos) << "the LLaMA's generate prints the prompt first\n"
+                                                                << r.out;
 }
 
 /// The ```sh block of docs/BUILDING.md that holds `line`, as its lines.
