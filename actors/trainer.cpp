@@ -96,7 +96,7 @@ void prepare_checkpoint_dir(const config& cfg, const train_options& opts) {
 // reallocates such tensors every op (each microbatch's weight gradients,
 // 16 MiB for a 2048 x 2048 layer) and the optimizer's temporaries every
 // step: on the seed MLP (bench/peers.sh) that was 40 000 page faults and
-// 17 % of the CPU time a step (docs/BENCHMARKS.md, "Peers"). Keeping freed
+// 17 % of the CPU time a step (docs/benchmarks/processes.md, "Peers"). Keeping freed
 // memory in the process instead (blocks up to 32 MiB from the arenas, no
 // trimming) takes them to about 400; the weights come out bitwise the same.
 // A MALLOC_* or GLIBC_TUNABLES setting of the user's is left as it is.

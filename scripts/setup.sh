@@ -10,7 +10,7 @@ if ! declare -p ACTORPIPE_CMAKE_ARGS >/dev/null 2>&1; then ACTORPIPE_CMAKE_ARGS=
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libcaf-dev libtorch-dev libgloo-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
           zlib1g-dev nlohmann-json3-dev libcli11-dev python3-torch python3-sklearn
-          libopenblas0-openmp  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/BENCHMARKS.md)
+          libopenblas0-openmp  # without it LibTorch falls back to reference BLAS, ~6x slower (docs/benchmarks/models.md, "BLAS")
           openmpi-bin  # mpirun: tests/apps/launchers_test.cpp starts ranks with it
           etcd-server etcd-client  # a run's durable record: tests/runtime/dist/coord/ start a 3-member cluster
           libsentencepiece-dev sentencepiece  # tokenizers: `actorpipe tokenize`, data.tokenizer; tests run spm_train

@@ -225,7 +225,7 @@ TEST(Shrink, APlacementThatNeedsMoreMemoryThanAProcessHasIsRefused) {
   EXPECT_EQ(out.find("re-placed:"), std::string::npos) << out;
 }
 
-// The shipped scenario (docs/FAULTS.md): a kill -9 and a SIGSTOP at pp 4,
+// The shipped scenario (docs/ELASTIC.md): a kill -9 and a SIGSTOP at pp 4,
 // each lost stage to its keeper's process, down to 2 processes, and
 // --verify-against-clean's own fault-free run agrees bit for bit.
 TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
@@ -390,7 +390,7 @@ TEST(Grow, ARunOnFewerProcessesThanStagesTakesOneInAndGoesOnWithoutItWhenItDies)
   ASSERT_TRUE(run.wait_for_output(" takes in rank 2 (joined): stages by process 0 1 | 2 3 -> 0 | 2 3 | 1 (ranks 0 1 2)"))
       << run.output();
   ASSERT_TRUE(joiner.wait_for_output("as RANK 2")) << joiner.output();
-  // Killed once the generation with it runs (FAULTS.md: not while it is
+  // Killed once the generation with it runs (ELASTIC.md: not while it is
   // being taken in), and a step later.
   ASSERT_TRUE(run.wait_for_output("heal: generation 1 runs from after step")) << run.output();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
