@@ -16,12 +16,8 @@
 #include <functional>
 #include <mutex>
 
-#include "actors/attempt_setup.hpp"
-#include "actors/driver_actor.hpp"
-#include "actors/stage_actor.hpp"
-#include "actors/rank_trainer.hpp"
-#include "actors/local_host.hpp"
-#include "messages/atoms.hpp"
+#include "actors/process_run.hpp"
+#include "actors/supervisor/local_host.hpp"
 #include "messages/errors.hpp"
 #include "runtime/files/checkpoint.hpp"
 #include "runtime/files/file_io.hpp"
@@ -29,44 +25,6 @@
 #include "runtime/model/model.hpp"
 
 namespace actorpipe {
-
-caf::actor spawn_attempt_driver(caf::actor_system& sys, const config& cfg, const train_options& opts,
-                                const attempt_plan& p, const std::vector<caf::actor>& stages, int64_t resumed_step,
-                                std::shared_ptr<checkpoint> last_good, std::chrono::steady_clock::time_point origin) {
-  config run_cfg = cfg;
-  run_cfg.pipeline.partition = p.parts;
-  driver_setup ds;
-  ds.cfg = run_cfg;
-  ds.data = p.data;
-  ds.stages = stages;
-  ds.dp = p.dp;
-  ds.verify_replicas = opts.verify_replicas;
-  ds.microbatches = p.microbatches;
-  ds.epoch = opts.epoch;
-  ds.origin = origin;
-  ds.on_step = opts.on_step;
-  ds.on_eval = opts.on_eval;
-  ds.on_decided = opts.on_decided;
-  ds.regroup = opts.regroup;
-  ds.plc = p.plc;
-  ds.async = !p.pol->flushes();
-  ds.first_step = resumed_step + 1;
-  ds.skip_steps = opts.skip_steps;
-  ds.last_good = std::move(last_good);
-  return spawn_driver(sys, std::move(ds));
-}
-
-// An error as a run failure: ours by code and fields; another category's
-// (a stage's own error carries one readable string) as `failed`, with its
-// string or CAF's rendering.
-run_failure failure_of(const caf::actor_system& sys, const caf::error& err) {
-  run_failure f;
-  if (read_failure(err, f)) return f;
-  f.code = run_errc::failed;
-  const auto& ctx = err.context();
-  f.text = ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0) : sys.render(err);
-  return f;
-}
 
 namespace {
 
@@ -117,14 +75,6 @@ void keep_freed_memory() {
 }
 
 }  // namespace
-
-void throw_run_error(run_failure f) {
-  switch (f.code) {
-    case run_errc::hang: throw stuck_error(std::move(f));
-    case run_errc::restart_limit: throw restart_limit_error(std::move(f));
-    default: throw run_error(std::move(f));
-  }
-}
 
 train_output run_training(const config& cfg, const train_options& opts) {
   // Foreseeable from the config (and --steps): refused before any work,

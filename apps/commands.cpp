@@ -6,7 +6,7 @@
 #include <exception>
 #include <string>
 
-#include "actors/rank_trainer.hpp"
+#include "actors/process_run.hpp"
 #include "apps/common.hpp"
 #include "runtime/util/text.hpp"
 

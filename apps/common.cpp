@@ -22,7 +22,7 @@
 #include "runtime/model/partition.hpp"
 #include "runtime/schedule/policies/registry.hpp"
 #include "runtime/schedule/policy.hpp"
-#include "runtime/dist/rank_placement.hpp"
+#include "runtime/dist/placement/rank_placement.hpp"
 #include "runtime/observe/run_report.hpp"
 #include "runtime/util/text.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "actors/trainer.hpp"
 #include "apps/progress.hpp"
-#include "runtime/dist/rank_env.hpp"
+#include "runtime/dist/launch/rank_env.hpp"
 #include "messages/errors.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/observe/metrics.hpp"

@@ -75,6 +75,108 @@ int find_layer(const config& cfg, const std::string& type) {
   return -1;
 }
 
+// --device: cpu, cuda or cuda:N, a device this machine has.
+std::string device_of(args& a) {
+  const std::string device = a.has("--device") ? a.options["--device"] : "cpu";
+  if (device == "cpu") return device;
+  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  if (!cuda) throw usage_error("--device expects cpu or cuda:N, got " + quoted_input(device));
+  const int64_t index = device == "cuda" ? 0 : parse_non_negative("--device", device.substr(5), INT_MAX, "cpu or cuda:N");
+  const int n = static_cast<int>(torch::cuda::device_count());
+  if (index >= n)
+    throw usage_error("--device " + device + ": this machine has " + std::to_string(n) + " CUDA device" +
+                      (n == 1 ? "" : "s"));
+  return device;
+}
+
+// A language model: an embedding first and an lm_head last.
+void check_language_model(const config& cfg) {
+  const std::string first = cfg.model.layers.front().type;
+  const int head = find_layer(cfg, "lm_head");
+  if ((first != "embedding" && first != "token_embedding") || head != static_cast<int>(cfg.model.layers.size()) - 1)
+    throw usage_error(cfg.path + ": generate runs a language model: model.layers must start with an embedding or a "
+                      "token_embedding and end with an lm_head (" +
+                      (first != "embedding" && first != "token_embedding" ? "layer 0 is a " + first
+                       : head < 0 ? std::string("it has no lm_head")
+                                  : "the last layer is a " + cfg.model.layers.back().type) +
+                      ")");
+}
+
+// --tokenizer, or the config's; none: the model reads bytes.
+std::unique_ptr<tokenizer> tokenizer_of(args& a, const config& cfg) {
+  const std::string path = a.has("--tokenizer") ? a.options["--tokenizer"] : cfg.data.tokenizer;
+  const int64_t vocab = cfg.model.layers.front().vocab;
+  if (path.empty()) {
+    if (vocab != 256)
+      throw usage_error(cfg.path + ": the model's vocabulary has " + std::to_string(vocab) +
+                        " tokens, not 256 bytes: give --tokenizer M.model to encode the prompt and decode the text");
+    return nullptr;
+  }
+  std::unique_ptr<tokenizer> tok;
+  try {
+    tok = std::make_unique<tokenizer>(path);
+  } catch (const tokenizer_error& e) {
+    throw usage_error(std::string("--tokenizer ") + e.what());
+  }
+  if (tok->vocab_size() > vocab)
+    throw usage_error("--tokenizer " + path + " has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab " + std::to_string(vocab));
+  return tok;
+}
+
+// --load is the state dict build_layers loads, with its key and shape checks.
+layer_stack load_model(config cfg, const std::string& state, const std::string& device) {
+  cfg.model.init_from = state;
+  cfg.marks.erase("model.init_from");
+  std::vector<layer> layers;
+  try {
+    layers = build_layers(cfg);
+  } catch (const config_error& e) {
+    std::string msg = e.what();
+    const std::string prefix = cfg.where("model.init_from");
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    throw usage_error("--load: " + msg);
+  }
+  layer_stack model(std::move(layers));
+  model.to(device, parameter_dtype(cfg.model));
+  return model;
+}
+
+// Each new token prints what it adds to the text: the decoding of the
+// last few tokens with it, past their decoding without it (a
+// SentencePiece piece decodes differently alone than after others; a
+// character of several byte pieces needs them all). A window, not the
+// whole text: decoding everything again for every token costs more than
+// the model's step once the text is long.
+class text_printer {
+public:
+  text_printer(const tokenizer* tok, std::vector<int64_t> prompt) : tok_(tok), all_(std::move(prompt)) {
+    const std::string start = tok_ ? tok_->decode(all_) : std::string(all_.begin(), all_.end());
+    std::fwrite(start.data(), 1, start.size(), stdout);
+    std::fflush(stdout);
+  }
+  void add(int64_t t) {
+    std::string added(1, static_cast<char>(static_cast<unsigned char>(t)));
+    if (tok_) {
+      const size_t from = all_.size() > 16 ? all_.size() - 16 : 0;
+      std::vector<int64_t> tail(all_.begin() + static_cast<std::ptrdiff_t>(from), all_.end());
+      const std::string before = tok_->decode(tail);
+      tail.push_back(t);
+      const std::string after = tok_->decode(tail);
+      size_t same = 0;
+      while (same < before.size() && same < after.size() && before[same] == after[same]) ++same;
+      added = after.substr(same);
+    }
+    all_.push_back(t);
+    std::fwrite(added.data(), 1, added.size(), stdout);
+    std::fflush(stdout);
+  }
+
+private:
+  const tokenizer* tok_;
+  std::vector<int64_t> all_;
+};
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -95,103 +197,29 @@ int cmd_generate(int argc, char** argv) {
   if (a.has("--top-k")) s.top_k = parse_non_negative("--top-k", a.options["--top-k"], INT_MAX);
   if (a.has("--seed"))
     s.seed = static_cast<uint64_t>(parse_non_negative("--seed", a.options["--seed"], LLONG_MAX));
-  const std::string device = a.has("--device") ? a.options["--device"] : "cpu";
-  if (device != "cpu") {
-    const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
-    if (!cuda) throw usage_error("--device expects cpu or cuda:N, got " + quoted_input(device));
-    const int64_t index =
-        device == "cuda" ? 0 : parse_non_negative("--device", device.substr(5), INT_MAX, "cpu or cuda:N");
-    const int n = static_cast<int>(torch::cuda::device_count());
-    if (index >= n)
-      throw usage_error("--device " + device + ": this machine has " + std::to_string(n) + " CUDA device" +
-                        (n == 1 ? "" : "s"));
-  }
+  const std::string device = device_of(a);
 
-  config cfg = load(a.positional[0]);
-  const std::string first = cfg.model.layers.front().type;
-  const int head = find_layer(cfg, "lm_head");
-  if ((first != "embedding" && first != "token_embedding") || head != static_cast<int>(cfg.model.layers.size()) - 1)
-    throw usage_error(cfg.path + ": generate runs a language model: model.layers must start with an embedding or a "
-                      "token_embedding and end with an lm_head (" +
-                      (first != "embedding" && first != "token_embedding" ? "layer 0 is a " + first
-                       : head < 0 ? std::string("it has no lm_head")
-                                  : "the last layer is a " + cfg.model.layers.back().type) +
-                      ")");
+  const config cfg = load(a.positional[0]);
+  check_language_model(cfg);
   // Learned positions bound the window; rotary ones see what training saw.
-  const int64_t max_seq = first == "embedding" ? cfg.model.layers.front().max_seq : cfg.data.seq_len;
-  const std::string tokenizer_path = a.has("--tokenizer") ? a.options["--tokenizer"] : cfg.data.tokenizer;
-  std::unique_ptr<tokenizer> tok;
-  if (!tokenizer_path.empty()) {
-    try {
-      tok = std::make_unique<tokenizer>(tokenizer_path);
-    } catch (const tokenizer_error& e) {
-      throw usage_error(std::string("--tokenizer ") + e.what());
-    }
-    if (tok->vocab_size() > cfg.model.layers.front().vocab)
-      throw usage_error("--tokenizer " + tokenizer_path + " has " + std::to_string(tok->vocab_size()) +
-                        " tokens, more than the model's vocab " + std::to_string(cfg.model.layers.front().vocab));
-  } else if (cfg.model.layers.front().vocab != 256) {
-    throw usage_error(cfg.path + ": the model's vocabulary has " + std::to_string(cfg.model.layers.front().vocab) +
-                      " tokens, not 256 bytes: give --tokenizer M.model to encode the prompt and decode the text");
-  }
+  const int64_t max_seq =
+      cfg.model.layers.front().type == "embedding" ? cfg.model.layers.front().max_seq : cfg.data.seq_len;
+  const std::unique_ptr<tokenizer> tok = tokenizer_of(a, cfg);
   std::vector<int64_t> prompt;
   if (tok)
     prompt = tok->encode(prompt_text);
   else
     for (unsigned char c : prompt_text) prompt.push_back(c);
   if (prompt.empty()) throw usage_error("--prompt " + quoted_input(prompt_text) + " encodes to no token");
-
-  // --load is the state dict build_layers loads, with its key and shape checks.
-  cfg.model.init_from = a.options["--load"];
-  cfg.marks.erase("model.init_from");
-  std::vector<layer> layers;
-  try {
-    layers = build_layers(cfg);
-  } catch (const config_error& e) {
-    std::string msg = e.what();
-    const std::string prefix = cfg.where("model.init_from");
-    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
-    throw usage_error("--load: " + msg);
-  }
-  layer_stack model(std::move(layers));
-  model.to(device, parameter_dtype(cfg.model));
-
+  layer_stack model = load_model(cfg, a.options["--load"], device);
   if (static_cast<int64_t>(prompt.size()) > max_seq) {
     const char* unit = tok ? "tokens" : "bytes";
     std::fprintf(stderr, "actorpipe: note: the prompt is %zu %s, longer than max_seq %lld; it keeps its last %lld %s\n",
                  prompt.size(), unit, static_cast<long long>(max_seq), static_cast<long long>(max_seq), unit);
     prompt.erase(prompt.begin(), prompt.end() - max_seq);
   }
-
-  // Each new token prints what it adds to the text: the decoding of the
-  // last few tokens with it, past their decoding without it (a
-  // SentencePiece piece decodes differently alone than after others; a
-  // character of several byte pieces needs them all). A window, not the
-  // whole text: decoding everything again for every token costs more than
-  // the model's step once the text is long.
-  std::vector<int64_t> all = prompt;
-  const std::string start = tok ? tok->decode(all) : std::string(all.begin(), all.end());
-  std::fwrite(start.data(), 1, start.size(), stdout);
-  std::fflush(stdout);
-  generate_tokens(
-      model, prompt, tokens, max_seq, s, device,
-      [&](int64_t t) {
-        std::string added(1, static_cast<char>(static_cast<unsigned char>(t)));
-        if (tok) {
-          const size_t from = all.size() > 16 ? all.size() - 16 : 0;
-          std::vector<int64_t> tail(all.begin() + static_cast<std::ptrdiff_t>(from), all.end());
-          const std::string before = tok->decode(tail);
-          tail.push_back(t);
-          const std::string after = tok->decode(tail);
-          size_t same = 0;
-          while (same < before.size() && same < after.size() && before[same] == after[same]) ++same;
-          added = after.substr(same);
-        }
-        all.push_back(t);
-        std::fwrite(added.data(), 1, added.size(), stdout);
-        std::fflush(stdout);
-      },
-      !a.has("--no-cache"));
+  text_printer out(tok.get(), prompt);
+  generate_tokens(model, prompt, tokens, max_seq, s, device, [&](int64_t t) { out.add(t); }, !a.has("--no-cache"));
   std::fputc('\n', stdout);
   return exit_ok;
 }

@@ -17,8 +17,8 @@
 #include "messages/errors.hpp"
 #include "runtime/dist/coord/etcd_client.hpp"
 #include "runtime/dist/coord/run_record.hpp"
-#include "runtime/dist/launcher.hpp"
-#include "runtime/dist/rank_env.hpp"  // default_master_port
+#include "runtime/dist/launch/launcher.hpp"
+#include "runtime/dist/launch/rank_env.hpp"  // default_master_port
 #include "runtime/util/text.hpp"
 
 namespace actorpipe::app {

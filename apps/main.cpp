@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/rank_trainer.hpp"
+#include "actors/process_run.hpp"
 #include "apps/commands.hpp"
 #include "apps/common.hpp"
 
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   die_with_launcher();
   const int rc = run_command(argc, argv);
   if (actorpipe::teardown_left_behind()) {
-    // A rank's actor system did not shut down (see actors/rank_trainer.hpp);
+    // A rank's actor system did not shut down (see actors/process_run.hpp);
     // everything is written, so leave without waiting for it.
     std::fflush(stdout);
     std::fflush(stderr);

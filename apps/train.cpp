@@ -23,8 +23,8 @@
 #include "runtime/schedule/canonical.hpp"
 #include "runtime/util/fnv1a.hpp"
 #include "runtime/schedule/policies/fixed_order.hpp"
-#include "runtime/dist/rank_env.hpp"
-#include "runtime/dist/rank_placement.hpp"
+#include "runtime/dist/launch/rank_env.hpp"
+#include "runtime/dist/placement/rank_placement.hpp"
 #include "runtime/observe/report.hpp"
 #include "runtime/schedule/schedule_csv.hpp"
 #include "runtime/schedule/simulator.hpp"
@@ -307,6 +307,95 @@ std::string resume_after_torchrun_restart(const config& cfg, const rank_env& env
   return any ? cc.dir : "";
 }
 
+// --peak-tflops: the device's peak for MFU (0: not given).
+double peak_tflops_of(args& a) {
+  if (!a.has("--peak-tflops")) return 0;
+  const std::string& v = a.options["--peak-tflops"];
+  char* end = nullptr;
+  const double peak = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(peak > 0) || !std::isfinite(peak))
+    throw usage_error("--peak-tflops takes a positive number of TFLOP/s, got " + quoted_input(v));
+  return peak;
+}
+
+// --samples: texts generated after a language model's run (3 by default).
+int64_t samples_of(args& a, const config& cfg) {
+  if (!a.has("--samples")) return cfg.data.kind == "text" ? 3 : 0;
+  const std::string& v = a.options["--samples"];
+  const int64_t samples = v == "0" ? 0 : parse_count("--samples", v);
+  if (samples > 100) throw usage_error("--samples is at most 100, got " + quoted_input(v));
+  if (samples > 0 && cfg.data.kind != "text")
+    throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
+  return samples;
+}
+
+// A multi-process run's line: how many processes, from which launcher.
+void print_processes(const config& cfg, const rank_env& env) {
+  // Under auto, every other rank's stages are on its own GPU: the plan
+  // names it by the variable (device_label), the stage lines after the
+  // run by what each rank said it resolved.
+  const bool per_rank_gpu = cfg.pipeline.auto_devices && cfg.pipeline.devices.front().rfind("cuda:", 0) == 0;
+  std::printf("processes: %d (%s)%s, %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
+              env.workers(), launcher_name(env.launcher),
+              env.apart ? " and a coordinator apart that holds no stage" : "",
+              rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.workers()).actors_per_rank(),
+              per_rank_gpu ? (std::string(", each on its cuda:") + local_rank_variable(env.launcher)).c_str() : "",
+              env.master_addr.c_str(), env.master_port);
+}
+
+// --resume DIR, or (torchrun started this process again) the run's own
+// checkpoints; "" otherwise.
+std::string resume_of(args& a, const config& cfg, const rank_env& env, bool speaks) {
+  if (a.has("--resume")) {
+    const std::string resume = a.options["--resume"];
+    if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
+    return resume;
+  }
+  return env.restart_count > 0 ? resume_after_torchrun_restart(cfg, env, speaks) : "";
+}
+
+// What rank 0 prints once the run is over.
+void print_run(const config& cfg, const train_output& out) {
+  print_placement(out.result);
+  for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
+  print_fault_report(out.result, cfg.pipeline.lockstep);
+}
+
+void print_results(const config& cfg, const train_output& out) {
+  print_checkpoints_and_allreduce(out.result);
+  std::fputs(format_comparison({out.result}).c_str(), stdout);
+  print_throughput(out.result);
+  if ((cfg.data.kind == "text" || cfg.data.kind == "tokens") && out.result.test_accuracy >= 0) {
+    const char* unit = cfg.data.kind == "text" && cfg.data.tokenizer.empty() ? "byte" : "token";
+    std::printf("held-out loss %.4f nats per %s (%.3f bits per %s)\n", out.result.test_loss, unit,
+                out.result.test_loss / std::log(2.0), unit);
+  }
+}
+
+// The weights (--save, only when finite: a run never ends well with a NaN
+// or an infinity in them), the samples and the other output files.
+int save_outputs(args& a, const config& cfg, const train_output& out, int64_t samples) {
+  const std::string nonfinite = first_nonfinite(out.weights);
+  if (!nonfinite.empty())
+    std::printf("final weights: '%s' holds a NaN or an infinity: the run failed, and they are not saved\n",
+                nonfinite.c_str());
+  else
+    print_samples(cfg, out.weights, samples);
+  output_writer writer(a);
+  writer.save("--save", [&](const std::string& path) {
+    if (!nonfinite.empty())
+      throw std::runtime_error(path + ": not written: '" + nonfinite + "' holds a NaN or an infinity" +
+                               (out.result.checkpoints.empty()
+                                    ? std::string()
+                                    : "; the newest checkpoint, " + out.result.checkpoints.back() + ", is finite"));
+    save_tensors(path, out.weights);
+    std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
+  });
+  writer.write("--trace", [&] { return chrome_trace_json(out.result, cfg.path); }, "trace");
+  write_outputs(writer, cfg, {out.result});
+  return writer.ok() && nonfinite.empty() ? exit_ok : exit_failed;
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -317,14 +406,7 @@ int cmd_train(int argc, char** argv) {
   }
   if (a.positional.size() != 1) throw usage_error("train takes one CONFIG (see --help)");
   check_outputs(a, {"--save", "--trace", "--timeline", "--memory", "--results", "--report"});
-  double peak_tflops = 0;
-  if (a.has("--peak-tflops")) {
-    const std::string& v = a.options["--peak-tflops"];
-    char* end = nullptr;
-    peak_tflops = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(peak_tflops > 0) || !std::isfinite(peak_tflops))
-      throw usage_error("--peak-tflops takes a positive number of TFLOP/s, got " + quoted_input(v));
-  }
+  const double peak_tflops = peak_tflops_of(a);
   // Started as one rank of several (torchrun, launch, Slurm, mpirun): the
   // environment is read first, as `auto` places this rank's stages by it.
   const rank_env env = read_rank_env();
@@ -332,14 +414,7 @@ int cmd_train(int argc, char** argv) {
   if (a.has("--schedule")) set_schedule(cfg, a.options["--schedule"]);
   if (a.has("--steps")) cfg.train.steps = parse_count("--steps", a.options["--steps"]);
   check_rates(cfg);  // before the plan: --steps may be what grows a rate past float's range
-  int64_t samples = cfg.data.kind == "text" ? 3 : 0;
-  if (a.has("--samples")) {
-    const std::string& v = a.options["--samples"];
-    samples = v == "0" ? 0 : parse_count("--samples", v);
-    if (samples > 100) throw usage_error("--samples is at most 100, got " + quoted_input(v));
-    if (samples > 0 && cfg.data.kind != "text")
-      throw usage_error("--samples is for language models (data.kind text), not " + cfg.data.kind);
-  }
+  const int64_t samples = samples_of(a, cfg);
   check_async_stream(cfg);
   // A process that joins a running job (launch --join) has a stand-in
   // RANK and WORLD_SIZE until the job gives it its place.
@@ -361,25 +436,8 @@ int cmd_train(int argc, char** argv) {
   }
   if (speaks) print_plan(cfg, env);
   if (speaks) print_lr_note(cfg);
-  if (speaks && env.multi_process()) {
-    // Under auto, every other rank's stages are on its own GPU: the plan
-    // above names it by the variable (device_label), the stage lines after
-    // the run by what each rank said it resolved.
-    const bool per_rank_gpu = cfg.pipeline.auto_devices && cfg.pipeline.devices.front().rfind("cuda:", 0) == 0;
-    std::printf("processes: %d (%s)%s, %d stage actor(s) each, consecutive (replica, stage) blocks%s; master %s:%d\n",
-                env.workers(), launcher_name(env.launcher),
-                env.apart ? " and a coordinator apart that holds no stage" : "",
-                rank_placement(cfg.parallel.dp, cfg.pipeline.stages, env.workers()).actors_per_rank(),
-                per_rank_gpu ? (std::string(", each on its cuda:") + local_rank_variable(env.launcher)).c_str() : "",
-                env.master_addr.c_str(), env.master_port);
-  }
-  std::string resume;
-  if (a.has("--resume")) {
-    resume = a.options["--resume"];
-    if (!std::filesystem::is_directory(resume)) throw usage_error("--resume " + resume + ": not a directory");
-  } else if (env.restart_count > 0) {
-    resume = resume_after_torchrun_restart(cfg, env, speaks);
-  }
+  if (speaks && env.multi_process()) print_processes(cfg, env);
+  const std::string resume = resume_of(a, cfg, env, speaks);
   const std::string digest = env.multi_process() ? run_digest(cfg, a.has("--import") ? a.options["--import"] : "") : "";
   progress_options progress;
   progress.log_every = log_every;
@@ -390,38 +448,10 @@ int cmd_train(int argc, char** argv) {
   auto out = train_one(cfg, progress, std::move(imported.order), imported.placement,
                        a.has("--verify-replicas"), resume, env, digest, std::move(imported.overlap));
   if (!speaks) return exit_ok;
-  print_placement(out.result);
-  for (const auto& n : out.result.notices) std::fprintf(stderr, "note: %s\n", n.c_str());
-  print_fault_report(out.result, cfg.pipeline.lockstep);
+  print_run(cfg, out);
   if (a.has("--verify-against-clean") && !verify_against_clean(cfg, out)) return exit_failed;
-  print_checkpoints_and_allreduce(out.result);
-  std::fputs(format_comparison({out.result}).c_str(), stdout);
-  print_throughput(out.result);
-  if ((cfg.data.kind == "text" || cfg.data.kind == "tokens") && out.result.test_accuracy >= 0) {
-    const char* unit = cfg.data.kind == "text" && cfg.data.tokenizer.empty() ? "byte" : "token";
-    std::printf("held-out loss %.4f nats per %s (%.3f bits per %s)\n", out.result.test_loss, unit,
-                out.result.test_loss / std::log(2.0), unit);
-  }
-  // A run never ends well with weights that hold a NaN or an infinity.
-  const std::string nonfinite = first_nonfinite(out.weights);
-  if (!nonfinite.empty())
-    std::printf("final weights: '%s' holds a NaN or an infinity: the run failed, and they are not saved\n",
-                nonfinite.c_str());
-  else
-    print_samples(cfg, out.weights, samples);
-  output_writer writer(a);
-  writer.save("--save", [&](const std::string& path) {
-    if (!nonfinite.empty())
-      throw std::runtime_error(path + ": not written: '" + nonfinite + "' holds a NaN or an infinity" +
-                               (out.result.checkpoints.empty()
-                                    ? std::string()
-                                    : "; the newest checkpoint, " + out.result.checkpoints.back() + ", is finite"));
-    save_tensors(path, out.weights);
-    std::printf("saved %zu tensors to %s\n", out.weights.size(), path.c_str());
-  });
-  writer.write("--trace", [&] { return chrome_trace_json(out.result, cfg.path); }, "trace");
-  write_outputs(writer, cfg, {out.result});
-  return writer.ok() && nonfinite.empty() ? exit_ok : exit_failed;
+  print_results(cfg, out);
+  return save_outputs(a, cfg, out, samples);
 }
 
 }  // namespace actorpipe::app

@@ -37,7 +37,7 @@ the store run in a process apart), at which step, and how it is lost:
          supervision.replace_timeout_s: 30 in place of 0, and that key
          decides for the whole run: rank 0 heals every lost RANK of launch's
          own by asking node 0's launcher for a replacement
-         (actors/rank_heal.cpp, goes_on_without), so the --events losses
+         (actors/supervisor/heal_decision.cpp, goes_on_without), so the --events losses
          of that run are replaced too (their rows say so: a `stop` is then
          a hung worker taken for dead, killed and started again), and
          --joins are refused (with every loss replaced no process ever

@@ -23,6 +23,21 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A malformed or inconsistent launcher environment. what() is one line
+/// that names the variable and what is wrong with it, values quoted
+/// printable and cut short ("RANK 'x' is not a non-negative integer").
+/// A config_error, so the apps print it and exit with code 2.
+struct rank_env_error : config_error {
+  using config_error::config_error;
+  /// `quiet`: every rank meets this error alike, and rank 0 says it for
+  /// them all; the apps exit 2 without printing it (one line in total).
+  rank_env_error(const std::string& line, bool quiet) : config_error(line), quiet_(quiet) {}
+  bool quiet() const { return quiet_; }
+
+ private:
+  bool quiet_ = false;
+};
+
 /// A 1-based position in the config file.
 struct source_mark {
   int line = 0;
@@ -251,25 +266,11 @@ struct supervision_config {
   /// Multi-process: how long to wait for a lost process's replacement.
   /// Below 0 (unset): `launch` starts one, and elsewhere the run ends. 0:
   /// never wait; the stages go on over the processes that are left (a
-  /// re-placement, actors/rank_heal.cpp). Above 0: `launch` starts one;
+  /// re-placement, actors/supervisor/heal_decision.cpp). Above 0: `launch` starts one;
   /// where nothing can, the stages go on over the others.
   double replace_timeout_s = -1.0;
 };
 
-/// One injected fault.
-struct fault_spec {
-  fault_kind kind = fault_kind::nonfinite;
-  int stage = 0;     ///< nonfinite, slow_stage, kill_stage, throw
-  int64_t step = 0;
-  int microbatch = 0;
-  nonfinite_site where = nonfinite_site::grad;
-  int from = -1, to = -1;      ///< delay: messages from stage `from` to stage `to` (-1: any)
-  double probability = 0.0;    ///< duplicate, delay: per message, drawn from faults.seed
-  double ms = 0.0;             ///< delay
-  double factor = 1.0;         ///< slow_stage: every op takes this many times as long
-  std::string op;              ///< kill_stage: after firing this op ("F5"); throw: inside it
-  int replica = -1;  ///< a stage's faults with parallel.dp > 1: only this replica's (-1: every replica's)
-};
 
 struct faults_config {
   uint64_t seed = 0;

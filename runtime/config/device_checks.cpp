@@ -79,7 +79,7 @@ void shared_threads_run_one_replica(const reader& r) {
 
 void nccl_needs_cuda_stages(const reader& r) {
   if (r.cfg().parallel.allreduce != "nccl") return;
-  // Across processes NCCL's groups are built (actors/rank_links.cpp), but
+  // Across processes NCCL's groups are built (actors/process/links.cpp), but
   // they have not run on a GPU yet: refused, unless the GPU check of
   // docs/GPUS.md asks for them (ACTORPIPE_NCCL_ACROSS_PROCESSES=1).
   const char* asked = std::getenv("ACTORPIPE_NCCL_ACROSS_PROCESSES");

@@ -1,6 +1,6 @@
 // Data sets, the train/test split and per-step batch slicing.
 #include "runtime/data/data.hpp"
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

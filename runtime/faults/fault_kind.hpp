@@ -3,6 +3,7 @@
 // config writes (`faults.inject[i].kind`); nothing past the config reader
 // compares them as strings.
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,5 +58,20 @@ inline std::optional<fault_kind> fault_kind_named(std::string_view name) {
     if (name == i.name) return i.kind;
   return std::nullopt;
 }
+
+/// One injected fault.
+struct fault_spec {
+  fault_kind kind = fault_kind::nonfinite;
+  int stage = 0;     ///< nonfinite, slow_stage, kill_stage, throw
+  int64_t step = 0;
+  int microbatch = 0;
+  nonfinite_site where = nonfinite_site::grad;
+  int from = -1, to = -1;      ///< delay: messages from stage `from` to stage `to` (-1: any)
+  double probability = 0.0;    ///< duplicate, delay: per message, drawn from faults.seed
+  double ms = 0.0;             ///< delay
+  double factor = 1.0;         ///< slow_stage: every op takes this many times as long
+  std::string op;              ///< kill_stage: after firing this op ("F5"); throw: inside it
+  int replica = -1;  ///< a stage's faults with parallel.dp > 1: only this replica's (-1: every replica's)
+};
 
 }  // namespace actorpipe

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 
 namespace actorpipe {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "messages/ops.hpp"
-#include "runtime/config/config.hpp"
+#include "runtime/faults/fault_kind.hpp"
 
 namespace actorpipe {
 

@@ -13,7 +13,7 @@
 #include <set>
 
 #include "runtime/model/llama.hpp"
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 #include "runtime/files/state_dict.hpp"
 #include "runtime/util/text.hpp"
 

@@ -136,4 +136,17 @@ std::vector<double> stage_speeds(const train_result& r) {
   return speed;
 }
 
+void record_eval(std::vector<eval_record>& evals, const eval_record& e) {
+  auto it = std::lower_bound(evals.begin(), evals.end(), e.step,
+                             [](const eval_record& a, int64_t step) { return a.step < step; });
+  if (it != evals.end() && it->step == e.step)
+    *it = e;
+  else
+    evals.insert(it, e);
+}
+
+void drop_evals_after(std::vector<eval_record>& evals, int64_t resume_after) {
+  while (!evals.empty() && evals.back().step > resume_after + 1) evals.pop_back();
+}
+
 }  // namespace actorpipe

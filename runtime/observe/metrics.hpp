@@ -122,4 +122,12 @@ std::vector<double> stage_speeds(const train_result& r);
 std::vector<int64_t> peak_stash_bytes(const train_result& r);
 std::vector<int> peak_stash_count(const train_result& r);
 
+/// Records `e` in `evals` (ordered by step), replacing an evaluation of the
+/// same step (a generation that re-ran from a boundary evaluates it again).
+void record_eval(std::vector<eval_record>& evals, const eval_record& e);
+
+/// Drops the evaluations past a roll-back to after step `resume_after`
+/// (those of more than resume_after + 1 updates).
+void drop_evals_after(std::vector<eval_record>& evals, int64_t resume_after);
+
 }  // namespace actorpipe

@@ -9,8 +9,8 @@
 
 #include <chrono>
 
-#include "actors/driver_logic.hpp"
-#include "actors/supervision.hpp"
+#include "actors/driver/driver_logic.hpp"
+#include "actors/attempt/restart_ledger.hpp"
 #include "actors/trainer.hpp"
 #include "messages/errors.hpp"
 

@@ -10,7 +10,7 @@
 
 #include "actors/trainer.hpp"
 #include "runtime/schedule/canonical.hpp"
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 
 namespace actorpipe {

@@ -7,14 +7,14 @@
 #include <map>
 #include <tuple>
 
-#include "actors/stage_actor.hpp"
+#include "actors/stage/stage_actor.hpp"
 #include "actors/trainer.hpp"
 #include "runtime/observe/metrics.hpp"
 #include "runtime/schedule/canonical.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/data/data.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 #include "runtime/schedule/simulator.hpp"
 #include "tests/actors/pipeline_fixtures.hpp"
 

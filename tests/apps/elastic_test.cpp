@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 #include "tests/apps/background_launch.hpp"
 #include "tests/apps/cgroup_v1.hpp"
 #include "tests/apps/child_process.hpp"

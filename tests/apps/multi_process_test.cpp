@@ -29,7 +29,7 @@
 #include "tests/apps/background_launch.hpp"
 #include "tests/apps/child_process.hpp"
 #include "tests/apps/deep_mlp.hpp"
-#include "runtime/model/seed.hpp"
+#include "runtime/util/seed.hpp"
 #include "runtime/dist/transport/net_address.hpp"
 #include "tests/test_util.hpp"
 

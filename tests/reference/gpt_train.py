@@ -220,7 +220,7 @@ M64 = (1 << 64) - 1
 
 
 def mix64(x):
-    """splitmix64, as runtime/model/seed.hpp."""
+    """splitmix64, as runtime/util/seed.hpp."""
     x = (x + 0x9E3779B97F4A7C15) & M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64

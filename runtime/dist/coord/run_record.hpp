@@ -59,7 +59,7 @@ public:
   /// placement and partition (as the run prints them), and the step it
   /// resumed after.
   /// `takeover`: what a standby needs to take the generation over
-  /// (actors/rank_takeover.cpp), kept as it is.
+  /// (actors/supervisor/takeover.cpp), kept as it is.
   void generation(uint32_t number, const std::string& members, const std::string& placement, const std::string& parts,
                   int64_t resumed_after, const std::string& takeover = "");
   /// The driver decided `step` (every live stage will hold it).

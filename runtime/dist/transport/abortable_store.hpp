@@ -9,7 +9,7 @@
 // read of this store (get, wait, check, a counter read with add(key, 0))
 // first asks whether that key is set, and throws forming_aborted once it
 // is: rank 0 sets it when it sees a member of the forming generation gone,
-// and every rank's waits end at their next poll (actors/rank_forming.cpp).
+// and every rank's waits end at their next poll (actors/process/forming.cpp).
 // Unarmed, it forwards every call as it is.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
