@@ -203,14 +203,6 @@ double expected_cosine_lr(int64_t step, double lr, int64_t warmup, int64_t decay
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * r));
 }
 
-/// `text` with its one `from` replaced by `to` (a failure when absent).
-std::string replaced(std::string text, const std::string& from, const std::string& to) {
-  const auto at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "no '" << from << "' in\n" << text;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
-
 /// Every id spm_encode --output_format=id prints (one line per input line).
 std::vector<uint32_t> parse_ids(const std::string& out) {
   std::vector<uint32_t> ids;

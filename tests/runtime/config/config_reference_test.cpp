@@ -84,11 +84,6 @@ std::string load_error(const YAML::Node& root, const std::string& name) {
 /// The path as an error names it: a list item is item 0.
 std::string as_written(const std::string& path) { return std::regex_replace(path, std::regex(R"(\[\])"), "[0]"); }
 
-std::string leaf_of(const std::string& path) {
-  const size_t dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
 bool is_map(const key_doc& k) {
   const std::string t = k.type;
   return t == "map" || t == "list of maps";
