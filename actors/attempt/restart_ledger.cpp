@@ -53,7 +53,6 @@ void merge_generations(train_result& r, std::vector<step_record> steps, std::vec
   r.recovery_s = recovery_s;
 }
 
-
 std::string restart_notice(int n, const run_failure& f, int64_t resumed_after, double lost_s) {
   return "restart " + std::to_string(n) + ": " + f.text + "; rolled back to after step " +
          std::to_string(resumed_after) + " and re-ran from step " + std::to_string(resumed_after + 1) + " (" +

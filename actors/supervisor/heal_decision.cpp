@@ -14,8 +14,6 @@
 
 namespace actorpipe::rank_detail {
 
-// Rank 0, after generation g failed with `f`: decide whether and how to
-// heal (the next plan), or give up (nullopt; `f` says why).
 std::optional<heal_plan> decide_heal(process_context& cx, uint32_t g, run_failure& f, const std::vector<int>& dead,
                                      const heal_plan& now, const held_steps& held,
                                      const std::function<bool(bool from_dead)>& copies_arriving,
@@ -100,15 +98,12 @@ std::optional<heal_plan> decide_heal(process_context& cx, uint32_t g, run_failur
   return hp;
 }
 
-// "; stage S[ of replica R] from rank H's memory": where a moved slot's state came from.
 std::string slot_from(const rank_placement& places, int slot, const std::string& source) {
   const int S = places.pp();
   return "; stage " + std::to_string(slot % S) + (places.dp() > 1 ? " of replica " + std::to_string(slot / S) : "") +
          " from " + source;
 }
 
-// After which steps each live process holds a slot, asked through its
-// directory (rank 0's own too; nothing from a rank that does not answer).
 held_steps ask_held(process_context& cx, const generation_peers& peers) {
   return [&cx, &peers](int q, int slot) {
     std::vector<int64_t> steps;

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -25,9 +24,12 @@
 #include <utility>
 #include <vector>
 
+#include "tests/test_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
+using actorpipe::testing_util::slurp_file;
 
 const std::string source_dir = ACTORPIPE_SOURCE_DIR;
 
@@ -54,10 +56,8 @@ std::vector<std::string> cells(const std::string& row) {
 }
 
 bool is_source(const std::string& p) {
-  for (const char* ext : {".cpp", ".hpp", ".h", ".cu"})
-    if (p.size() > std::string(ext).size() && p.compare(p.size() - std::string(ext).size(), std::string::npos, ext) == 0)
-      return true;
-  return false;
+  const auto ext = fs::path(p).extension();
+  return ext == ".cpp" || ext == ".hpp" || ext == ".h" || ext == ".cu";
 }
 
 // The rows of the section's two tables: rooms (first cell a directory,
@@ -151,26 +151,22 @@ std::vector<std::string> check(const room_table& t, const source_tree& files) {
   return out;
 }
 
-source_tree tree() {
-  source_tree out;
-  for (const char* top : {"messages", "runtime", "actors", "apps"})
-    for (const auto& e : fs::recursive_directory_iterator(fs::path(source_dir) / top)) {
-      if (!e.is_regular_file()) continue;
-      const std::string rel = fs::relative(e.path(), source_dir).generic_string();
-      if (!is_source(rel)) continue;
-      std::ifstream in(e.path());
-      std::ostringstream text;
-      text << in.rdbuf();
-      out[rel] = text.str();
-    }
-  return out;
+// The sources, read once.
+const source_tree& tree() {
+  static const source_tree sources = [] {
+    source_tree out;
+    for (const char* top : {"messages", "runtime", "actors", "apps"})
+      for (const auto& e : fs::recursive_directory_iterator(fs::path(source_dir) / top)) {
+        const std::string rel = fs::relative(e.path(), source_dir).generic_string();
+        if (e.is_regular_file() && is_source(rel)) out[rel] = slurp_file(e.path());
+      }
+    return out;
+  }();
+  return sources;
 }
 
 room_table architecture(std::vector<std::string>& problems) {
-  std::ifstream in(source_dir + "/docs/ARCHITECTURE.md");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return read_table(text.str(), problems);
+  return read_table(slurp_file(source_dir + "/docs/ARCHITECTURE.md"), problems);
 }
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -253,7 +249,7 @@ TEST(Rooms, EveryIncludeOfTheTreeGoesDownTheRoomsOfArchitectureMd) {
   for (const char* must : {"messages/", "runtime/model/", "actors/stage/", "actors/driver/", "actors/supervisor/",
                            "actors/process/", "actors/", "apps/"})
     EXPECT_NE(std::find(t.rooms.begin(), t.rooms.end(), must), t.rooms.end()) << must;
-  const auto files = tree();
+  const auto& files = tree();
   ASSERT_GT(files.size(), 100u);
   const auto found = check(t, files);
   EXPECT_TRUE(found.empty()) << joined(found);

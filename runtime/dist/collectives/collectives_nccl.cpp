@@ -293,33 +293,23 @@ allreduce_groups join_nccl_groups(const kv_store_ptr& store, const std::string& 
                              std::to_string(sizeof id.internal) + " bytes in hex");
   }
   // This process's ranks in one NCCL group call: each init waits for every
-  // rank of the group, those of this process included.
-  // A group once started is ended on every path, a device that cannot be
-  // set included; what was made before the failure is destroyed.
+  // rank of the group, those of this process included. The group is ended
+  // on every path (a device that cannot be set too), and what was made
+  // before a failure is destroyed.
   std::vector<ncclComm_t> comms(ranks.size(), nullptr);
-  auto destroy_made = [&comms] {
-    for (auto c : comms)
-      if (c) ncclCommDestroy(c);
-  };
   ncclResult_t r = ncclGroupStart();
-  cudaError_t device_set = cudaSuccess;
-  size_t failed_at = 0;
-  for (size_t i = 0; i < ranks.size() && r == ncclSuccess; ++i) {
-    device_set = cudaSetDevice(devices[i]);
-    if (device_set != cudaSuccess) {
-      failed_at = i;
-      break;
-    }
-    r = ncclCommInitRank(&comms[i], size, id, ranks[i]);
+  cudaError_t set = cudaSuccess;
+  size_t i = 0;
+  for (; i < ranks.size() && r == ncclSuccess && set == cudaSuccess; ++i) {
+    set = cudaSetDevice(devices[i]);
+    if (set == cudaSuccess) r = ncclCommInitRank(&comms[i], size, id, ranks[i]);
   }
   const ncclResult_t ended = ncclGroupEnd();
-  if (device_set != cudaSuccess) {
-    destroy_made();
-    check_cuda(device_set, rank_where(name, ranks[failed_at], size), "cudaSetDevice");
-  }
   if (r == ncclSuccess) r = ended;
-  if (r != ncclSuccess) {
-    destroy_made();
+  if (set != cudaSuccess || r != ncclSuccess) {
+    for (auto c : comms)
+      if (c) ncclCommDestroy(c);
+    check_cuda(set, rank_where(name, ranks[i - 1], size), "cudaSetDevice");
     check_nccl(r, where, "ncclCommInitRank");
   }
   return wrap(comms, ranks, size, devices, name);
