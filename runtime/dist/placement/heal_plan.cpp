@@ -14,18 +14,24 @@ std::string heal_plan::encode() const {
   std::string s = std::to_string(generation) + " " + std::to_string(resume_after) + " " +
                   (from_disk ? "disk" : "memory") + " " + std::to_string(fired_through);
   for (int r : replaced) s += " " + std::to_string(r);
-  if (members.empty() && sources.empty() && donors.empty() && parts.empty()) return s;
+  if (members.empty() && sources.empty() && donors.empty() && parts.empty() && pieces.empty()) return s;
   s += " ;";
   for (int m : members) s += " " + std::to_string(m);
   s += " ;";
   for (const auto& [slot, index] : sources) s += " " + std::to_string(slot) + ":" + std::to_string(index);
-  if (donors.empty() && parts.empty()) return s;
+  if (donors.empty() && parts.empty() && pieces.empty()) return s;
   s += " ;";
   for (const auto& [slot, d] : donors)
     s += " " + std::to_string(slot) + ":" + std::to_string(d.rank) + ":" + std::to_string(d.index);
-  if (parts.empty()) return s;
+  if (parts.empty() && pieces.empty()) return s;
   s += " ;";
   for (const auto& [first, last] : parts) s += " " + std::to_string(first) + "-" + std::to_string(last);
+  if (pieces.empty()) return s;
+  s += " ;";
+  for (const auto& [slot, list] : pieces)
+    for (const auto& p : list)
+      s += " " + std::to_string(slot) + ":" + std::to_string(p.from) + ":" + std::to_string(p.first) + ":" +
+           std::to_string(p.last) + ":" + std::to_string(p.holder);
   return s;
 }
 
@@ -38,8 +44,7 @@ heal_plan heal_plan::decode(const std::string& text) {
       sections.emplace_back();
     else
       sections.back() += c;
-  if (sections.size() != 1 && sections.size() != 3 && sections.size() != 4 && sections.size() != 5)
-    throw bad();
+  if (sections.size() != 1 && (sections.size() < 3 || sections.size() > 6)) throw bad();
   std::istringstream is(sections[0]);
   std::string from;
   if (!(is >> p.generation >> p.resume_after >> from >> p.fired_through) || (from != "disk" && from != "memory"))
@@ -82,6 +87,23 @@ heal_plan heal_plan::decode(const std::string& text) {
     } catch (const std::exception&) {
       throw bad();
     }
+  }
+  if (sections.size() == 5) return p;
+  std::istringstream rs(sections[5]);
+  for (std::string five; rs >> five;) {
+    std::vector<int> v;
+    std::istringstream fs(five);
+    for (std::string n; std::getline(fs, n, ':');) {
+      size_t used = 0;
+      try {
+        v.push_back(std::stoi(n, &used));
+      } catch (const std::exception&) {
+        throw bad();
+      }
+      if (used != n.size()) throw bad();
+    }
+    if (v.size() != 5) throw bad();
+    p.pieces[v[0]].push_back({v[1], v[2], v[3], v[4]});
   }
   return p;
 }

@@ -22,6 +22,22 @@ struct donor {
   int index = -1;
 };
 
+/// Layers [first, last] of a re-cut's new stage, taken from the boundary
+/// copy of old slot `from` (index replica * old stages + stage) that process
+/// `holder` keeps in its memory: the slot's own process, its keeper's
+/// (dp 1), or another replica's. holder -1: nobody alive keeps it (from
+/// disk). recut_placement names holders by their rank in the generation
+/// before; a heal plan by their rank in the next.
+struct recut_piece {
+  int from = -1;
+  int first = 0;
+  int last = -1;
+  int holder = -1;
+  bool operator==(const recut_piece& o) const {
+    return from == o.from && first == o.first && last == o.last && holder == o.holder;
+  }
+};
+
 /// What rank 0's supervisor decided for the next generation, in the store
 /// under <prefix>/actorpipe/heal/gen_<g>, where a process started again
 /// reads it.
@@ -47,6 +63,10 @@ struct heal_plan {
   /// before's, the layers move (pipeline.rebalance): each stage's state is
   /// put together from the slots that held its layers.
   std::vector<std::pair<int, int>> parts;
+  /// A re-cut (runtime/dist/placement/recut.hpp: the stage count follows
+  /// the processes): new slot index -> where each piece of its layers comes
+  /// from, holders as ranks of the next generation. Empty: none.
+  std::map<int, std::vector<recut_piece>> pieces;
 
   /// One line of text, and back; decode throws rendezvous_error for a line
   /// that does not parse.

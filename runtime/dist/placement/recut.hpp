@@ -13,19 +13,6 @@
 
 namespace actorpipe {
 
-/// Layers [first, last] of a new stage, taken from the boundary copy of old
-/// slot `from` (index replica * old stages + stage) that old rank `holder`
-/// keeps in its memory: the slot's own process, its keeper's (dp 1), or
-/// another replica's. holder -1: nobody alive keeps it (from disk).
-struct recut_piece {
-  int from = -1;
-  int first = 0;
-  int last = -1;
-  int holder = -1;
-  bool operator==(const recut_piece& o) const {
-    return from == o.from && first == o.first && last == o.last && holder == o.holder;
-  }
-};
 
 /// The re-cut. `why_not` non-empty: there is none to make, and the caller
 /// shrinks as before (shrink_placement: a survivor may double up); it says
@@ -34,7 +21,8 @@ struct recut {
   rank_placement places{1, 1, 1};  ///< dp x stages over the survivors, renumbered 0 .. n-1
   std::vector<int> kept;           ///< the old rank of each new one
   partition_t parts;               ///< the layers of each new stage
-  /// New slot index (replica * stages + stage) -> its pieces, in layer order.
+  /// New slot index (replica * stages + stage) -> its pieces, in layer order
+  /// (holders by their old rank).
   std::map<int, std::vector<recut_piece>> pieces;
   /// Some piece has no live holder: the next generation starts from disk.
   bool needs_disk = false;

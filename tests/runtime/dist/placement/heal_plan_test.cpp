@@ -45,6 +45,28 @@ TEST(HealPlan, TravelsAsOneLine) {
   EXPECT_TRUE(back.sources.empty());
 }
 
+TEST(HealPlan, ARecutTravelsWithItsPartitionAndPieces) {
+  heal_plan hp;
+  hp.generation = 4;
+  hp.resume_after = 11;
+  hp.fired_through = 11;
+  hp.members = {0, 1, 3};
+  hp.parts = {{0, 2}, {3, 5}, {6, 7}};
+  hp.pieces = {{0, {{0, 0, 1, 0}, {1, 2, 2, 1}}}, {1, {{1, 3, 3, 1}, {2, 4, 5, 1}}}, {2, {{3, 6, 7, 2}}}};
+  const std::string line = hp.encode();
+  EXPECT_EQ(line, "4 11 memory 11 ; 0 1 3 ; ; ; 0-2 3-5 6-7 ; 0:0:0:1:0 0:1:2:2:1 1:1:3:3:1 1:2:4:5:1 2:3:6:7:2");
+  const heal_plan back = heal_plan::decode(line);
+  EXPECT_EQ(back.members, hp.members);
+  EXPECT_EQ(back.parts, hp.parts);
+  EXPECT_EQ(back.pieces, hp.pieces);
+  EXPECT_EQ(back.encode(), line);
+  // A plan without pieces reads as before, and one with a bad piece is refused.
+  EXPECT_TRUE(heal_plan::decode("4 11 memory 11 ; 0 1 3 ; ; ; 0-2 3-5 6-7").pieces.empty());
+  for (const char* bad : {"4 11 memory 11 ; 0 1 ; ; ; 0-7 ; 0:0:0:1", "4 11 memory 11 ; 0 1 ; ; ; 0-7 ; 0:0:0:1:x",
+                          "4 11 memory 11 ; 0 1 ; ; ; 0-7 ; 0:0:0:1:2:3", "4 11 memory 11 ; 0 1 ; ; ; 0-7 ; 0:0 ; 1"})
+    EXPECT_THROW(heal_plan::decode(bad), rendezvous_error) << bad;
+}
+
 TEST(HealPlan, AReplacementTravelsWithItsMembersAndSources) {
   heal_plan hp;
   hp.generation = 2;
