@@ -32,7 +32,7 @@
 namespace actorpipe::rank_detail {
 
 context_before before_forming(const process_context& cx) {
-  return {cx.env, cx.where, cx.members, cx.places, cx.plan.parts, cx.moved_from, cx.fresh, cx.joined};
+  return {cx.env, cx.where, cx.members, cx.places, cx.plan, cx.moved_from, cx.fresh, cx.joined};
 }
 
 void put_back(process_context& cx, const context_before& before) {
@@ -40,7 +40,7 @@ void put_back(process_context& cx, const context_before& before) {
   cx.where = before.where;
   cx.members = before.members;
   cx.places = before.places;
-  cx.plan.parts = before.parts;
+  cx.plan = before.plan;
   cx.moved_from = before.moved_from;
   cx.fresh = before.fresh;
 }

@@ -18,7 +18,8 @@ struct context_before {
   std::string where;
   std::vector<int> members;
   rank_placement places;
-  std::vector<std::pair<int, int>> parts, moved_from;
+  attempt_plan plan;  // its partition, and its stage count (a re-cut changes both)
+  std::vector<std::pair<int, int>> moved_from;
   bool fresh;
   int joined;  // rank 0: the joiners taken in before (put_back leaves cx.joined be)
 };

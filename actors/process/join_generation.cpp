@@ -32,6 +32,19 @@ void take_place(process_context& cx, const heal_plan& hp) {
   if (cx.home >= 0) cx.where = where_of(cx.env);  // a joiner's stand-in rank is gone
 }
 
+// A re-cut (runtime/dist/placement/recut.hpp): the plan's partition names
+// another stage count. The schedule lays out that many; each replica's
+// devices are its first ones (every stage of a process on one device).
+void take_stage_count(attempt_plan& p, int stages) {
+  for (auto& devs : p.replica_devices) {
+    std::vector<std::string> now;
+    for (int r = 0; r < stages; ++r) now.push_back(devs.at(std::min(static_cast<size_t>(r), devs.size() - 1)));
+    devs = std::move(now);
+  }
+  p.stages = stages;
+  p.plc = p.pol->layout(stages);
+}
+
 }  // namespace
 
 // The rendezvous, this process's stages from the plan's boundary while the
@@ -60,12 +73,18 @@ joined_generation join_generation(process_runtime& rt, process_context& cx, heal
   cx.moved_from.clear();
   if (!hp.parts.empty() && hp.parts != cx.plan.parts) {
     if (!cx.fresh && !hp.from_disk) cx.moved_from = cx.plan.parts;
+    if (hp.parts.size() != cx.plan.parts.size()) take_stage_count(cx.plan, static_cast<int>(hp.parts.size()) / cx.plan.chunks);
     cx.plan.parts = hp.parts;
   }
   cx.fresh = false;
   j.hp = hp;
   j.cfg = without_fired(cx.cfg, hp.fired_through);
   j.cfg.pipeline.partition = cx.plan.parts;
+  if (cx.plan.stages != j.cfg.pipeline.stages) {  // re-cut
+    j.cfg.pipeline.stages = cx.plan.stages;
+    j.cfg.pipeline.devices = cx.plan.replica_devices.front();
+    j.cfg.replica_devices = cx.plan.replica_devices;
+  }
   layers_building building = build_own_layers(cx, hp, j.cfg);
   j.links = form_links(rt, cx, g, j.cfg, std::move(met), hp.hands_over() || !cx.moved_from.empty());
   // Where each slot starts: the config (or --resume), the newest

@@ -85,23 +85,42 @@ stage_snapshot put_together(std::vector<std::future<stage_snapshot>>& pieces, in
   return all;
 }
 
-// The layers move (cx.moved_from -> cx.plan.parts; the processes keep their
-// slots): every slot's part that another process's slot now runs goes to
-// it over the tensor channel, from the boundary after hp.resume_after
-// (every send is posted before anyone waits); a part that stays in this
-// process is taken from its memory. The parts of each of this process's
-// slots, by slot index, in layer order.
+// One range of layers that moves to new slot `to` from old slot `from`'s
+// boundary copy, which process `holder` (a rank of this generation) keeps.
+struct layer_move {
+  int to, from, first, last, holder;
+};
+
+// Every move of this generation: a re-cut's pieces (hp.pieces), or, where
+// the stage count stays (pipeline.rebalance), each new stage's overlap
+// with each old one, held by the process that keeps both slots.
+std::vector<layer_move> moves_of(const process_context& cx, const heal_plan& hp) {
+  std::vector<layer_move> moves;
+  for (const auto& [to, pieces] : hp.pieces)
+    for (const auto& p : pieces) moves.push_back({to, p.from, p.first, p.last, p.holder});
+  if (!hp.pieces.empty()) return moves;
+  const int S = cx.plan.stages;
+  const auto before = [&](int r) { return cx.moved_from.at(static_cast<size_t>(cx.plan.plc.virtual_stage(r, 0))); };
+  for (int d = 0; d < cx.plan.dp; ++d)
+    for (int n = 0; n < S; ++n)
+      for (int o = 0; o < S; ++o) {
+        const int first = std::max(cx.plan.layers_of(n, 0).first, before(o).first);
+        const int last = std::min(cx.plan.layers_of(n, 0).second, before(o).second);
+        if (first <= last) moves.push_back({d * S + n, d * S + o, first, last, cx.places.owner(d, o)});
+      }
+  return moves;
+}
+
+// The layers move (cx.moved_from -> cx.plan.parts: a rebalance over the
+// same slots, or a re-cut to another stage count): every part that
+// another process's slot now runs goes to it over the tensor channel, from
+// the boundary after hp.resume_after (every send is posted before anyone
+// waits); a part that stays in this process is taken from its memory. The
+// parts of each of this process's slots, by slot index, in layer order.
 std::map<int, std::vector<std::future<stage_snapshot>>> move_layers(process_context& cx, const kv_store_ptr& store,
                                                                      const heal_plan& hp,
                                                                      const generation_links& links) {
   const int S = cx.plan.stages, me = cx.env.rank;
-  const auto before = [&](int r) { return cx.moved_from.at(static_cast<size_t>(cx.plan.plc.virtual_stage(r, 0))); };
-  const auto after = [&](int r) { return cx.plan.layers_of(r, 0); };
-  const auto overlap = [&](int n, int o) -> std::optional<std::pair<int, int>> {
-    const int first = std::max(after(n).first, before(o).first), last = std::min(after(n).second, before(o).second);
-    if (first > last) return std::nullopt;
-    return std::make_pair(first, last);
-  };
   const auto kept = [&](int index) {
     auto snap = cx.boundary->at(index, hp.resume_after);
     if (!snap) throw rendezvous_error(cx.where + ": no boundary copy after step " + std::to_string(hp.resume_after));
@@ -110,27 +129,26 @@ std::map<int, std::vector<std::future<stage_snapshot>>> move_layers(process_cont
   const auto key = [&](int to, int from) {
     return links.prefix + "/actorpipe/state/move_" + std::to_string(to) + "_" + std::to_string(from);
   };
-  for (int d = 0; d < cx.plan.dp; ++d)
-    for (int n = 0; n < S; ++n)
-      for (int o = 0; o < S; ++o)
-        if (auto range = overlap(n, o); range && cx.places.owner(d, o) == me && cx.places.owner(d, n) != me)
-          store->set(key(d * S + n, d * S + o), send_snapshot(*links.channel, layers_in(kept(d * S + o), *range),
-                                                             cx.places.owner(d, n), /*pack=*/true));
+  const auto owner = [&](int index) { return cx.places.owner(index / S, index % S); };
+  const std::vector<layer_move> moves = moves_of(cx, hp);
+  for (const auto& m : moves)
+    if (m.holder == me && owner(m.to) != me)
+      store->set(key(m.to, m.from), send_snapshot(*links.channel, layers_in(kept(m.from), {m.first, m.last}),
+                                                  owner(m.to), /*pack=*/true));
   std::map<int, std::vector<std::future<stage_snapshot>>> pieces;
   for (const auto& slot : cx.places.owned(me))
-    for (int o = 0; o < S; ++o) {
-      const auto range = overlap(slot.stage, o);
-      if (!range) continue;
-      const int to = slot.replica * S + slot.stage, from = slot.replica * S + o;
+    for (const auto& m : moves) {
+      const int to = slot.replica * S + slot.stage;
+      if (m.to != to) continue;
       auto got = std::make_shared<std::promise<stage_snapshot>>();
       pieces[to].push_back(got->get_future());
-      if (cx.places.owner(slot.replica, o) == me) {
-        got->set_value(layers_in(kept(from), *range));
+      if (m.holder == me) {
+        got->set_value(layers_in(kept(m.from), {m.first, m.last}));
         continue;
       }
       try {
         receive_snapshot_async(
-            *links.channel, store->get(key(to, from)), [got](stage_snapshot s) { got->set_value(std::move(s)); },
+            *links.channel, store->get(key(to, m.from)), [got](stage_snapshot s) { got->set_value(std::move(s)); },
             [got](const std::string& why) { got->set_exception(std::make_exception_ptr(transfer_error(why))); });
       } catch (const transfer_error& e) {
         throw rendezvous_error(cx.where + ": moving layers to stage " + std::to_string(slot.stage) + ": " + e.what());

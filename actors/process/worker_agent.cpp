@@ -229,7 +229,7 @@ void orphan(agent_ptr self, const std::string& why) {
 void take_context_of(agent_ptr self, uint32_t taken) {
   auto& s = self->state;
   context_before now = before_forming(*s.cx);
-  if (now.parts != s.other->second.parts && s.cx->boundary) s.cx->boundary->clear();
+  if (now.plan.parts != s.other->second.plan.parts && s.cx->boundary) s.cx->boundary->clear();
   put_back(*s.cx, s.other->second);
   if (s.cx->opts.on_notice)
     s.cx->opts.on_notice(s.cx->where + ": the takeover is of generation " + std::to_string(taken) + ", not " +

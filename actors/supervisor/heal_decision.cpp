@@ -121,40 +121,73 @@ namespace {
 // generation, why, the old and the new placement, the state's sources.
 std::string replacement_line(const process_context& cx, const heal_plan& next, const shrunk& fewer,
                              const std::vector<int>& dead) {
-  std::string gone, kept, from;
-  for (int q : dead) gone += (gone.empty() ? "" : ", ") + shown_rank(cx, q);
+  std::string kept, from;
   for (int q : fewer.kept) kept += (kept.empty() ? "" : " ") + shown_rank(cx, q);
   for (const auto& [slot, q] : fewer.from)
     from += slot_from(cx.places, slot, q >= 0 ? "rank " + shown_rank(cx, q) + "'s memory" : "disk");
-  const double wait = cx.cfg.supervision.replace_timeout_s;
-  const size_t workers = fewer.kept.size() - (cx.opts.ranks.apart ? 1 : 0);  // a coordinator apart holds no stage
-  return "re-placed: generation " + std::to_string(next.generation) + " goes on over " + std::to_string(workers) +
-         (workers == 1 ? " process" : " processes") + " without rank " +
-         gone + " (" +
-         (wait == 0 ? std::string("supervision.replace_timeout_s 0: no replacement")
-                    : std::string("nothing can start a replacement")) +
-         "): stages by process " + describe_placement(cx.places) + " -> " + describe_placement(fewer.places) +
-         " (ranks " + kept + "), after step " + std::to_string(next.resume_after) + from;
+  return going_on_without(cx, next, dead, fewer.places) + ": stages by process " + describe_placement(cx.places) +
+         " -> " + describe_placement(fewer.places) + " (ranks " + kept + "), after step " +
+         std::to_string(next.resume_after) + from;
 }
 
 // A lower bound of the memory slot `slot` takes once a process runs it:
 // its weights, their gradients and the optimizer's state.
 int64_t state_bytes(const process_context& cx, const config& cfg, int slot) {
-  const auto counts = layer_parameter_counts(cfg.model.layers);
   int64_t n = 0;
   for (int c = 0; c < cx.plan.chunks; ++c) {
     const auto& range = cx.plan.layers_of(slot % cx.plan.stages, c);
-    for (int l = range.first; l <= range.second; ++l) n += counts.at(static_cast<size_t>(l));
+    n += layers_state_bytes(cfg, range.first, range.second);
   }
+  return n;
+}
+
+}  // namespace
+
+std::string going_on_without(const process_context& cx, const heal_plan& next, const std::vector<int>& dead,
+                             const rank_placement& after) {
+  std::string gone;
+  for (int q : dead) gone += (gone.empty() ? "" : ", ") + shown_rank(cx, q);
+  const double wait = cx.cfg.supervision.replace_timeout_s;
+  const int workers = after.world() - (cx.opts.ranks.apart ? 1 : 0);  // a coordinator apart holds no stage
+  return "re-placed: generation " + std::to_string(next.generation) + " goes on over " + std::to_string(workers) +
+         (workers == 1 ? " process" : " processes") + " without rank " + gone + " (" +
+         (wait == 0 ? std::string("supervision.replace_timeout_s 0: no replacement")
+                    : std::string("nothing can start a replacement")) +
+         ")";
+}
+
+int64_t layers_state_bytes(const config& cfg, int first, int last) {
+  const auto counts = layer_parameter_counts(cfg.model.layers);
+  int64_t n = 0;
+  for (int l = first; l <= last; ++l) n += counts.at(static_cast<size_t>(l));
   const auto& o = cfg.train.optimizer;
   const int64_t copies = 2 + (adam_family(o.type) ? 2 : o.momentum > 0 ? 1 : 0);
   return n * copies * static_cast<int64_t>(c10::elementSize(parameter_dtype(cfg.model)));
 }
 
-// Whether every survivor that takes lost stages in `fewer` has the memory
-// for them (asked of each: runtime/util/host_memory); "" or why not.
-std::string short_of_room(process_context& cx, const generation_peers& peers, const shrunk& fewer, const config& cfg) {
-  std::map<int, std::pair<int64_t, std::string>> need;  // by old rank: bytes, stages
+std::string short_of_room(process_context& cx, const generation_peers& peers, const room_needs& need, int left) {
+  const auto mib = [](int64_t b) { return fmt("%.1f", static_cast<double>(b) / (1 << 20)) + " MiB"; };
+  for (const auto& [q, want] : need) {
+    if (want.first <= 0) continue;
+    int64_t room = -1;
+    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                     room_atom::value)
+        .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
+    if (room >= 0 && want.first > room)
+      return "going on over " + std::to_string(left) + " processes needs at least " + mib(want.first) +
+             " more in rank " + shown_rank(cx, q) + "'s process (" + want.second +
+             ": weights, gradients and optimizer state), which can take " + mib(room) +
+             " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";
+  }
+  return "";
+}
+
+namespace {
+
+// What every survivor that takes lost stages in `fewer` needs in memory
+// for them, by old rank.
+room_needs doubled_up_needs(const process_context& cx, const shrunk& fewer, const config& cfg) {
+  room_needs need;
   for (const auto& [slot, from] : fewer.from) {
     const int S = cx.plan.stages;
     const int old = fewer.kept.at(static_cast<size_t>(fewer.places.owner(slot / S, slot % S)));
@@ -163,20 +196,7 @@ std::string short_of_room(process_context& cx, const generation_peers& peers, co
     stages += (stages.empty() ? "stage " : ", ") + std::to_string(slot % S) +
               (cx.plan.dp > 1 ? " of replica " + std::to_string(slot / S) : "");
   }
-  const auto mib = [](int64_t b) { return fmt("%.1f", static_cast<double>(b) / (1 << 20)) + " MiB"; };
-  for (const auto& [q, want] : need) {
-    int64_t room = -1;
-    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                     room_atom::value)
-        .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
-    if (room >= 0 && want.first > room)
-      return "going on over " + std::to_string(fewer.places.world() - (cx.opts.ranks.apart ? 1 : 0)) +
-             " processes needs at least " +
-             mib(want.first) + " more in rank " + shown_rank(cx, q) + "'s process (" + want.second +
-             ": weights, gradients and optimizer state), which can take " + mib(room) +
-             " (MemAvailable, or its memory cgroup's limit less its usage): no placement fits, the run stops";
-  }
-  return "";
+  return need;
 }
 
 }  // namespace
@@ -255,13 +275,19 @@ std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, co
   const bool joiner_gone =
       std::any_of(dead.begin(), dead.end(), [&](int q) { return home_rank(cx, q) >= cx.world0; });
   std::optional<shrunk> fewer;
+  std::optional<recut> cut;  // supervision.shrink: recut
+  std::string uncut;         // why a re-cut asked for was not made
   if (!dead.empty() && (goes_on_without(cx) || joiner_gone)) {
     if (cx.places.owned(0).empty() && dead.size() + 1 >= static_cast<size_t>(cx.places.world())) {
       failure.text += "; no worker is left to go on with (the coordinator apart holds no stage)";
       return std::nullopt;
     }
+    cut = recut_if_asked(cx, peers, *next, dead, cfg, uncut);
+  }
+  if (!cut && !dead.empty() && (goes_on_without(cx) || joiner_gone)) {
     fewer = shrink_placement(cx.places, dead, next->from_disk);
-    if (const std::string why = short_of_room(cx, peers, *fewer, cfg); !why.empty()) {
+    const int left = fewer->places.world() - (cx.opts.ranks.apart ? 1 : 0);
+    if (const std::string why = short_of_room(cx, peers, doubled_up_needs(cx, *fewer, cfg), left); !why.empty()) {
       failure.text += "; " + why;
       return std::nullopt;
     }
@@ -284,15 +310,21 @@ std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, co
                                                              : "every stage from the newest checkpoint, in " +
                                                                    cfg.checkpoint.dir;
   std::string replaced_line;
-  if (fewer) {
-    replaced_line = replacement_line(cx, *next, *fewer, dead);
+  if (fewer || cut) {
+    replaced_line = cut ? recut_line(cx, *next, *cut, dead)
+                        : replacement_line(cx, *next, *fewer, dead) + (uncut.empty() ? "" : "; not cut again: " + uncut);
     how += "; " + replaced_line;
     for (int q : dead)
       if (home_rank(cx, q) < cx.world0) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
     next->replaced.clear();
-    next->sources = fewer->sources;
-    for (int q : fewer->kept) next->members.push_back(home_rank(cx, q));
-    cx.places = fewer->places;
+    for (int q : cut ? cut->kept : fewer->kept) next->members.push_back(home_rank(cx, q));
+    if (cut) {
+      take_recut(*next, *cut);
+      cx.places = cut->places;
+    } else {
+      next->sources = fewer->sources;
+      cx.places = fewer->places;
+    }
   } else {
     for (int q : dead) {
       how += "; started rank " + shown_rank(cx, q) + " again";
@@ -308,9 +340,9 @@ std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, co
   cx.asked_at = clock_type::now();
   if (cx.opts.on_notice) {
     cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
-                      (dead.empty() || fewer ? std::string()
+                      (dead.empty() || fewer || cut ? std::string()
                                              : ", " + std::to_string(dead.size()) + " process(es) started again"));
-    if (fewer) cx.opts.on_notice(replaced_line);
+    if (fewer || cut) cx.opts.on_notice(replaced_line);
   }
   for (int q = 1; q < env.world_size; ++q)
     if (!is_dead(q)) self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);

@@ -3,12 +3,14 @@
 // (heal_decision.cpp); the next plan after a join, a rebalance or a
 // generation called off, and the run's stop (replan.cpp).
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/process/join_generation.hpp"
 #include "actors/supervisor/forming_watch.hpp"
+#include "runtime/dist/placement/recut.hpp"
 
 namespace actorpipe::rank_detail {
 
@@ -77,6 +79,43 @@ std::optional<heal_plan> decide_heal(process_context& cx, uint32_t g, run_failur
 /// "; stage S[ of replica R] from rank H's memory": where a moved slot's
 /// state came from.
 std::string slot_from(const rank_placement& places, int slot, const std::string& source);
+
+/// "re-placed: generation G goes on over N processes without rank R
+/// (why no replacement)": the start of a shrink's line, `after` the
+/// placement it goes on with.
+std::string going_on_without(const process_context& cx, const heal_plan& next, const std::vector<int>& dead,
+                             const rank_placement& after);
+
+// -- a re-cut (recut_decision.cpp) ---------------------------------------
+
+/// supervision.shrink: recut, going on without `dead` (ranks of cx.places)
+/// after the heal `next` decided: the layers cut again over the processes
+/// left. nullopt: none asked for, or none made (`why_not` then says why,
+/// and the run doubles up instead): the stage count cannot change, or some
+/// process lacks the memory for its new stage.
+std::optional<recut> recut_if_asked(process_context& cx, const generation_peers& peers, const heal_plan& next,
+                                    const std::vector<int>& dead, const config& cfg, std::string& why_not);
+
+/// The re-cut's line: as a shrink's, with the old and new stage count and
+/// partition, and where each new stage's layers come from.
+std::string recut_line(const process_context& cx, const heal_plan& next, const recut& cut,
+                       const std::vector<int>& dead);
+
+/// The re-cut into the plan: its partition, and its pieces with their
+/// holders as ranks of the next generation.
+void take_recut(heal_plan& next, const recut& cut);
+
+/// A lower bound of the memory layers [first, last] take once a process
+/// runs them: their weights, gradients and the optimizer's state.
+int64_t layers_state_bytes(const config& cfg, int first, int last);
+
+/// By old rank: the bytes more a survivor needs in a re-placement, and
+/// which stages they are for ("stage 2", "stage 1 of replica 1").
+using room_needs = std::map<int, std::pair<int64_t, std::string>>;
+
+/// Whether every survivor has the memory `need` asks of it (asked of each:
+/// runtime/util/host_memory); "" or why not, over `left` processes.
+std::string short_of_room(process_context& cx, const generation_peers& peers, const room_needs& need, int left);
 
 /// After which steps each live process holds a slot, asked through its
 /// directory (rank 0's own too; nothing from a rank that does not answer).

@@ -296,7 +296,7 @@ private:
     cx_.joined = before_->joined;
     cx_.joiners_lost.insert(loss.joiners.begin(), loss.joiners.end());
     cx_.failed_at = clock_type::now();
-    cx_.spoiled = loss.passed > 0 && aborted.parts != before_->parts;
+    cx_.spoiled = loss.passed > 0 && aborted.parts != before_->plan.parts;
     for (int q : loss.old)
       if (std::find(dead_.begin(), dead_.end(), q) == dead_.end()) dead_.push_back(q);
     std::sort(dead_.begin(), dead_.end());

@@ -269,6 +269,11 @@ struct supervision_config {
   /// re-placement, actors/supervisor/heal_decision.cpp). Above 0: `launch` starts one;
   /// where nothing can, the stages go on over the others.
   double replace_timeout_s = -1.0;
+  /// Multi-process, going on without a process: "recut" cuts the layers
+  /// again into as many stages as the processes left can each hold one of
+  /// (runtime/dist/placement/recut.hpp); "double_up" keeps the stage count
+  /// and a survivor runs the lost stage beside its own.
+  std::string shrink = "double_up";
 };
 
 

@@ -170,6 +170,9 @@ void replacements_need_restarts(const reader& r) {
   if (r.cfg().marks.count("supervision.replace_timeout_s") && sv.max_restarts == 0)
     r.fail_key("supervision.replace_timeout_s", "needs supervision.max_restarts > 0: going on without a lost "
                                                  "process is a restart, and with none allowed a death ends the run");
+  if (r.cfg().marks.count("supervision.shrink") && !r.cfg().marks.count("supervision.replace_timeout_s"))
+    r.fail_key("supervision.shrink", "needs supervision.replace_timeout_s: without it a lost process is started "
+                                     "again, and the run never goes on without one");
 }
 
 // Moving the layers re-places the stages from their step-boundary copies,

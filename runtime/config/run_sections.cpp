@@ -51,6 +51,7 @@ void read_supervision(reader& r, const entry* e) {
       // Heartbeats go every 0.5 s: a timeout of 1 s misses one at most.
       {"heartbeat_timeout_s", &sc::heartbeat_timeout_s, rule::at_least(1, 86400, "86400 (one day)")},
       {"replace_timeout_s", &sc::replace_timeout_s, rule::at_least(0, 86400, "86400 (one day)")},
+      {"shrink", &sc::shrink, rule::one_of("shrink mode", {"recut", "double_up"})},
   };
   r.read_fields(s, r.cfg().supervision, fields);
 }

@@ -213,6 +213,10 @@ constexpr key_doc table[] = {
      "ends). 0: never wait; its stages go on in the processes that are left, from their memory. Above 0: `launch` "
      "starts one; under another launcher the stages go on in the others. Set (any value): the run takes processes "
      "that join (`launch --join`). Needs max_restarts > 0."},
+    {"supervision.shrink", "recut | double_up", "double_up",
+     "Processes, going on without a lost process: `recut` cuts the layers again into one stage per process left "
+     "(at most pipeline.stages; every replica the same cut), each layer's state from memory; `double_up` keeps the "
+     "stage count and a survivor runs the lost stage beside its own. Needs replace_timeout_s."},
     // -- faults --
     {"faults", "map", "(none)", "Faults injected on purpose, to see the runtime cope. Picked by seed and message ids, never by timing, so a scenario repeats."},
     {"faults.seed", "int", "0", "Draws the messages that probability-based faults pick."},
