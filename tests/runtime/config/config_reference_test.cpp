@@ -217,6 +217,7 @@ std::map<std::string, std::function<std::string(const config&)>> values() {
       {"supervision.op_timeout_ms", [](const config& c) { return num(c.supervision.op_timeout_ms); }},
       {"supervision.connect_timeout_s", [](const config& c) { return num(c.supervision.connect_timeout_s); }},
       {"supervision.heartbeat_timeout_s", [](const config& c) { return num(c.supervision.heartbeat_timeout_s); }},
+      {"supervision.shrink", [](const config& c) { return c.supervision.shrink; }},
       {"faults.seed", [](const config& c) { return std::to_string(c.faults.seed); }},
       {"faults.inject[].stage", [fault](const config& c) { return std::to_string(fault(c).stage); }},
       {"faults.inject[].step", [fault](const config& c) { return std::to_string(fault(c).step); }},
