@@ -240,65 +240,117 @@ std::vector<int> gone_ranks(process_context& cx, const std::vector<caf::actor>& 
   return dead;
 }
 
-std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, const generation_peers& peers,
-                              const heal_plan& hp, const config& cfg, const std::vector<int>& dead,
-                              run_failure& failure, supervision_log& log) {
-  const rank_env& env = cx.env;
-  const uint32_t g = hp.generation;
-  caf::scoped_actor& self = cx.self;
-  const std::vector<caf::actor>& dirs = peers.dirs;
-  const auto dir_of = [&](int q) { return q == 0 ? cx.dir : dirs[static_cast<size_t>(q)]; };
-  const auto ask_within = std::min(cx.timeout, milliseconds(5000));
-  const held_steps held = ask_held(cx, peers);
-  // Whether a surviving process is still receiving a boundary copy; from
-  // a dead process only when `from_dead` (what it sent in full before it
-  // died still arrives; a stopped one's rest never does, nor fails, until
-  // the launcher kills it).
-  const auto is_dead = [&](int q) { return std::find(dead.begin(), dead.end(), q) != dead.end(); };
-  const auto copies_arriving = [&](bool from_dead) {
-    for (int q = 0; q < env.world_size; ++q) {
-      if (is_dead(q)) continue;
+namespace {
+
+bool among(const std::vector<int>& ranks, int q) { return std::find(ranks.begin(), ranks.end(), q) != ranks.end(); }
+
+// Whether a surviving process is still receiving a boundary copy; from a
+// dead process only when `from_dead` (what it sent in full before it died
+// still arrives; a stopped one's rest never does, nor fails, until the
+// launcher kills it).
+std::function<bool(bool)> copies_arriving_for(process_context& cx, const generation_peers& peers,
+                                              const std::vector<int>& dead) {
+  return [&cx, &peers, &dead](bool from_dead) {
+    for (int q = 0; q < cx.env.world_size; ++q) {
+      if (among(dead, q)) continue;
       std::vector<int32_t> from;
-      self->request(dir_of(q), ask_within, arriving_atom::value)
+      cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                       arriving_atom::value)
           .receive([&](std::vector<int32_t>& v) { from = std::move(v); }, [](caf::error&) {});
       for (int32_t p : from)
-        if (from_dead || !is_dead(p)) return true;
+        if (from_dead || !among(dead, p)) return true;
     }
     return false;
   };
-  if (!restartable(failure.code)) return std::nullopt;
-  auto next = decide_heal(cx, g, failure, dead, hp, held, copies_arriving, log);
-  if (!next) return std::nullopt;
-  // Started again by the launcher, or the stages go on without them.
-  // A process that joined has no launcher of this run to start it again:
-  // losing one, the stages go on without every process that is gone.
+}
+
+// How the stages go on without the processes that are gone: cut again
+// over the survivors (supervision.shrink: recut), or a survivor doubling
+// up; neither where the launcher starts them again.
+struct going_on {
+  std::optional<recut> cut;
+  std::optional<shrunk> fewer;
+  std::string uncut;  // why a re-cut asked for was not made
+  bool without() const { return cut || fewer; }
+};
+
+// Started again by the launcher, or the stages go on without them. A
+// process that joined has no launcher of this run to start it again:
+// losing one, the stages go on without every process that is gone. False:
+// neither can be (`failure` says why).
+bool place_without(process_context& cx, const generation_peers& peers, const heal_plan& next, const config& cfg,
+                   const std::vector<int>& dead, going_on& on, run_failure& failure) {
   const bool joiner_gone =
       std::any_of(dead.begin(), dead.end(), [&](int q) { return home_rank(cx, q) >= cx.world0; });
-  std::optional<shrunk> fewer;
-  std::optional<recut> cut;  // supervision.shrink: recut
-  std::string uncut;         // why a re-cut asked for was not made
-  if (!dead.empty() && (goes_on_without(cx) || joiner_gone)) {
-    if (cx.places.owned(0).empty() && dead.size() + 1 >= static_cast<size_t>(cx.places.world())) {
-      failure.text += "; no worker is left to go on with (the coordinator apart holds no stage)";
-      return std::nullopt;
-    }
-    cut = recut_if_asked(cx, peers, *next, dead, cfg, uncut);
-  }
-  if (!cut && !dead.empty() && (goes_on_without(cx) || joiner_gone)) {
-    fewer = shrink_placement(cx.places, dead, next->from_disk);
-    const int left = fewer->places.world() - (cx.opts.ranks.apart ? 1 : 0);
-    if (const std::string why = short_of_room(cx, peers, doubled_up_needs(cx, *fewer, cfg), left); !why.empty()) {
-      failure.text += "; " + why;
-      return std::nullopt;
-    }
-  } else {
+  if (dead.empty() || !(goes_on_without(cx) || joiner_gone)) {
     for (int q : dead)
-      if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(next->generation))) {
+      if (!tell_launcher("respawn " + std::to_string(q) + " " + std::to_string(next.generation))) {
         failure.text += "; rank " + shown_rank(cx, q) + "'s process is gone and nothing can start it again (run "
                         "under `actorpipe launch` to heal it, or set supervision.replace_timeout_s to go on without it)";
-        return std::nullopt;
+        return false;
       }
+    return true;
   }
+  if (cx.places.owned(0).empty() && dead.size() + 1 >= static_cast<size_t>(cx.places.world())) {
+    failure.text += "; no worker is left to go on with (the coordinator apart holds no stage)";
+    return false;
+  }
+  on.cut = recut_if_asked(cx, peers, next, dead, cfg, on.uncut);
+  if (on.cut) return true;
+  on.fewer = shrink_placement(cx.places, dead, next.from_disk);
+  const int left = on.fewer->places.world() - (cx.opts.ranks.apart ? 1 : 0);
+  if (const std::string why = short_of_room(cx, peers, doubled_up_needs(cx, *on.fewer, cfg), left); !why.empty()) {
+    failure.text += "; " + why;
+    return false;
+  }
+  return true;
+}
+
+// Going on without `dead`: the re-placement into `next` and cx.places, the
+// launcher told; its line.
+std::string re_place(process_context& cx, heal_plan& next, const going_on& on, const std::vector<int>& dead) {
+  const std::string line = on.cut ? recut_line(cx, next, *on.cut, dead)
+                                  : replacement_line(cx, next, *on.fewer, dead) +
+                                        (on.uncut.empty() ? "" : "; not cut again: " + on.uncut);
+  for (int q : dead)
+    if (home_rank(cx, q) < cx.world0) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
+  next.replaced.clear();
+  for (int q : on.cut ? on.cut->kept : on.fewer->kept) next.members.push_back(home_rank(cx, q));
+  if (on.cut) {
+    take_recut(next, *on.cut);
+    cx.places = on.cut->places;
+  } else {
+    next.sources = on.fewer->sources;
+    cx.places = on.fewer->places;
+  }
+  return line;
+}
+
+// "; started rank R again, its stage S of replica D from rank H's memory":
+// the processes the launcher starts again, and where their stages start.
+std::string started_again(const process_context& cx, const heal_plan& next, const std::vector<int>& dead) {
+  std::string how;
+  for (int q : dead) {
+    how += "; started rank " + shown_rank(cx, q) + " again";
+    if (!next.from_disk)
+      for (const auto& slot : cx.places.owned(q))
+        how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
+               " from rank " + shown_rank(cx, donor_of(cx.places, next, slot.replica, slot.stage).rank) + "'s memory";
+  }
+  return how;
+}
+
+}  // namespace
+
+std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, const generation_peers& peers,
+                              const heal_plan& hp, const config& cfg, const std::vector<int>& dead,
+                              run_failure& failure, supervision_log& log) {
+  if (!restartable(failure.code)) return std::nullopt;
+  auto next = decide_heal(cx, hp.generation, failure, dead, hp, ask_held(cx, peers),
+                          copies_arriving_for(cx, peers, dead), log);
+  if (!next) return std::nullopt;
+  going_on on;
+  if (!place_without(cx, peers, *next, cfg, dead, on, failure)) return std::nullopt;
   const run_failure& failed = failure;  // naming the processes that went
   while (!log.steps.empty() && log.steps.back().step > next->resume_after) log.steps.pop_back();
   drop_evals_after(log.evals, next->resume_after);
@@ -309,43 +361,19 @@ std::optional<heal_plan> heal(process_context& cx, const kv_store_ptr& store, co
                     : next->resume_after == cx.rp0.ckpt.step ? std::string("every stage from the run's start")
                                                              : "every stage from the newest checkpoint, in " +
                                                                    cfg.checkpoint.dir;
-  std::string replaced_line;
-  if (fewer || cut) {
-    replaced_line = cut ? recut_line(cx, *next, *cut, dead)
-                        : replacement_line(cx, *next, *fewer, dead) + (uncut.empty() ? "" : "; not cut again: " + uncut);
-    how += "; " + replaced_line;
-    for (int q : dead)
-      if (home_rank(cx, q) < cx.world0) tell_launcher("dropped " + std::to_string(home_rank(cx, q)));
-    next->replaced.clear();
-    for (int q : cut ? cut->kept : fewer->kept) next->members.push_back(home_rank(cx, q));
-    if (cut) {
-      take_recut(*next, *cut);
-      cx.places = cut->places;
-    } else {
-      next->sources = fewer->sources;
-      cx.places = fewer->places;
-    }
-  } else {
-    for (int q : dead) {
-      how += "; started rank " + shown_rank(cx, q) + " again";
-      if (!next->from_disk)
-        for (const auto& slot : cx.places.owned(q))
-          how += ", its stage " + std::to_string(slot.stage) + " of replica " + std::to_string(slot.replica) +
-                 " from rank " + shown_rank(cx, donor_of(cx.places, *next, slot.replica, slot.stage).rank) +
-                 "'s memory";
-    }
-  }
+  const std::string replaced_line = on.without() ? re_place(cx, *next, on, dead) : std::string();
+  how += on.without() ? "; " + replaced_line : started_again(cx, *next, dead);
   log.notices.push_back(restart_notice(cx.ledger.count(), failed, next->resume_after, lost) + "; healed " + how);
-  store->set(heal_key(env, next->generation), next->encode());
+  store->set(heal_key(cx.env, next->generation), next->encode());
   cx.asked_at = clock_type::now();
   if (cx.opts.on_notice) {
     cx.opts.on_notice("heal: " + failed.text + "; rolling back to after step " + std::to_string(next->resume_after) +
-                      (dead.empty() || fewer || cut ? std::string()
-                                             : ", " + std::to_string(dead.size()) + " process(es) started again"));
-    if (fewer || cut) cx.opts.on_notice(replaced_line);
+                      (dead.empty() || on.without() ? std::string()
+                                                    : ", " + std::to_string(dead.size()) + " process(es) started again"));
+    if (on.without()) cx.opts.on_notice(replaced_line);
   }
-  for (int q = 1; q < env.world_size; ++q)
-    if (!is_dead(q)) self->send(dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
+  for (int q = 1; q < cx.env.world_size; ++q)
+    if (!among(dead, q)) cx.self->send(peers.dirs[static_cast<size_t>(q)], heal_atom::value, next->generation);
   return next;
 }
 

@@ -1,7 +1,9 @@
 // Elastic pipelines: a run that loses a process for good goes on over the
 // processes that are left (supervision.replace_timeout_s: 0), each lost
-// stage starting in the process that holds its copy, and ends on the bytes
-// of the fault-free run in one process. Real processes under
+// stage starting in the process that holds its copy (or, under
+// supervision.shrink: recut, the layers cut again into one stage per process
+// left, each piece from where it lives), and ends on the bytes of the
+// fault-free run in one process. Real processes under
 // `actorpipe launch` on ephemeral ports; the launcher is killed in every
 // failure path.
 #include <gtest/gtest.h>
@@ -79,16 +81,22 @@ std::string clean_run(int stages, int dp, int steps) {
   return bytes;
 }
 
+// supervision.shrink: recut (tests Recut.*): the layers cut again over the
+// processes left.
+const std::string kRecut = "{max_restarts: 3, heartbeat_timeout_s: 2, replace_timeout_s: 0, shrink: recut}";
+
 // A real `kill -9` of the worker with RANK `victim` once the run trains:
 // it goes on over the others (the launcher's workers drop to nprocs - 1
-// while it still trains), and ends on the clean bytes with exit 0.
-void kill_nine_and_go_on(int stages, int dp, int victim) {
+// while it still trains), and ends on the clean bytes with exit 0. Its
+// output stays in launch.out, its --results in results.json.
+void kill_nine_and_go_on(int stages, int dp, int victim, const std::string& supervision = kShrink) {
   const std::string clean = clean_run(stages, dp, 40);
   const std::string saved = (test_dir() / "elastic.pt").string();
   const int nprocs = stages * dp;
   testing_util::background_launch run(ACTORPIPE_BIN, (test_dir() / "launch.out").string(),
                                       {"--coordinator", "rank0", "--nprocs", std::to_string(nprocs),
-                                       write_config("elastic", config(stages, dp, 40, 4, kShrink)), "--save", saved});
+                                       write_config("elastic", config(stages, dp, 40, 4, supervision)), "--save", saved,
+                                       "--results", (test_dir() / "results.json").string()});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.wait_for_output("step     3/")) << run.output();
   const pid_t pid = run.worker(victim, std::chrono::milliseconds(0));
@@ -128,6 +136,39 @@ TEST(Shrink, DataParallelTwoByTwoLosesOneAndGoesOnOverThreeBitwise) {
   EXPECT_NE(read_or_empty(test_dir() / "launch.out")
                 .find("stages by process 0.0 | 0.1 | 1.0 | 1.1 -> 0.0 | 0.1 1.1 | 1.0 (ranks 0 1 2)"),
             std::string::npos);
+}
+
+// supervision.shrink: recut, pp 4 on 4 processes, RANK 2 killed: 3 stages
+// over 3 processes. Old stage 2's layers come from its keeper's memory
+// (RANK 1's process, which holds the copy stage 2 sent after every step),
+// the others from their own.
+TEST(Recut, AKillNineAtPpFourGoesOnAsThreeStagesOverThreeProcessesBitwise) {
+  kill_nine_and_go_on(4, 1, 2, kRecut);
+  const std::string out = read_or_empty(test_dir() / "launch.out");
+  EXPECT_NE(out.find("re-placed: generation 1 goes on over 3 processes without rank 2 (supervision.replace_timeout_s "
+                     "0: no replacement): 4 stages -> 3 (supervision.shrink recut): stages by process 0 | 1 | 2 | 3 "
+                     "-> 0 | 1 | 2 (ranks 0 1 3), layers by stage "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 1's memory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("not cut again"), std::string::npos) << out;
+  EXPECT_NE(read_or_empty(test_dir() / "results.json").find("\"stages\": 3,"), std::string::npos);
+}
+
+// recut, dp 2 x pp 2 on 4 processes, RANK 3 (replica 1, stage 1) killed:
+// the 3 processes left hold one stage per replica (every replica keeps the
+// same cut), the whole model each; replica 1's lost layers come from
+// replica 0's stage 1, its live state. The third survivor holds no stage.
+TEST(Recut, DataParallelTwoByTwoLosingOneGoesOnAsOneStagePerReplicaBitwise) {
+  kill_nine_and_go_on(2, 2, 3, kRecut);
+  const std::string out = read_or_empty(test_dir() / "launch.out");
+  EXPECT_NE(out.find("re-placed: generation 1 goes on over 3 processes without rank 3 (supervision.replace_timeout_s "
+                     "0: no replacement): 2 stages -> 1 (supervision.shrink recut): stages by process 0.0 | 0.1 | "
+                     "1.0 | 1.1 -> 0.0 | 1.0 | - (ranks 0 1 2), layers by stage 0-"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("not cut again"), std::string::npos) << out;
+  EXPECT_NE(read_or_empty(test_dir() / "results.json").find("\"stages\": 1,"), std::string::npos);
 }
 
 // A kill_process fault on each rank but 0 in turn, at a seeded step and
