@@ -104,12 +104,23 @@ std::string slot_from(const rank_placement& places, int slot, const std::string&
          " from " + source;
 }
 
+namespace {
+
+// A request to process q's directory (rank 0's own for q = 0), answered
+// within the connect timeout or 5 s, whichever is shorter.
+template <class... Ts>
+auto ask_directory(process_context& cx, const generation_peers& peers, int q, Ts&&... xs) {
+  return cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
+                          std::forward<Ts>(xs)...);
+}
+
+}  // namespace
+
 held_steps ask_held(process_context& cx, const generation_peers& peers) {
   return [&cx, &peers](int q, int slot) {
     std::vector<int64_t> steps;
     if (q != 0 && !peers.dirs[static_cast<size_t>(q)]) return steps;  // a rank a takeover did not reach
-    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                     held_atom::value, int32_t{slot})
+    ask_directory(cx, peers, q, held_atom::value, int32_t{slot})
         .receive([&](std::vector<int64_t>& v) { steps = std::move(v); }, [](caf::error&) {});
     return steps;
   };
@@ -170,8 +181,7 @@ std::string short_of_room(process_context& cx, const generation_peers& peers, co
   for (const auto& [q, want] : need) {
     if (want.first <= 0) continue;
     int64_t room = -1;
-    cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                     room_atom::value)
+    ask_directory(cx, peers, q, room_atom::value)
         .receive([&](int64_t b) { room = b; }, [](caf::error&) {});
     if (room >= 0 && want.first > room)
       return "going on over " + std::to_string(left) + " processes needs at least " + mib(want.first) +
@@ -254,8 +264,7 @@ std::function<bool(bool)> copies_arriving_for(process_context& cx, const generat
     for (int q = 0; q < cx.env.world_size; ++q) {
       if (among(dead, q)) continue;
       std::vector<int32_t> from;
-      cx.self->request(q == 0 ? cx.dir : peers.dirs[static_cast<size_t>(q)], std::min(cx.timeout, milliseconds(5000)),
-                       arriving_atom::value)
+      ask_directory(cx, peers, q, arriving_atom::value)
           .receive([&](std::vector<int32_t>& v) { from = std::move(v); }, [](caf::error&) {});
       for (int32_t p : from)
         if (from_dead || !among(dead, p)) return true;
