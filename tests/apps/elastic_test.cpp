@@ -284,6 +284,27 @@ TEST(Shrink, TheShippedScenarioLosesTwoOfFourAndVerifiesBitwise) {
   EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
 }
 
+// The shipped re-cut (docs/ELASTIC.md, configs/faults/recut_pipeline.yaml):
+// the same two faults with supervision.shrink: recut, 4 stages -> 3 -> 2,
+// and --verify-against-clean's own fault-free run agrees bit for bit.
+TEST(Recut, TheShippedScenarioGoesFromFourStagesToTwoAndVerifiesBitwise) {
+  auto r = actorpipe({"launch", "--coordinator", "rank0", "--nprocs", "4",
+                      std::string(ACTORPIPE_SOURCE_DIR) + "/configs/faults/recut_pipeline.yaml", "--quiet",
+                      "--verify-against-clean"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("verify: final weights bitwise equal to a fault-free run"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("4 stages -> 3 (supervision.shrink recut): stages by process 0 | 1 | 2 | 3 -> 0 | 1 | 2 "
+                       "(ranks 0 1 3), layers by stage 0-2 | 3-4 | 5-6 | 7 -> 0-2 | 3-4 | 5-7"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("3 stages -> 2 (supervision.shrink recut): stages by process 0 | 1 | 2 -> 0 | 1 (ranks 0 1), "
+                       "layers by stage 0-2 | 3-4 | 5-7 -> 0-4 | 5-7"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.out.find("restarts: 2,"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("| 1f1b     | 2 |"), std::string::npos) << describe(r);  // the final table: 2 stages
+}
+
 // The chaos run, short (bench/chaos.py): seed 2 draws a kill -9 of RANK 1,
 // a process that joins 2 steps later, RANK 2 throttled and a SIGSTOP of
 // RANK 3; the joiner is taken in, and the verdict is bitwise. The script kills its launcher in every path (a
