@@ -137,16 +137,21 @@ TEST(Launcher, FirstFailingWorkersCodeStopsTheOthers) {
 
 // The workers of a replacement: rank 0 says "heal" on
 // ACTORPIPE_LAUNCHER_FD, waits for rank 1 to SIGKILL itself, asks for it
-// again ("respawn 1 1") and exits 0 once the file `back` is there. Rank 1
-// of generation 0 does `first`, then dies; a later one does `again`. Each
-// writes its pid into pid_<RANK>_<generation>.
+// again ("respawn 1 1") once rank 1 is gone, and exits 0 once the file
+// `back` is there. Rank 1 of generation 0 does `first`, then dies; a later
+// one does `again`. Each writes its pid into pid_<RANK>_<generation>.
 std::string replacing_script(const std::string& d, const std::string& first, const std::string& again) {
   auto wait_file = [&](const std::string& f) {
     return "i=0; while [ ! -e " + d + "/" + f + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
   };
+  // Rank 0 asks for rank 1 again only once the launcher has reaped it (a
+  // zombie still answers kill -0): asked while rank 1 still ran, between
+  // `dead` and its kill, the launcher would kill it as taken for dead.
+  const std::string gone = "p=$(cat " + d + "/pid_1_0); i=0; while kill -0 $p 2>/dev/null && [ $i -lt 200 ]; do "
+                           "sleep 0.05; i=$((i+1)); done; ";
   return "echo $$ > " + d + "/pid_${RANK}_${ACTORPIPE_GENERATION:-0}; "
          "if [ $RANK = 0 ]; then eval \"echo heal >&$ACTORPIPE_LAUNCHER_FD\"; sleep 0.5; touch " + d + "/heal_on; " +
-         wait_file("dead") + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " + wait_file("back") +
+         wait_file("dead") + gone + "eval \"echo respawn 1 1 >&$ACTORPIPE_LAUNCHER_FD\"; " + wait_file("back") +
          "exit 0; "
          "elif [ -z \"$ACTORPIPE_GENERATION\" ]; then " + first + wait_file("heal_on") + "touch " + d +
          "/dead; kill -9 $$; "
